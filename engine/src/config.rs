@@ -1,0 +1,156 @@
+//! How an engine is built: storage mode, shard count, limits, batching and the clock.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::limits::Limits;
+use crate::time::Clock;
+
+/// Where streams live and when an append counts as done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageMode {
+    /// In memory only; nothing survives a restart.
+    Memory,
+    /// One log file per stream; acknowledged once written to the page cache.
+    FileFast,
+    /// One log file per stream; acknowledged once fdatasync'ed.
+    FileDurable,
+    /// One write-ahead log per shard; every op committed atomically and durably.
+    Acid,
+}
+
+impl StorageMode {
+    /// Parses a mode name (`wal` is an alias of `acid`).
+    pub fn parse(text: &str) -> Option<StorageMode> {
+        match text {
+            "memory" => Some(StorageMode::Memory),
+            "file-fast" => Some(StorageMode::FileFast),
+            "file-durable" => Some(StorageMode::FileDurable),
+            "acid" | "wal" => Some(StorageMode::Acid),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StorageMode::Memory => "memory",
+            StorageMode::FileFast => "file-fast",
+            StorageMode::FileDurable => "file-durable",
+            StorageMode::Acid => "acid",
+        }
+    }
+}
+
+impl fmt::Display for StorageMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Smallest and largest shard count; counts must be powers of two.
+pub const SHARDS_MAX: u32 = 256;
+
+/// Everything an engine needs to start.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub mode: StorageMode,
+    pub data_dir: PathBuf,
+    pub shard_count: u32,
+    pub limits: Limits,
+    /// Ops a shard's queue holds before senders are told to back off.
+    pub queue_capacity: usize,
+    /// Most ops one batch (one commit) takes.
+    pub batch_ops_max: usize,
+    /// Most payload bytes one batch takes (a single larger op still gets a batch).
+    pub batch_bytes_max: usize,
+    pub clock: Clock,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            mode: StorageMode::Memory,
+            data_dir: PathBuf::from("./data/streams"),
+            shard_count: 16,
+            limits: Limits::default(),
+            queue_capacity: 4096,
+            batch_ops_max: 1024,
+            batch_bytes_max: 16 << 20,
+            clock: Clock::System,
+        }
+    }
+}
+
+/// Why an engine did not start.
+#[derive(Debug)]
+pub enum EngineError {
+    /// The shard count is not a power of two from 1 to 256.
+    ShardCount(u32),
+    /// The storage mode is not available in this build.
+    ModeUnavailable(StorageMode),
+    /// A limit or batch setting is zero.
+    Setting(&'static str),
+    /// Starting a shard thread failed.
+    Spawn(std::io::Error),
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::ShardCount(count) => {
+                write!(f, "shard count must be a power of two from 1 to {SHARDS_MAX}, got {count}")
+            }
+            EngineError::ModeUnavailable(mode) => write!(f, "storage mode {mode} is not available yet"),
+            EngineError::Setting(name) => write!(f, "{name} must be greater than zero"),
+            EngineError::Spawn(error) => write!(f, "cannot start a shard thread: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+impl EngineConfig {
+    pub fn validate(&self) -> Result<(), EngineError> {
+        if !(1..=SHARDS_MAX).contains(&self.shard_count) || !self.shard_count.is_power_of_two() {
+            return Err(EngineError::ShardCount(self.shard_count));
+        }
+        let settings = [
+            ("queue capacity", self.queue_capacity as u64),
+            ("batch ops", self.batch_ops_max as u64),
+            ("batch bytes", self.batch_bytes_max as u64),
+            ("stream byte limit", self.limits.stream_bytes_max),
+            ("total byte limit", self.limits.total_bytes_max),
+        ];
+        for (name, value) in settings {
+            if value == 0 {
+                return Err(EngineError::Setting(name));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_counts_are_powers_of_two_up_to_256() {
+        for count in [1, 2, 16, 256] {
+            let config = EngineConfig { shard_count: count, ..EngineConfig::default() };
+            assert!(config.validate().is_ok(), "{count}");
+        }
+        for count in [0, 3, 12, 257, 512] {
+            let config = EngineConfig { shard_count: count, ..EngineConfig::default() };
+            assert!(matches!(config.validate(), Err(EngineError::ShardCount(c)) if c == count));
+        }
+    }
+
+    #[test]
+    fn modes_parse_with_the_acid_alias() {
+        assert_eq!(StorageMode::parse("wal"), Some(StorageMode::Acid));
+        assert_eq!(StorageMode::parse("acid"), Some(StorageMode::Acid));
+        assert_eq!(StorageMode::parse("file-fast"), Some(StorageMode::FileFast));
+        assert_eq!(StorageMode::parse("Memory"), None);
+    }
+}

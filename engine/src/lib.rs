@@ -1,0 +1,58 @@
+//! ds-engine: the storage engine of the ds Durable Streams server. No HTTP lives here.
+//!
+//! # Layout
+//!
+//! - [`engine`]: the [`Engine`] handle — starts shards, routes a name to its shard with
+//!   xxh3, submits ops, opens read handles.
+//! - [`shard`]: one thread per shard, the single writer of its streams: batch → apply →
+//!   commit → publish. `shard::apply` holds every rule about mutations.
+//! - [`stream`]: a stream's config, writer state and published view; `stream::handle` is the
+//!   reader's API (status, reads, live subscriptions).
+//! - [`memory`]: memory mode's bytes (append-only blocks, message boundaries).
+//! - [`record`] and [`storage`]: what a batch commits, and how each mode commits it.
+//! - [`live`]: tail-advance notifications for long-poll and SSE readers.
+//! - Leaves: [`offset`], [`name`], [`content_type`], [`payload`] (JSON framing), [`producer`],
+//!   [`limits`], [`time`], [`read`], [`op`], [`config`].
+//!
+//! # How a write flows
+//!
+//! The front validates a request into an [`op::AppendRequest`] (payload framed, headers
+//! parsed) and calls [`Engine::append`]. The op crosses a bounded channel to its shard, which
+//! drains a batch, applies each op against the writer state (dedup, fencing, limits), writes
+//! the bytes, commits the batch's records, then publishes the new tails, replies, and wakes
+//! each touched stream's live readers once.
+//!
+//! # How a read flows
+//!
+//! [`Engine::open`] finds the stream in its shard's published directory; the
+//! [`StreamHandle`] reads the published view under the stream's read lock and returns
+//! zero-copy `Bytes` of whole messages, checked to start at a message boundary.
+
+pub mod config;
+pub mod content_type;
+pub mod engine;
+pub mod limits;
+pub mod live;
+pub mod memory;
+pub mod name;
+pub mod offset;
+pub mod op;
+pub mod payload;
+pub mod producer;
+pub mod read;
+pub mod record;
+pub(crate) mod shard;
+pub(crate) mod storage;
+pub mod stream;
+pub mod time;
+
+pub use config::{EngineConfig, EngineError, StorageMode};
+pub use content_type::ContentType;
+pub use engine::{Engine, EngineStats};
+pub use name::StreamName;
+pub use offset::{Offset, StartAt};
+pub use op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, OpError};
+pub use payload::Payload;
+pub use producer::ProducerTag;
+pub use stream::handle::{MessagesResult, ReadResult, StreamHandle};
+pub use stream::StreamConfig;

@@ -1,0 +1,142 @@
+//! Mutations: what the front asks a shard to do and what the shard answers.
+//!
+//! Every create, append, close and delete travels to the owning shard as one [`Op`] over a
+//! bounded channel and is answered through a oneshot once the batch holding it is committed.
+//! The request types are validated before they are sent (names, content types, JSON framing,
+//! producer header syntax); the shard decides everything that depends on the stream's state.
+
+use tokio::sync::oneshot;
+
+use crate::content_type::ContentType;
+use crate::name::StreamName;
+use crate::offset::Offset;
+use crate::payload::Payload;
+use crate::producer::ProducerTag;
+use crate::stream::StreamConfig;
+
+/// Create a stream (PUT).
+#[derive(Debug)]
+pub struct CreateRequest {
+    pub name: StreamName,
+    pub config: StreamConfig,
+    /// Initial messages (`None` or empty: none).
+    pub initial: Option<Payload>,
+    /// Create the stream already closed.
+    pub closed: bool,
+}
+
+/// How a create went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreateOutcome {
+    /// False when the stream already existed with the same configuration.
+    pub created: bool,
+    pub tail: Offset,
+    pub closed: bool,
+}
+
+/// Append to and/or close a stream (POST).
+#[derive(Debug)]
+pub struct AppendRequest {
+    pub name: StreamName,
+    /// The request's content type; required when the payload is not empty.
+    pub content_type: Option<ContentType>,
+    /// The messages to store (`None` or empty: a close-only request).
+    pub payload: Option<Payload>,
+    /// Close the stream (after storing the payload, atomically).
+    pub close: bool,
+    pub producer: Option<ProducerTag>,
+    /// Application-level writer sequence (`Stream-Seq`), compared bytewise.
+    pub stream_seq: Option<Box<str>>,
+}
+
+/// What an accepted append did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppendKind {
+    /// New messages were stored (and the stream closed if asked).
+    Stored,
+    /// Nothing to store; the stream is closed (now or already).
+    Closed,
+    /// A producer retry of something already stored; nothing changed.
+    Duplicate,
+}
+
+/// How an accepted append went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendOutcome {
+    pub kind: AppendKind,
+    pub tail: Offset,
+    pub closed: bool,
+    /// The producer's epoch and highest accepted seq (producer requests only).
+    pub producer: Option<(u64, u64)>,
+}
+
+/// Why a mutation was refused. Nothing was stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpError {
+    /// No such stream (or it expired).
+    NotFound,
+    /// Nothing to store and no close asked for.
+    EmptyAppend,
+    /// PUT of an existing stream with another configuration or closed state.
+    ConfigMismatch,
+    /// The request's content type differs from the stream's.
+    ContentTypeMismatch,
+    /// The stream is closed; appends are refused.
+    StreamClosed { tail: Offset },
+    /// The producer's epoch is older than the current one.
+    StaleEpoch { current: u64 },
+    /// A new producer epoch must start at seq 0.
+    EpochSeqNotZero,
+    /// A producer request is missing before this one.
+    SeqGap { expected: u64, received: u64 },
+    /// `Stream-Seq` did not increase.
+    StreamSeqRegression,
+    /// The stream would pass its byte limit.
+    StreamFull,
+    /// All streams together would pass the byte limit.
+    MemoryFull,
+    /// The stream already tracks the most producers it may.
+    TooManyProducers,
+    /// The shard's queue is full; try again shortly.
+    Overloaded,
+    /// The engine is stopping.
+    ShuttingDown,
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpError::NotFound => f.write_str("stream not found"),
+            OpError::EmptyAppend => f.write_str("an append needs a body unless it closes the stream"),
+            OpError::ConfigMismatch => f.write_str("stream exists with a different configuration"),
+            OpError::ContentTypeMismatch => f.write_str("content type does not match the stream's"),
+            OpError::StreamClosed { .. } => f.write_str("stream is closed"),
+            OpError::StaleEpoch { current } => write!(f, "producer epoch is stale (current epoch {current})"),
+            OpError::EpochSeqNotZero => f.write_str("a new producer epoch must start at seq 0"),
+            OpError::SeqGap { expected, received } => {
+                write!(f, "producer sequence gap: expected {expected}, received {received}")
+            }
+            OpError::StreamSeqRegression => f.write_str("Stream-Seq must increase"),
+            OpError::StreamFull => f.write_str("stream would exceed its byte limit"),
+            OpError::MemoryFull => f.write_str("server would exceed its stored byte limit"),
+            OpError::TooManyProducers => f.write_str("stream tracks too many producers"),
+            OpError::Overloaded => f.write_str("shard queue is full"),
+            OpError::ShuttingDown => f.write_str("server is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for OpError {}
+
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, OpError>>;
+
+/// One message to a shard.
+pub(crate) enum Op {
+    Create(CreateRequest, Reply<CreateOutcome>),
+    Append(AppendRequest, Reply<AppendOutcome>),
+    Delete(StreamName, Reply<()>),
+    /// A reader found stream `id` expired: remove it if it still is.
+    Expire { name: std::sync::Arc<str>, id: u64 },
+    /// Finish the current batch and stop the shard.
+    Stop,
+}

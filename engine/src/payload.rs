@@ -1,0 +1,208 @@
+//! The bytes one append (or create) stores, and where its messages begin and end.
+//!
+//! A plain stream stores each request body as one message. A JSON stream stores each message
+//! as its exact JSON text followed by `,` (never re-serialized: key order, number spelling and
+//! big integers survive); a top-level array in the body is flattened one level. The stored
+//! form makes a read of any message range `[` + bytes without the last comma + `]`.
+//!
+//! Validation and framing run on the HTTP front's threads before the op reaches a shard;
+//! [`Payload`] keeps the request body as received and records message spans into it, so the
+//! shard copies each payload byte exactly once, into the stream's storage.
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+
+/// Most messages one JSON append may carry.
+pub const MESSAGES_PER_APPEND_MAX: usize = 100_000;
+
+/// The body of one append with its message framing.
+#[derive(Clone, Debug)]
+pub struct Payload {
+    body: Bytes,
+    framing: Framing,
+}
+
+#[derive(Clone, Debug)]
+enum Framing {
+    /// The whole body is one message stored as is.
+    Whole,
+    /// JSON messages: spans of exact JSON text in the body; each is stored followed by `,`.
+    Json(Vec<Span>),
+}
+
+/// A message's text inside the request body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+/// Why a JSON body cannot be appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JsonError {
+    Invalid,
+    EmptyArray,
+    TooManyMessages,
+    TooLarge,
+}
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            JsonError::Invalid => "body is not valid JSON",
+            JsonError::EmptyArray => "an empty JSON array appends nothing",
+            JsonError::TooManyMessages => "more than 100000 messages in one append",
+            JsonError::TooLarge => "JSON body is larger than 4 GiB",
+        })
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+impl Payload {
+    /// A plain body: one message, stored as received.
+    pub fn raw(body: Bytes) -> Payload {
+        Payload { body, framing: Framing::Whole }
+    }
+
+    /// A JSON body: validated, a top-level array flattened one level.
+    ///
+    /// `allow_empty_array` is true for the initial body of a create, where `[]` means
+    /// "no initial messages"; an append of `[]` is an error.
+    pub fn json(body: Bytes, allow_empty_array: bool) -> Result<Payload, JsonError> {
+        if body.len() > u32::MAX as usize {
+            return Err(JsonError::TooLarge);
+        }
+        let spans = json_spans(&body)?;
+        if spans.is_empty() && !allow_empty_array {
+            return Err(JsonError::EmptyArray);
+        }
+        Ok(Payload { body, framing: Framing::Json(spans) })
+    }
+
+    /// Messages this payload stores.
+    pub fn message_count(&self) -> u64 {
+        match &self.framing {
+            Framing::Whole => u64::from(!self.body.is_empty()),
+            Framing::Json(spans) => spans.len() as u64,
+        }
+    }
+
+    /// Bytes this payload adds to the stream.
+    pub fn stored_len(&self) -> u64 {
+        match &self.framing {
+            Framing::Whole => self.body.len() as u64,
+            Framing::Json(spans) => spans.iter().map(|s| u64::from(s.len) + 1).sum(),
+        }
+    }
+
+    /// Whether nothing would be stored.
+    pub fn is_empty(&self) -> bool {
+        self.message_count() == 0
+    }
+
+    /// Calls `message` with the stored bytes of each message, in order. The pieces of one
+    /// message are passed as (text, separator): JSON messages get `b","`, plain ones `b""`.
+    pub fn for_each_message(&self, mut message: impl FnMut(&[u8], &'static [u8])) {
+        match &self.framing {
+            Framing::Whole => {
+                if !self.body.is_empty() {
+                    message(&self.body, b"");
+                }
+            }
+            Framing::Json(spans) => {
+                for span in spans {
+                    let start = span.start as usize;
+                    message(&self.body[start..start + span.len as usize], b",");
+                }
+            }
+        }
+    }
+
+    /// The stored form as one contiguous buffer (tests and tools; the write path streams).
+    pub fn stored_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.stored_len() as usize);
+        self.for_each_message(|text, separator| {
+            out.extend_from_slice(text);
+            out.extend_from_slice(separator);
+        });
+        out
+    }
+}
+
+fn json_spans(body: &[u8]) -> Result<Vec<Span>, JsonError> {
+    let value: &RawValue = serde_json::from_slice(body).map_err(|_| JsonError::Invalid)?;
+    let text = value.get();
+    if !text.starts_with('[') {
+        return Ok(vec![span_of(body, text)]);
+    }
+    let elements: Vec<&RawValue> = serde_json::from_str(text).map_err(|_| JsonError::Invalid)?;
+    if elements.len() > MESSAGES_PER_APPEND_MAX {
+        return Err(JsonError::TooManyMessages);
+    }
+    Ok(elements.iter().map(|element| span_of(body, element.get())).collect())
+}
+
+/// The position of `part` (a sub-slice of `whole`) inside `whole`.
+fn span_of(whole: &[u8], part: &str) -> Span {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    debug_assert!(start + part.len() <= whole.len(), "span lies inside the body");
+    Span { start: start as u32, len: part.len() as u32 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(body: &str, allow_empty: bool) -> Result<(String, u64), JsonError> {
+        let payload = Payload::json(Bytes::copy_from_slice(body.as_bytes()), allow_empty)?;
+        let text = String::from_utf8(payload.stored_bytes()).unwrap();
+        assert_eq!(text.len() as u64, payload.stored_len());
+        Ok((text, payload.message_count()))
+    }
+
+    #[test]
+    fn single_values_keep_their_exact_text() {
+        assert_eq!(stored(r#" {"b":1, "a" : 2} "#, false), Ok((r#"{"b":1, "a" : 2},"#.into(), 1)));
+        assert_eq!(stored("12345678901234567890123", false), Ok(("12345678901234567890123,".into(), 1)));
+        assert_eq!(stored("1.50e3", false), Ok(("1.50e3,".into(), 1)));
+        assert_eq!(stored(r#""a,\"b""#, false), Ok((r#""a,\"b","#.into(), 1)));
+        assert_eq!(stored("null", false), Ok(("null,".into(), 1)));
+    }
+
+    #[test]
+    fn arrays_flatten_one_level() {
+        assert_eq!(stored(r#"[{"a":1}, {"b":2}]"#, false), Ok((r#"{"a":1},{"b":2},"#.into(), 2)));
+        assert_eq!(stored("[[1,2], [3,4]]", false), Ok(("[1,2],[3,4],".into(), 2)));
+        assert_eq!(stored("[[[1,2,3]]]", false), Ok(("[[1,2,3]],".into(), 1)));
+        assert_eq!(stored("[ \"x\" ,\n 2 ]", false), Ok(("\"x\",2,".into(), 2)));
+    }
+
+    #[test]
+    fn empty_arrays_only_on_create() {
+        assert_eq!(stored("[]", false), Err(JsonError::EmptyArray));
+        assert_eq!(stored(" [ ] ", true), Ok((String::new(), 0)));
+    }
+
+    #[test]
+    fn invalid_json_is_rejected() {
+        for bad in ["", "{ invalid json }", "[1,]", "1 2", "{\"a\":}", "[", "tru", "\u{feff}1"] {
+            assert_eq!(stored(bad, false), Err(JsonError::Invalid), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn message_count_is_bounded() {
+        let many = format!("[{}0]", "0,".repeat(MESSAGES_PER_APPEND_MAX));
+        assert_eq!(stored(&many, false), Err(JsonError::TooManyMessages));
+    }
+
+    #[test]
+    fn raw_payloads_are_one_message() {
+        let payload = Payload::raw(Bytes::from_static(b"a,b\n"));
+        assert_eq!(payload.message_count(), 1);
+        assert_eq!(payload.stored_len(), 4);
+        assert_eq!(payload.stored_bytes(), b"a,b\n");
+        assert!(Payload::raw(Bytes::new()).is_empty());
+    }
+}

@@ -1,0 +1,59 @@
+//! Log records: one per accepted mutation, the unit that is made durable.
+//!
+//! The shard turns every accepted op into exactly one record, so each operation is atomic on
+//! its own: a create carries its initial messages and closed flag, an append carries its
+//! producer tag, its `Stream-Seq` and its optional close. Producer state travels inside the
+//! record that stores the data it guards — a crash can never keep one and lose the other.
+//! Memory mode commits records by dropping them; the disk modes encode and write them.
+
+use std::sync::Arc;
+
+use crate::offset::Offset;
+use crate::payload::Payload;
+use crate::producer::ProducerTag;
+use crate::stream::StreamConfig;
+
+/// One accepted mutation.
+#[derive(Debug)]
+pub enum Record {
+    /// A stream came to be, with its configuration and any initial messages.
+    Create {
+        stream: u64,
+        name: Arc<str>,
+        config: StreamConfig,
+        initial: Option<Payload>,
+        closed: bool,
+    },
+    /// Messages were stored at `offset` (and maybe the stream closed), by `producer` if tagged.
+    Append {
+        stream: u64,
+        offset: Offset,
+        payload: Option<Payload>,
+        producer: Option<ProducerTag>,
+        stream_seq: Option<Box<str>>,
+        close: bool,
+    },
+    /// A stream and all its data are gone (deleted by a client or expired).
+    Delete { stream: u64, expired: bool },
+}
+
+impl Record {
+    /// The stream the record is about.
+    pub fn stream(&self) -> u64 {
+        match self {
+            Record::Create { stream, .. } | Record::Append { stream, .. } | Record::Delete { stream, .. } => {
+                *stream
+            }
+        }
+    }
+
+    /// Payload bytes the record stores.
+    pub fn stored_len(&self) -> u64 {
+        match self {
+            Record::Create { initial: payload, .. } | Record::Append { payload, .. } => {
+                payload.as_ref().map_or(0, Payload::stored_len)
+            }
+            Record::Delete { .. } => 0,
+        }
+    }
+}

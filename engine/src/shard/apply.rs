@@ -1,0 +1,245 @@
+//! Step 2 of the shard loop: deciding each op against the writer state and applying it.
+//!
+//! Every decision the spec makes about a mutation lives here, in this order for appends:
+//! the stream must exist and not be expired; a payload's content type must match; producer
+//! tags are deduplicated and fenced; a closed stream refuses everything but an idempotent
+//! close; `Stream-Seq` must increase; the byte limits must hold. Only then is anything
+//! written, and the op becomes one record.
+
+use std::sync::Arc;
+
+use crate::offset::Offset;
+use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
+use crate::payload::Payload;
+use crate::producer::{Decision, PRODUCER_IDLE_MS_MAX};
+use crate::record::Record;
+use crate::stream::{Stream, StreamState};
+
+use super::{Batch, Pending, Shard};
+
+/// Most producers one stream tracks (idle ones are pruned first).
+pub const PRODUCERS_PER_STREAM_MAX: usize = 65_536;
+
+impl Shard {
+    pub(super) fn apply(&mut self, batch: &mut Batch, op: Op) {
+        match op {
+            Op::Create(request, reply) => {
+                let result = self.apply_create(batch, request);
+                batch.replies.push(Pending::Create(reply, result));
+            }
+            Op::Append(request, reply) => {
+                let result = self.apply_append(batch, request);
+                batch.replies.push(Pending::Append(reply, result));
+            }
+            Op::Delete(name, reply) => {
+                let result = match self.live_stream(batch, name.as_str()) {
+                    Some(stream) => {
+                        self.remove(batch, &stream, false);
+                        Ok(())
+                    }
+                    None => Err(OpError::NotFound),
+                };
+                batch.replies.push(Pending::Delete(reply, result));
+            }
+            Op::Expire { name, id } => {
+                if let Some(stream) = self.lookup(batch, &name).filter(|s| s.id == id) {
+                    if stream.is_expired(batch.now_ms) {
+                        self.remove(batch, &stream, true);
+                    }
+                }
+            }
+            Op::Stop => unreachable!("the loop handles Stop"),
+        }
+    }
+
+    fn apply_create(&mut self, batch: &mut Batch, request: CreateRequest) -> Result<CreateOutcome, OpError> {
+        if let Some(existing) = self.live_stream(batch, request.name.as_str()) {
+            let state = existing.read_state();
+            let same = existing.config.same_as(&request.config) && state.writer.closed == request.closed;
+            return match same {
+                true => Ok(CreateOutcome { created: false, tail: state.writer.tail, closed: state.writer.closed }),
+                false => Err(OpError::ConfigMismatch),
+            };
+        }
+        let initial = request.initial.filter(|payload| !payload.is_empty());
+        let initial_bytes = initial.as_ref().map_or(0, Payload::stored_len);
+        self.charge(0, initial_bytes)?;
+
+        let mut config = request.config;
+        self.share_content_type(&mut config.content_type);
+        let name: Arc<str> = Arc::from(request.name.into_boxed_str());
+        let id = self.next_stream_id();
+        let stream = Arc::new(Stream::new(id, Arc::clone(&name), config.clone(), batch.now_ms));
+        let tail = {
+            let mut state = stream.write_state();
+            if let Some(payload) = &initial {
+                state.writer.tail = state.data.append(Offset::ZERO, payload);
+            }
+            state.writer.closed = request.closed;
+            mark_touched(batch, &stream, &mut state);
+            state.writer.tail
+        };
+        if let Some(deadline) = stream.deadline_ms() {
+            self.expiry.push(deadline, id, Arc::clone(&name));
+        }
+        batch.payload_bytes += initial_bytes as usize;
+        batch.overlay.create(stream);
+        batch.records.push(Record::Create { stream: id, name, config, initial, closed: request.closed });
+        Ok(CreateOutcome { created: true, tail, closed: request.closed })
+    }
+
+    fn apply_append(&mut self, batch: &mut Batch, request: AppendRequest) -> Result<AppendOutcome, OpError> {
+        let payload = request.payload.filter(|payload| !payload.is_empty());
+        if payload.is_none() && !request.close {
+            return Err(OpError::EmptyAppend);
+        }
+        let stream = self.live_stream(batch, request.name.as_str()).ok_or(OpError::NotFound)?;
+        if payload.is_some() {
+            let matches = request.content_type.as_ref().is_some_and(|ct| ct.matches(&stream.config.content_type));
+            if !matches {
+                return Err(OpError::ContentTypeMismatch);
+            }
+        }
+        let mut state = stream.write_state();
+        stream.touch(batch.now_ms);
+
+        let decision = request.producer.as_ref().map(|tag| state.writer.producers.decide(tag, batch.now_ms));
+        match decision {
+            Some(Decision::StaleEpoch { current }) => return Err(OpError::StaleEpoch { current }),
+            Some(Decision::EpochSeqNotZero) => return Err(OpError::EpochSeqNotZero),
+            Some(Decision::SeqGap { expected, received }) => return Err(OpError::SeqGap { expected, received }),
+            Some(Decision::Duplicate { epoch, last_seq }) => {
+                let (tail, closed) = (state.writer.tail, state.writer.closed);
+                return Ok(AppendOutcome { kind: AppendKind::Duplicate, tail, closed, producer: Some((epoch, last_seq)) });
+            }
+            Some(Decision::Accept { .. }) | None => {}
+        }
+        if state.writer.closed {
+            if payload.is_none() && request.producer.is_none() {
+                let tail = state.writer.tail;
+                return Ok(AppendOutcome { kind: AppendKind::Closed, tail, closed: true, producer: None });
+            }
+            return Err(OpError::StreamClosed { tail: state.writer.tail });
+        }
+        if let (Some(seq), Some(last)) = (&request.stream_seq, &state.writer.stream_seq) {
+            if seq.as_bytes() <= last.as_bytes() {
+                return Err(OpError::StreamSeqRegression);
+            }
+        }
+        if let (Some(tag), Some(Decision::Accept { .. })) = (&request.producer, decision) {
+            self.make_room_for_producer(&mut state, &tag.id, batch.now_ms)?;
+        }
+        let stored_bytes = payload.as_ref().map_or(0, Payload::stored_len);
+        self.charge(state.writer.tail.bytes, stored_bytes)?;
+
+        // Everything is decided: apply.
+        let offset = state.writer.tail;
+        if let Some(payload) = &payload {
+            state.writer.tail = state.data.append(offset, payload);
+        }
+        if let (Some(tag), Some(Decision::Accept { next })) = (&request.producer, decision) {
+            state.writer.producers.insert(&tag.id, next);
+        }
+        if let Some(seq) = &request.stream_seq {
+            state.writer.stream_seq = Some(seq.clone());
+        }
+        state.writer.closed |= request.close;
+        mark_touched(batch, &stream, &mut state);
+        let outcome = AppendOutcome {
+            kind: if payload.is_some() { AppendKind::Stored } else { AppendKind::Closed },
+            tail: state.writer.tail,
+            closed: state.writer.closed,
+            producer: request.producer.as_ref().map(|tag| (tag.epoch, tag.seq)),
+        };
+        drop(state);
+        batch.payload_bytes += stored_bytes as usize;
+        batch.records.push(Record::Append {
+            stream: stream.id,
+            offset,
+            payload,
+            producer: request.producer,
+            stream_seq: request.stream_seq,
+            close: request.close,
+        });
+        Ok(outcome)
+    }
+
+    /// Refuses a new producer when the stream already tracks the most it may.
+    fn make_room_for_producer(&self, state: &mut StreamState, id: &str, now_ms: u64) -> Result<(), OpError> {
+        let producers = &mut state.writer.producers;
+        if producers.get(id).is_some() || producers.len() < PRODUCERS_PER_STREAM_MAX {
+            return Ok(());
+        }
+        producers.prune(now_ms, PRODUCER_IDLE_MS_MAX);
+        match producers.len() < PRODUCERS_PER_STREAM_MAX {
+            true => Ok(()),
+            false => Err(OpError::TooManyProducers),
+        }
+    }
+
+    /// Charges `adding` bytes to a stream holding `stream_bytes` and to the shared budget.
+    fn charge(&self, stream_bytes: u64, adding: u64) -> Result<(), OpError> {
+        if adding == 0 {
+            return Ok(());
+        }
+        if stream_bytes.saturating_add(adding) > self.settings.limits.stream_bytes_max {
+            return Err(OpError::StreamFull);
+        }
+        if !self.budget.try_charge(adding) {
+            return Err(OpError::MemoryFull);
+        }
+        Ok(())
+    }
+
+    /// The stream called `name` as of this batch (published or created in it).
+    fn lookup(&self, batch: &Batch, name: &str) -> Option<Arc<Stream>> {
+        match batch.overlay.get(name) {
+            Some(change) => change.cloned(),
+            None => self.shared.directory.get(name),
+        }
+    }
+
+    /// The stream called `name` if it exists and has not expired; an expired one is removed.
+    fn live_stream(&mut self, batch: &mut Batch, name: &str) -> Option<Arc<Stream>> {
+        let stream = self.lookup(batch, name)?;
+        if stream.is_expired(batch.now_ms) {
+            self.remove(batch, &stream, true);
+            return None;
+        }
+        Some(stream)
+    }
+
+    /// Deletes a stream: its bytes go back to the budget, its name becomes free.
+    fn remove(&mut self, batch: &mut Batch, stream: &Arc<Stream>, expired: bool) {
+        let mut state = stream.write_state();
+        debug_assert!(!state.writer.gone, "a stream is removed once");
+        state.writer.gone = true;
+        self.budget.release(state.writer.tail.bytes);
+        mark_touched(batch, stream, &mut state);
+        drop(state);
+        batch.overlay.delete(Arc::clone(&stream.name));
+        batch.records.push(Record::Delete { stream: stream.id, expired });
+    }
+
+    /// Removes streams whose deadline has passed; re-queues those whose TTL was renewed.
+    pub(super) fn expire_due(&mut self, batch: &mut Batch) {
+        for due in self.expiry.pop_due(batch.now_ms) {
+            let Some(stream) = self.lookup(batch, &due.name).filter(|s| s.id == due.id) else {
+                continue;
+            };
+            if stream.is_expired(batch.now_ms) {
+                self.remove(batch, &stream, true);
+            } else if let Some(deadline) = stream.deadline_ms() {
+                self.expiry.push(deadline, due.id, due.name);
+            }
+        }
+    }
+}
+
+/// Marks a stream for publication at the end of the batch (once per batch).
+fn mark_touched(batch: &mut Batch, stream: &Arc<Stream>, state: &mut StreamState) {
+    if state.writer.batch != batch.number {
+        state.writer.batch = batch.number;
+        batch.touched.push(Arc::clone(stream));
+    }
+}

@@ -1,0 +1,63 @@
+//! A shard's name → stream map, as readers see it and as the shard sees it mid-batch.
+//!
+//! The [`Directory`] holds published streams only; readers look names up under its read lock.
+//! While a batch is applied, creates and deletes go to an [`Overlay`] that the shard consults
+//! first; the overlay is folded into the directory, under one write lock, only after the
+//! batch is committed. A reader therefore never finds a stream whose create is not durable,
+//! nor misses one whose delete is not.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use crate::stream::Stream;
+
+/// Published streams of one shard.
+#[derive(Default)]
+pub struct Directory {
+    streams: RwLock<HashMap<Arc<str>, Arc<Stream>>>,
+}
+
+impl Directory {
+    pub fn get(&self, name: &str) -> Option<Arc<Stream>> {
+        self.streams.read().expect("directory lock").get(name).cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.streams.read().expect("directory lock").len()
+    }
+
+    /// Applies a committed batch's creates and deletes.
+    pub fn apply(&self, overlay: &mut Overlay) {
+        if overlay.changes.is_empty() {
+            return;
+        }
+        let mut streams = self.streams.write().expect("directory lock");
+        for (name, change) in overlay.changes.drain() {
+            match change {
+                Some(stream) => streams.insert(name, stream),
+                None => streams.remove(&name),
+            };
+        }
+    }
+}
+
+/// Creates (`Some`) and deletes (`None`) applied in the current batch, not yet published.
+#[derive(Default)]
+pub struct Overlay {
+    changes: HashMap<Arc<str>, Option<Arc<Stream>>>,
+}
+
+impl Overlay {
+    /// What the batch did to `name`: `Some(Some)` created, `Some(None)` deleted, `None` nothing.
+    pub fn get(&self, name: &str) -> Option<Option<&Arc<Stream>>> {
+        self.changes.get(name).map(Option::as_ref)
+    }
+
+    pub fn create(&mut self, stream: Arc<Stream>) {
+        self.changes.insert(Arc::clone(&stream.name), Some(stream));
+    }
+
+    pub fn delete(&mut self, name: Arc<str>) {
+        self.changes.insert(name, None);
+    }
+}

@@ -1,0 +1,136 @@
+//! The reader's side of a stream: status, catch-up reads, message reads, live subscriptions.
+//!
+//! A [`StreamHandle`] comes from `Engine::open` and reads the stream's published view under
+//! its read lock, never through the shard. A stream that is gone (deleted, or expired by the
+//! clock even before its shard noticed) reads as `None`; an expired one also asks its shard
+//! to remove it. Reads renew the TTL window; status checks (HEAD) do not.
+
+use std::sync::Arc;
+
+use crate::live::Subscription;
+use crate::offset::{Offset, StartAt};
+use crate::op::Op;
+use crate::read::{Chunk, Message, ReadError};
+use crate::shard::ShardShared;
+use crate::stream::{Published, Stream, StreamConfig};
+use crate::time::Clock;
+
+/// A reader's handle on one stream incarnation.
+#[derive(Clone)]
+pub struct StreamHandle {
+    stream: Arc<Stream>,
+    shard: Arc<ShardShared>,
+    clock: Clock,
+}
+
+/// Whole messages read from a stream, with the published state they were read against.
+#[derive(Clone, Debug)]
+pub struct ReadResult {
+    /// Where the read started (the resolved `-1`, `now` or offset).
+    pub start: Offset,
+    pub chunk: Chunk,
+    /// The published tail and closed flag at the time of the read.
+    pub tail: Offset,
+    pub closed: bool,
+}
+
+impl ReadResult {
+    /// The read reached the tail.
+    pub fn up_to_date(&self) -> bool {
+        self.chunk.next == self.tail
+    }
+
+    /// The read reached the tail of a closed stream: nothing will ever follow.
+    pub fn closed_at_tail(&self) -> bool {
+        self.closed && self.up_to_date()
+    }
+}
+
+/// Single messages read for SSE.
+#[derive(Clone, Debug)]
+pub struct MessagesResult {
+    pub messages: Vec<Message>,
+    pub tail: Offset,
+    pub closed: bool,
+}
+
+impl StreamHandle {
+    pub(crate) fn new(stream: Arc<Stream>, shard: Arc<ShardShared>, clock: Clock) -> StreamHandle {
+        StreamHandle { stream, shard, clock }
+    }
+
+    /// Identifies this incarnation of the stream.
+    pub fn id(&self) -> u64 {
+        self.stream.id
+    }
+
+    pub fn name(&self) -> &str {
+        self.stream.name()
+    }
+
+    pub fn config(&self) -> &StreamConfig {
+        &self.stream.config
+    }
+
+    /// The published tail and closed flag, or `None` once the stream is gone.
+    pub fn status(&self) -> Option<Published> {
+        let published = self.stream.read_state().published;
+        self.alive(published).then_some(published)
+    }
+
+    /// Whole seconds left of the TTL window (rounded up), if the stream has a TTL.
+    pub fn ttl_remaining_secs(&self) -> Option<u64> {
+        self.stream.ttl_remaining_secs(self.clock.now_ms())
+    }
+
+    /// Renews the TTL window.
+    pub fn touch(&self) {
+        self.stream.touch(self.clock.now_ms());
+    }
+
+    /// Reads whole messages from `start`, at most about `bytes_max` stored bytes (always at
+    /// least one message when one exists). Renews the TTL. `None` once the stream is gone.
+    pub fn read(&self, start: StartAt, bytes_max: usize) -> Result<Option<ReadResult>, ReadError> {
+        let state = self.stream.read_state();
+        let published = state.published;
+        if !self.alive(published) {
+            return Ok(None);
+        }
+        let from = match start {
+            StartAt::Beginning => Offset::ZERO,
+            StartAt::Tail => published.tail,
+            StartAt::At(offset) => offset,
+        };
+        let chunk = state.data.read(from, published.tail, bytes_max)?;
+        drop(state);
+        self.touch();
+        Ok(Some(ReadResult { start: from, chunk, tail: published.tail, closed: published.closed }))
+    }
+
+    /// Reads single messages from `from` (for SSE), at most about `bytes_max` stored bytes.
+    pub fn read_messages(&self, from: Offset, bytes_max: usize) -> Result<Option<MessagesResult>, ReadError> {
+        let state = self.stream.read_state();
+        let published = state.published;
+        if !self.alive(published) {
+            return Ok(None);
+        }
+        let messages = state.data.read_messages(from, published.tail, bytes_max)?;
+        Ok(Some(MessagesResult { messages, tail: published.tail, closed: published.closed }))
+    }
+
+    /// Registers for tail-advance wakes of this stream.
+    pub fn subscribe(&self) -> Subscription {
+        self.shard.live.subscribe(self.stream.id)
+    }
+
+    fn alive(&self, published: Published) -> bool {
+        if published.gone {
+            return false;
+        }
+        if self.stream.is_expired(self.clock.now_ms()) {
+            self.shard.request(Op::Expire { name: Arc::clone(&self.stream.name), id: self.stream.id });
+            return false;
+        }
+        true
+    }
+}

@@ -1,0 +1,191 @@
+//! One stream: its immutable configuration, its writer state and its published view.
+//!
+//! A [`Stream`] is shared between its shard (the only writer) and any number of readers. Its
+//! lock guards two halves: [`WriterState`], which the shard changes while it applies ops, and
+//! [`Published`], which the shard copies from the writer state only after the batch is
+//! committed. Readers look at the published half only, so they never see data, a close or a
+//! delete before it is durable in the mode's sense, and they never wait for a commit: the
+//! shard holds the lock for microseconds, never across I/O.
+
+pub mod handle;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::content_type::ContentType;
+use crate::memory::MemLog;
+use crate::offset::Offset;
+use crate::producer::ProducerTable;
+
+/// Longest accepted `Stream-Seq` value, in bytes.
+pub const STREAM_SEQ_BYTES_MAX: usize = 256;
+
+/// What a stream is created with; never changes afterwards.
+#[derive(Clone, Debug)]
+pub struct StreamConfig {
+    pub content_type: ContentType,
+    /// Sliding time-to-live: the stream expires this long after its last read or append.
+    pub ttl_secs: Option<u64>,
+    /// Absolute expiry, in milliseconds since the Unix epoch.
+    pub expires_at_ms: Option<i64>,
+}
+
+impl StreamConfig {
+    /// Whether a create with `other` is the same create (content type, TTL and expiry).
+    pub fn same_as(&self, other: &StreamConfig) -> bool {
+        self.content_type.matches(&other.content_type)
+            && self.ttl_secs == other.ttl_secs
+            && self.expires_at_ms == other.expires_at_ms
+    }
+}
+
+/// A stream shared by its shard and its readers.
+pub struct Stream {
+    /// Unique per shard and per incarnation: a stream recreated under the same name differs.
+    pub(crate) id: u64,
+    /// Shared with the shard directory's key.
+    pub(crate) name: Arc<str>,
+    pub(crate) config: StreamConfig,
+    /// When a read or append last renewed the TTL (clock milliseconds).
+    last_access_ms: AtomicU64,
+    pub(crate) state: RwLock<StreamState>,
+}
+
+pub(crate) struct StreamState {
+    pub published: Published,
+    pub writer: WriterState,
+    pub data: MemLog,
+}
+
+/// What readers may see.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    pub tail: Offset,
+    pub closed: bool,
+    /// Deleted or expired: the name may already belong to a new stream.
+    pub gone: bool,
+}
+
+/// What the shard knows, including ops applied but not yet committed.
+#[derive(Default)]
+pub(crate) struct WriterState {
+    pub tail: Offset,
+    pub closed: bool,
+    pub gone: bool,
+    pub producers: ProducerTable,
+    /// The last accepted `Stream-Seq`.
+    pub stream_seq: Option<Box<str>>,
+    /// The batch that last touched this stream (to publish each stream once per batch).
+    pub batch: u64,
+}
+
+impl Stream {
+    pub(crate) fn new(id: u64, name: Arc<str>, config: StreamConfig, now_ms: u64) -> Stream {
+        Stream {
+            id,
+            name,
+            config,
+            last_access_ms: AtomicU64::new(now_ms),
+            state: RwLock::new(StreamState {
+                published: Published::default(),
+                writer: WriterState::default(),
+                data: MemLog::default(),
+            }),
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn config(&self) -> &StreamConfig {
+        &self.config
+    }
+
+    /// When the stream expires, if it can (clock milliseconds; TTL counted from last access).
+    pub fn deadline_ms(&self) -> Option<u64> {
+        let ttl_deadline = self
+            .config
+            .ttl_secs
+            .map(|ttl| self.last_access_ms.load(Ordering::Acquire).saturating_add(ttl.saturating_mul(1000)));
+        let absolute = self.config.expires_at_ms.map(|at| at.max(0) as u64);
+        match (ttl_deadline, absolute) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.deadline_ms().is_some_and(|deadline| now_ms >= deadline)
+    }
+
+    /// Whole seconds left of the TTL window, rounded up.
+    pub fn ttl_remaining_secs(&self, now_ms: u64) -> Option<u64> {
+        let ttl = self.config.ttl_secs?;
+        let deadline = self.last_access_ms.load(Ordering::Acquire).saturating_add(ttl.saturating_mul(1000));
+        Some(deadline.saturating_sub(now_ms).div_ceil(1000))
+    }
+
+    /// Renews the TTL window (reads and appends do; HEAD does not).
+    pub fn touch(&self, now_ms: u64) {
+        self.last_access_ms.fetch_max(now_ms, Ordering::AcqRel);
+    }
+
+    pub(crate) fn read_state(&self) -> std::sync::RwLockReadGuard<'_, StreamState> {
+        self.state.read().expect("stream lock is never poisoned: holders do not panic")
+    }
+
+    pub(crate) fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, StreamState> {
+        self.state.write().expect("stream lock is never poisoned: holders do not panic")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(ttl_secs: Option<u64>, expires_at_ms: Option<i64>) -> StreamConfig {
+        StreamConfig { content_type: ContentType::default_type(), ttl_secs, expires_at_ms }
+    }
+
+    #[test]
+    fn ttl_slides_with_access_and_expiry_does_not() {
+        let stream = Stream::new(1, "s".into(), config(Some(2), None), 10_000);
+        assert_eq!(stream.ttl_remaining_secs(10_000), Some(2));
+        assert_eq!(stream.ttl_remaining_secs(10_001), Some(2), "rounded up");
+        assert!(!stream.is_expired(11_999));
+        stream.touch(11_500);
+        assert!(!stream.is_expired(13_000));
+        assert!(stream.is_expired(13_500));
+        stream.touch(100);
+        assert_eq!(stream.deadline_ms(), Some(13_500), "touch never moves the window back");
+
+        let fixed = Stream::new(2, "s".into(), config(None, Some(20_000)), 0);
+        fixed.touch(19_000);
+        assert!(fixed.is_expired(20_000));
+        assert_eq!(fixed.ttl_remaining_secs(0), None);
+
+        let both = Stream::new(3, "s".into(), config(Some(100), Some(5_000)), 0);
+        assert_eq!(both.deadline_ms(), Some(5_000));
+        let never = Stream::new(4, "s".into(), config(None, None), 0);
+        assert!(!never.is_expired(u64::MAX));
+    }
+
+    #[test]
+    fn configs_compare_by_content_type_key_ttl_and_expiry() {
+        let json = |ttl| StreamConfig {
+            content_type: ContentType::parse("application/json").unwrap(),
+            ttl_secs: ttl,
+            expires_at_ms: None,
+        };
+        let mut upper = json(Some(5));
+        upper.content_type = ContentType::parse("APPLICATION/JSON; charset=utf-8").unwrap();
+        assert!(json(Some(5)).same_as(&upper));
+        assert!(!json(Some(5)).same_as(&json(Some(6))));
+        assert!(!json(None).same_as(&config(None, None)));
+    }
+}
