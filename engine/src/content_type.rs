@@ -62,7 +62,10 @@ impl ContentType {
             return Err(ContentTypeError::TooLong);
         }
         let key = comparison_key(spelled).ok_or(ContentTypeError::Malformed)?;
-        Ok(ContentType { spelled: Arc::from(spelled), key: Arc::from(key) })
+        Ok(ContentType {
+            spelled: Arc::from(spelled),
+            key: Arc::from(key),
+        })
     }
 
     /// `application/octet-stream`.
@@ -135,7 +138,10 @@ fn comparison_key(spelled: &str) -> Option<String> {
             continue;
         }
         let value = value.trim();
-        let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value);
         parameters.push(format!("{name}={value}"));
     }
     parameters.sort();
@@ -150,7 +156,9 @@ fn comparison_key(spelled: &str) -> Option<String> {
 /// RFC 9110 token characters.
 fn is_token(text: &str) -> bool {
     !text.is_empty()
-        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 #[cfg(test)]
@@ -179,7 +187,10 @@ mod tests {
         assert!(!parse("application/ndjson").is_json());
         assert_eq!(parse("text/csv").sse_encoding(), SseEncoding::Text);
         assert_eq!(parse("APPLICATION/JSON").sse_encoding(), SseEncoding::Text);
-        assert_eq!(parse("application/octet-stream").sse_encoding(), SseEncoding::Base64);
+        assert_eq!(
+            parse("application/octet-stream").sse_encoding(),
+            SseEncoding::Base64
+        );
         assert_eq!(parse("image/png").sse_encoding(), SseEncoding::Base64);
     }
 
@@ -187,8 +198,19 @@ mod tests {
     fn rejects_invalid_values() {
         assert_eq!(ContentType::parse(""), Err(ContentTypeError::Empty));
         assert_eq!(ContentType::parse("   "), Err(ContentTypeError::Empty));
-        for bad in ["text", "text/", "/plain", "te xt/plain", "text/plain; =x", "text/plain; a"] {
-            assert_eq!(ContentType::parse(bad), Err(ContentTypeError::Malformed), "{bad}");
+        for bad in [
+            "text",
+            "text/",
+            "/plain",
+            "te xt/plain",
+            "text/plain; =x",
+            "text/plain; a",
+        ] {
+            assert_eq!(
+                ContentType::parse(bad),
+                Err(ContentTypeError::Malformed),
+                "{bad}"
+            );
         }
         let long = format!("text/{}", "x".repeat(CONTENT_TYPE_BYTES_MAX));
         assert_eq!(ContentType::parse(&long), Err(ContentTypeError::TooLong));

@@ -57,8 +57,12 @@ impl Engine {
         let mut shards = Vec::with_capacity(config.shard_count as usize);
         let mut threads = Vec::with_capacity(config.shard_count as usize);
         for index in 0..config.shard_count {
-            let (shard, shared) =
-                Shard::new(config.queue_capacity, Arc::clone(&budget), settings.clone(), Box::new(MemoryPersist));
+            let (shard, shared) = Shard::new(
+                config.queue_capacity,
+                Arc::clone(&budget),
+                settings.clone(),
+                Box::new(MemoryPersist),
+            );
             let thread = std::thread::Builder::new()
                 .name(format!("ds-shard-{index}"))
                 .spawn(move || run_or_abort(shard))
@@ -66,7 +70,14 @@ impl Engine {
             shards.push(shared);
             threads.push(thread);
         }
-        Ok(Engine { inner: Arc::new(EngineInner { config, shards, threads: Mutex::new(threads), budget }) })
+        Ok(Engine {
+            inner: Arc::new(EngineInner {
+                config,
+                shards,
+                threads: Mutex::new(threads),
+                budget,
+            }),
+        })
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -86,14 +97,16 @@ impl Engine {
     /// Creates a stream (or confirms an identical one exists).
     pub async fn create(&self, request: CreateRequest) -> Result<CreateOutcome, OpError> {
         let (reply, answer) = oneshot::channel();
-        self.shard(request.name.as_str()).submit(Op::Create(request, reply))?;
+        self.shard(request.name.as_str())
+            .submit(Op::Create(request, reply))?;
         answer.await.unwrap_or(Err(OpError::ShuttingDown))
     }
 
     /// Appends to and/or closes a stream.
     pub async fn append(&self, request: AppendRequest) -> Result<AppendOutcome, OpError> {
         let (reply, answer) = oneshot::channel();
-        self.shard(request.name.as_str()).submit(Op::Append(request, reply))?;
+        self.shard(request.name.as_str())
+            .submit(Op::Append(request, reply))?;
         answer.await.unwrap_or(Err(OpError::ShuttingDown))
     }
 
@@ -128,7 +141,8 @@ impl Engine {
 
 impl EngineInner {
     fn stop_and_join(&self) {
-        let threads: Vec<_> = std::mem::take(&mut *self.threads.lock().expect("engine threads lock"));
+        let threads: Vec<_> =
+            std::mem::take(&mut *self.threads.lock().expect("engine threads lock"));
         if threads.is_empty() {
             return;
         }

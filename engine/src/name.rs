@@ -143,7 +143,15 @@ mod tests {
 
     #[test]
     fn accepts_plain_and_nested_names() {
-        for raw in ["orders", "a/b/c", "caf%C3%A9", "with%20space", "a%2Fb", "x.y", "..."] {
+        for raw in [
+            "orders",
+            "a/b/c",
+            "caf%C3%A9",
+            "with%20space",
+            "a%2Fb",
+            "x.y",
+            "...",
+        ] {
             assert!(StreamName::from_path(raw).is_ok(), "{raw}");
         }
         assert_eq!(StreamName::from_path("a%2Fb").unwrap().as_str(), "a/b");
@@ -175,7 +183,13 @@ mod tests {
         for (raw, error) in cases {
             assert_eq!(StreamName::from_path(raw), Err(error), "{raw:?}");
         }
-        assert_eq!(StreamName::new("x".repeat(NAME_BYTES_MAX + 1)), Err(NameError::TooLong));
-        assert!(StreamName::new("a/__ds").is_ok(), "only the first segment is reserved");
+        assert_eq!(
+            StreamName::new("x".repeat(NAME_BYTES_MAX + 1)),
+            Err(NameError::TooLong)
+        );
+        assert!(
+            StreamName::new("a/__ds").is_ok(),
+            "only the first segment is reserved"
+        );
     }
 }

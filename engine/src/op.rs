@@ -26,12 +26,14 @@ pub struct CreateRequest {
 }
 
 /// How a create went.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CreateOutcome {
     /// False when the stream already existed with the same configuration.
     pub created: bool,
     pub tail: Offset,
     pub closed: bool,
+    /// The stream's content type, as spelled when it was created.
+    pub content_type: ContentType,
 }
 
 /// Append to and/or close a stream (POST).
@@ -107,14 +109,21 @@ impl std::fmt::Display for OpError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             OpError::NotFound => f.write_str("stream not found"),
-            OpError::EmptyAppend => f.write_str("an append needs a body unless it closes the stream"),
+            OpError::EmptyAppend => {
+                f.write_str("an append needs a body unless it closes the stream")
+            }
             OpError::ConfigMismatch => f.write_str("stream exists with a different configuration"),
             OpError::ContentTypeMismatch => f.write_str("content type does not match the stream's"),
             OpError::StreamClosed { .. } => f.write_str("stream is closed"),
-            OpError::StaleEpoch { current } => write!(f, "producer epoch is stale (current epoch {current})"),
+            OpError::StaleEpoch { current } => {
+                write!(f, "producer epoch is stale (current epoch {current})")
+            }
             OpError::EpochSeqNotZero => f.write_str("a new producer epoch must start at seq 0"),
             OpError::SeqGap { expected, received } => {
-                write!(f, "producer sequence gap: expected {expected}, received {received}")
+                write!(
+                    f,
+                    "producer sequence gap: expected {expected}, received {received}"
+                )
             }
             OpError::StreamSeqRegression => f.write_str("Stream-Seq must increase"),
             OpError::StreamFull => f.write_str("stream would exceed its byte limit"),
@@ -136,7 +145,10 @@ pub(crate) enum Op {
     Append(AppendRequest, Reply<AppendOutcome>),
     Delete(StreamName, Reply<()>),
     /// A reader found stream `id` expired: remove it if it still is.
-    Expire { name: std::sync::Arc<str>, id: u64 },
+    Expire {
+        name: std::sync::Arc<str>,
+        id: u64,
+    },
     /// Finish the current batch and stop the shard.
     Stop,
 }

@@ -48,23 +48,41 @@ pub enum Decision {
 
 /// Decides a request tagged (epoch, seq) against the producer's current state.
 pub fn decide(state: Option<&ProducerState>, epoch: u64, seq: u64, now_ms: u64) -> Decision {
-    let accept = Decision::Accept { next: ProducerState { epoch, last_seq: seq, last_used_ms: now_ms } };
+    let accept = Decision::Accept {
+        next: ProducerState {
+            epoch,
+            last_seq: seq,
+            last_used_ms: now_ms,
+        },
+    };
     let Some(state) = state else {
         return accept;
     };
     if epoch < state.epoch {
-        return Decision::StaleEpoch { current: state.epoch };
+        return Decision::StaleEpoch {
+            current: state.epoch,
+        };
     }
     if epoch > state.epoch {
-        return if seq == 0 { accept } else { Decision::EpochSeqNotZero };
+        return if seq == 0 {
+            accept
+        } else {
+            Decision::EpochSeqNotZero
+        };
     }
     if seq <= state.last_seq {
-        return Decision::Duplicate { epoch, last_seq: state.last_seq };
+        return Decision::Duplicate {
+            epoch,
+            last_seq: state.last_seq,
+        };
     }
     if seq == state.last_seq + 1 {
         return accept;
     }
-    Decision::SeqGap { expected: state.last_seq + 1, received: seq }
+    Decision::SeqGap {
+        expected: state.last_seq + 1,
+        received: seq,
+    }
 }
 
 /// The producers of one stream. Empty tables cost one pointer.
@@ -115,7 +133,9 @@ impl ProducerTable {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &ProducerState)> {
-        self.producers.iter().flat_map(|p| p.iter().map(|(id, state)| (&**id, state)))
+        self.producers
+            .iter()
+            .flat_map(|p| p.iter().map(|(id, state)| (&**id, state)))
     }
 }
 
@@ -124,11 +144,21 @@ mod tests {
     use super::*;
 
     fn state(epoch: u64, last_seq: u64) -> ProducerState {
-        ProducerState { epoch, last_seq, last_used_ms: 0 }
+        ProducerState {
+            epoch,
+            last_seq,
+            last_used_ms: 0,
+        }
     }
 
     fn accepted(epoch: u64, seq: u64) -> Decision {
-        Decision::Accept { next: ProducerState { epoch, last_seq: seq, last_used_ms: 7 } }
+        Decision::Accept {
+            next: ProducerState {
+                epoch,
+                last_seq: seq,
+                last_used_ms: 7,
+            },
+        }
     }
 
     #[test]
@@ -138,22 +168,64 @@ mod tests {
         assert_eq!(decide(None, 3, 9, 7), accepted(3, 9));
         let s = state(2, 5);
         assert_eq!(decide(Some(&s), 2, 6, 7), accepted(2, 6));
-        assert_eq!(decide(Some(&s), 2, 5, 7), Decision::Duplicate { epoch: 2, last_seq: 5 });
-        assert_eq!(decide(Some(&s), 2, 0, 7), Decision::Duplicate { epoch: 2, last_seq: 5 });
-        assert_eq!(decide(Some(&s), 2, 8, 7), Decision::SeqGap { expected: 6, received: 8 });
+        assert_eq!(
+            decide(Some(&s), 2, 5, 7),
+            Decision::Duplicate {
+                epoch: 2,
+                last_seq: 5
+            }
+        );
+        assert_eq!(
+            decide(Some(&s), 2, 0, 7),
+            Decision::Duplicate {
+                epoch: 2,
+                last_seq: 5
+            }
+        );
+        assert_eq!(
+            decide(Some(&s), 2, 8, 7),
+            Decision::SeqGap {
+                expected: 6,
+                received: 8
+            }
+        );
         assert_eq!(decide(Some(&s), 3, 0, 7), accepted(3, 0));
         assert_eq!(decide(Some(&s), 3, 1, 7), Decision::EpochSeqNotZero);
-        assert_eq!(decide(Some(&s), 1, 0, 7), Decision::StaleEpoch { current: 2 });
-        assert_eq!(decide(Some(&s), 0, 99, 7), Decision::StaleEpoch { current: 2 });
+        assert_eq!(
+            decide(Some(&s), 1, 0, 7),
+            Decision::StaleEpoch { current: 2 }
+        );
+        assert_eq!(
+            decide(Some(&s), 0, 99, 7),
+            Decision::StaleEpoch { current: 2 }
+        );
     }
 
     #[test]
     fn table_keeps_producers_independent_and_prunes_idle_ones() {
         let mut table = ProducerTable::default();
         assert!(table.is_empty());
-        table.insert("a", ProducerState { epoch: 0, last_seq: 1, last_used_ms: 100 });
-        table.insert("b", ProducerState { epoch: 4, last_seq: 0, last_used_ms: 900 });
-        let tag = ProducerTag { id: "b".into(), epoch: 4, seq: 1 };
+        table.insert(
+            "a",
+            ProducerState {
+                epoch: 0,
+                last_seq: 1,
+                last_used_ms: 100,
+            },
+        );
+        table.insert(
+            "b",
+            ProducerState {
+                epoch: 4,
+                last_seq: 0,
+                last_used_ms: 900,
+            },
+        );
+        let tag = ProducerTag {
+            id: "b".into(),
+            epoch: 4,
+            seq: 1,
+        };
         assert_eq!(table.decide(&tag, 1000), accepted_at(4, 1, 1000));
         assert_eq!(table.get("a").unwrap().last_seq, 1);
         assert_eq!(table.prune(1000, 500), 1);
@@ -164,6 +236,12 @@ mod tests {
     }
 
     fn accepted_at(epoch: u64, seq: u64, now_ms: u64) -> Decision {
-        Decision::Accept { next: ProducerState { epoch, last_seq: seq, last_used_ms: now_ms } }
+        Decision::Accept {
+            next: ProducerState {
+                epoch,
+                last_seq: seq,
+                last_used_ms: now_ms,
+            },
+        }
     }
 }

@@ -41,18 +41,19 @@ impl Record {
     /// The stream the record is about.
     pub fn stream(&self) -> u64 {
         match self {
-            Record::Create { stream, .. } | Record::Append { stream, .. } | Record::Delete { stream, .. } => {
-                *stream
-            }
+            Record::Create { stream, .. }
+            | Record::Append { stream, .. }
+            | Record::Delete { stream, .. } => *stream,
         }
     }
 
     /// Payload bytes the record stores.
     pub fn stored_len(&self) -> u64 {
         match self {
-            Record::Create { initial: payload, .. } | Record::Append { payload, .. } => {
-                payload.as_ref().map_or(0, Payload::stored_len)
+            Record::Create {
+                initial: payload, ..
             }
+            | Record::Append { payload, .. } => payload.as_ref().map_or(0, Payload::stored_len),
             Record::Delete { .. } => 0,
         }
     }

@@ -1,1 +1,105 @@
+//! ds-server: the HTTP front of the ds Durable Streams server.
+//!
+//! # Layout
+//!
+//! - [`config`]: every `DS_*` variable as a flag, checked into a [`config::Config`].
+//! - [`serve`]: the accept loop (hyper HTTP/1.1 connections, graceful shutdown).
+//! - [`router`]: path and method to route; the headers every response carries.
+//! - [`routes`]: one module per endpoint (create, append, read, head, delete, health).
+//! - [`live`]: long-poll and SSE reads, the SSE wire format, stream cursors.
+//! - [`http`]: bodies, problems, header and query parsing, CORS.
+//! - [`app`] and [`shutdown`]: state shared by all requests.
+//!
+//! # How a request flows
+//!
+//! `serve` accepts a connection and hands each request to `router::handle`, which picks a
+//! route. A write route parses and checks headers and body into an engine request and awaits
+//! the shard's answer; a read route opens the stream's published view and answers from it
+//! (live routes wait on the stream's tail notifications). Errors become problem documents;
+//! `router::handle` adds the common headers to whatever comes back.
 
+pub mod app;
+pub mod config;
+pub mod http;
+pub mod live;
+pub mod router;
+pub mod routes;
+pub mod serve;
+pub mod shutdown;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use ds_engine::Engine;
+use tokio::net::TcpListener;
+
+use crate::app::App;
+use crate::config::Config;
+
+/// Why the server could not run.
+#[derive(Debug)]
+pub enum RunError {
+    Engine(ds_engine::EngineError),
+    Bind(SocketAddr, std::io::Error),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Engine(error) => write!(f, "cannot start the engine: {error}"),
+            RunError::Bind(address, error) => write!(f, "cannot listen on {address}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// Runs the server until SIGINT or SIGTERM, then shuts down gracefully.
+pub async fn run(config: Config) -> Result<(), RunError> {
+    let engine = Engine::start(config.engine.clone()).map_err(RunError::Engine)?;
+    let address = SocketAddr::new(config.host, config.port);
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|error| RunError::Bind(address, error))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| RunError::Bind(address, error))?;
+    let app = Arc::new(App::new(engine.clone(), &config));
+    tracing::info!(
+        "ds-server listening on {}://{bound} (mode {}, {} shards)",
+        app.scheme,
+        config.engine.mode,
+        config.engine.shard_count
+    );
+    tokio::spawn(trigger_on_signal(Arc::clone(&app)));
+    serve::serve(listener, app).await;
+    tokio::task::spawn_blocking(move || engine.shutdown())
+        .await
+        .ok();
+    tracing::info!("ds-server stopped");
+    Ok(())
+}
+
+/// Fires the shutdown signal on SIGINT or SIGTERM.
+async fn trigger_on_signal(app: Arc<App>) {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => tracing::info!("SIGINT: shutting down"),
+        _ = terminate => tracing::info!("SIGTERM: shutting down"),
+    }
+    app.shutdown.trigger();
+}

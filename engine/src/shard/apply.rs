@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use crate::offset::Offset;
-use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
+use crate::op::{
+    AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError,
+};
 use crate::payload::Payload;
 use crate::producer::{Decision, PRODUCER_IDLE_MS_MAX};
 use crate::record::Record;
@@ -52,12 +54,22 @@ impl Shard {
         }
     }
 
-    fn apply_create(&mut self, batch: &mut Batch, request: CreateRequest) -> Result<CreateOutcome, OpError> {
+    fn apply_create(
+        &mut self,
+        batch: &mut Batch,
+        request: CreateRequest,
+    ) -> Result<CreateOutcome, OpError> {
         if let Some(existing) = self.live_stream(batch, request.name.as_str()) {
             let state = existing.read_state();
-            let same = existing.config.same_as(&request.config) && state.writer.closed == request.closed;
+            let same =
+                existing.config.same_as(&request.config) && state.writer.closed == request.closed;
             return match same {
-                true => Ok(CreateOutcome { created: false, tail: state.writer.tail, closed: state.writer.closed }),
+                true => Ok(CreateOutcome {
+                    created: false,
+                    tail: state.writer.tail,
+                    closed: state.writer.closed,
+                    content_type: existing.config.content_type.clone(),
+                }),
                 false => Err(OpError::ConfigMismatch),
             };
         }
@@ -69,7 +81,12 @@ impl Shard {
         self.share_content_type(&mut config.content_type);
         let name: Arc<str> = Arc::from(request.name.into_boxed_str());
         let id = self.next_stream_id();
-        let stream = Arc::new(Stream::new(id, Arc::clone(&name), config.clone(), batch.now_ms));
+        let stream = Arc::new(Stream::new(
+            id,
+            Arc::clone(&name),
+            config.clone(),
+            batch.now_ms,
+        ));
         let tail = {
             let mut state = stream.write_state();
             if let Some(payload) = &initial {
@@ -84,18 +101,39 @@ impl Shard {
         }
         batch.payload_bytes += initial_bytes as usize;
         batch.overlay.create(stream);
-        batch.records.push(Record::Create { stream: id, name, config, initial, closed: request.closed });
-        Ok(CreateOutcome { created: true, tail, closed: request.closed })
+        let content_type = config.content_type.clone();
+        batch.records.push(Record::Create {
+            stream: id,
+            name,
+            config,
+            initial,
+            closed: request.closed,
+        });
+        Ok(CreateOutcome {
+            created: true,
+            tail,
+            closed: request.closed,
+            content_type,
+        })
     }
 
-    fn apply_append(&mut self, batch: &mut Batch, request: AppendRequest) -> Result<AppendOutcome, OpError> {
+    fn apply_append(
+        &mut self,
+        batch: &mut Batch,
+        request: AppendRequest,
+    ) -> Result<AppendOutcome, OpError> {
         let payload = request.payload.filter(|payload| !payload.is_empty());
         if payload.is_none() && !request.close {
             return Err(OpError::EmptyAppend);
         }
-        let stream = self.live_stream(batch, request.name.as_str()).ok_or(OpError::NotFound)?;
+        let stream = self
+            .live_stream(batch, request.name.as_str())
+            .ok_or(OpError::NotFound)?;
         if payload.is_some() {
-            let matches = request.content_type.as_ref().is_some_and(|ct| ct.matches(&stream.config.content_type));
+            let matches = request
+                .content_type
+                .as_ref()
+                .is_some_and(|ct| ct.matches(&stream.config.content_type));
             if !matches {
                 return Err(OpError::ContentTypeMismatch);
             }
@@ -103,23 +141,40 @@ impl Shard {
         let mut state = stream.write_state();
         stream.touch(batch.now_ms);
 
-        let decision = request.producer.as_ref().map(|tag| state.writer.producers.decide(tag, batch.now_ms));
+        let decision = request
+            .producer
+            .as_ref()
+            .map(|tag| state.writer.producers.decide(tag, batch.now_ms));
         match decision {
             Some(Decision::StaleEpoch { current }) => return Err(OpError::StaleEpoch { current }),
             Some(Decision::EpochSeqNotZero) => return Err(OpError::EpochSeqNotZero),
-            Some(Decision::SeqGap { expected, received }) => return Err(OpError::SeqGap { expected, received }),
+            Some(Decision::SeqGap { expected, received }) => {
+                return Err(OpError::SeqGap { expected, received })
+            }
             Some(Decision::Duplicate { epoch, last_seq }) => {
                 let (tail, closed) = (state.writer.tail, state.writer.closed);
-                return Ok(AppendOutcome { kind: AppendKind::Duplicate, tail, closed, producer: Some((epoch, last_seq)) });
+                return Ok(AppendOutcome {
+                    kind: AppendKind::Duplicate,
+                    tail,
+                    closed,
+                    producer: Some((epoch, last_seq)),
+                });
             }
             Some(Decision::Accept { .. }) | None => {}
         }
         if state.writer.closed {
             if payload.is_none() && request.producer.is_none() {
                 let tail = state.writer.tail;
-                return Ok(AppendOutcome { kind: AppendKind::Closed, tail, closed: true, producer: None });
+                return Ok(AppendOutcome {
+                    kind: AppendKind::Closed,
+                    tail,
+                    closed: true,
+                    producer: None,
+                });
             }
-            return Err(OpError::StreamClosed { tail: state.writer.tail });
+            return Err(OpError::StreamClosed {
+                tail: state.writer.tail,
+            });
         }
         if let (Some(seq), Some(last)) = (&request.stream_seq, &state.writer.stream_seq) {
             if seq.as_bytes() <= last.as_bytes() {
@@ -146,7 +201,11 @@ impl Shard {
         state.writer.closed |= request.close;
         mark_touched(batch, &stream, &mut state);
         let outcome = AppendOutcome {
-            kind: if payload.is_some() { AppendKind::Stored } else { AppendKind::Closed },
+            kind: if payload.is_some() {
+                AppendKind::Stored
+            } else {
+                AppendKind::Closed
+            },
             tail: state.writer.tail,
             closed: state.writer.closed,
             producer: request.producer.as_ref().map(|tag| (tag.epoch, tag.seq)),
@@ -165,7 +224,12 @@ impl Shard {
     }
 
     /// Refuses a new producer when the stream already tracks the most it may.
-    fn make_room_for_producer(&self, state: &mut StreamState, id: &str, now_ms: u64) -> Result<(), OpError> {
+    fn make_room_for_producer(
+        &self,
+        state: &mut StreamState,
+        id: &str,
+        now_ms: u64,
+    ) -> Result<(), OpError> {
         let producers = &mut state.writer.producers;
         if producers.get(id).is_some() || producers.len() < PRODUCERS_PER_STREAM_MAX {
             return Ok(());
@@ -218,7 +282,10 @@ impl Shard {
         mark_touched(batch, stream, &mut state);
         drop(state);
         batch.overlay.delete(Arc::clone(&stream.name));
-        batch.records.push(Record::Delete { stream: stream.id, expired });
+        batch.records.push(Record::Delete {
+            stream: stream.id,
+            expired,
+        });
     }
 
     /// Removes streams whose deadline has passed; re-queues those whose TTL was renewed.

@@ -147,7 +147,11 @@ impl Shard {
     pub fn run(mut self) {
         loop {
             let now_ms = self.settings.clock.now_ms();
-            let wait_ms = self.expiry.wait_ms(now_ms).unwrap_or(IDLE_WAKE_MS_MAX).min(IDLE_WAKE_MS_MAX);
+            let wait_ms = self
+                .expiry
+                .wait_ms(now_ms)
+                .unwrap_or(IDLE_WAKE_MS_MAX)
+                .min(IDLE_WAKE_MS_MAX);
             let first = match self.ops.recv_timeout(Duration::from_millis(wait_ms.max(1))) {
                 Ok(op) => Some(op),
                 Err(RecvTimeoutError::Timeout) => None,
@@ -180,7 +184,9 @@ impl Shard {
                 break;
             }
             self.apply(&mut batch, op);
-            if batch.replies.len() >= self.settings.batch_ops_max || batch.payload_bytes >= self.settings.batch_bytes_max {
+            if batch.replies.len() >= self.settings.batch_ops_max
+                || batch.payload_bytes >= self.settings.batch_bytes_max
+            {
                 break;
             }
             next = self.ops.try_recv().ok();
@@ -201,14 +207,23 @@ impl Shard {
         }
         for stream in &batch.touched {
             let mut state = stream.write_state();
-            debug_assert!(state.published.tail <= state.writer.tail, "the published tail never moves back");
-            state.published = Published { tail: state.writer.tail, closed: state.writer.closed, gone: state.writer.gone };
+            debug_assert!(
+                state.published.tail <= state.writer.tail,
+                "the published tail never moves back"
+            );
+            state.published = Published {
+                tail: state.writer.tail,
+                closed: state.writer.closed,
+                gone: state.writer.gone,
+            };
         }
         self.shared.directory.apply(&mut batch.overlay);
         for reply in batch.replies {
             reply.send();
         }
-        self.shared.live.wake(batch.touched.iter().map(|stream| stream.id));
+        self.shared
+            .live
+            .wake(batch.touched.iter().map(|stream| stream.id));
     }
 
     fn next_stream_id(&mut self) -> u64 {
@@ -219,7 +234,11 @@ impl Shard {
 
     /// Makes `content_type` share the strings of an equal one this shard already holds.
     fn share_content_type(&mut self, content_type: &mut ContentType) {
-        if let Some(known) = self.content_types.iter().find(|known| *known == content_type) {
+        if let Some(known) = self
+            .content_types
+            .iter()
+            .find(|known| *known == content_type)
+        {
             content_type.share_with(known);
         } else if self.content_types.len() < CONTENT_TYPES_SHARED_MAX {
             self.content_types.push(content_type.clone());

@@ -1,0 +1,38 @@
+//! What every request handler shares: the engine, the settings, the shutdown signal.
+
+use std::time::Duration;
+
+use ds_engine::Engine;
+
+use crate::config::Config;
+use crate::http::cors::CorsPolicy;
+use crate::shutdown::Shutdown;
+
+/// Shared state of the HTTP front (one per server, behind an `Arc`).
+pub struct App {
+    pub engine: Engine,
+    pub long_poll_timeout: Duration,
+    pub sse_idle_close: Option<Duration>,
+    pub read_bytes_max: usize,
+    /// Largest request body accepted (a larger one could never be stored).
+    pub body_bytes_max: u64,
+    pub cors: CorsPolicy,
+    /// `http` or `https`, for `Location` headers.
+    pub scheme: &'static str,
+    pub shutdown: Shutdown,
+}
+
+impl App {
+    pub fn new(engine: Engine, config: &Config) -> App {
+        App {
+            body_bytes_max: config.engine.limits.stream_bytes_max,
+            engine,
+            long_poll_timeout: config.long_poll_timeout,
+            sse_idle_close: config.sse_idle_close,
+            read_bytes_max: config.read_bytes_max,
+            cors: config.cors.clone(),
+            scheme: "http",
+            shutdown: Shutdown::default(),
+        }
+    }
+}

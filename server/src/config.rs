@@ -1,0 +1,277 @@
+//! Configuration: every `DS_*` variable, each also a `ds-server` flag.
+//!
+//! clap reads flags and environment variables as text (so `--help` lists each with its
+//! variable and default); [`Args::into_config`] then checks every value and turns it into a
+//! typed [`Config`]. An invalid value stops startup with a message naming the variable.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use ds_engine::limits::Limits;
+use ds_engine::{EngineConfig, StorageMode};
+
+use crate::http::cors::CorsPolicy;
+
+/// Command-line flags and environment variables of `ds-server`.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "ds-server",
+    version,
+    about = "Durable Streams server",
+    max_term_width = 100
+)]
+pub struct Args {
+    /// Address to listen on
+    #[arg(long, env = "DS_SERVER__HOST", default_value = "0.0.0.0")]
+    pub host: String,
+    /// Port to listen on
+    #[arg(long, env = "DS_SERVER__PORT", default_value = "4437")]
+    pub port: String,
+    /// Seconds a long-poll read waits for new data before answering 204
+    #[arg(long, env = "DS_SERVER__LONG_POLL_TIMEOUT_SECS", default_value = "30")]
+    pub long_poll_timeout_secs: String,
+    /// Seconds an idle SSE connection stays open (0 keeps it open)
+    #[arg(
+        long,
+        env = "DS_SERVER__SSE_RECONNECT_INTERVAL_SECS",
+        default_value = "60"
+    )]
+    pub sse_reconnect_interval_secs: String,
+    /// Allowed CORS origins, comma-separated, or *
+    #[arg(long, env = "DS_HTTP__CORS_ORIGINS", default_value = "*")]
+    pub cors_origins: String,
+    /// Most bytes stored across all streams (413 past it)
+    #[arg(long, env = "DS_LIMITS__MAX_MEMORY_BYTES", default_value = "104857600")]
+    pub max_memory_bytes: String,
+    /// Most bytes stored in one stream (413 past it)
+    #[arg(long, env = "DS_LIMITS__MAX_STREAM_BYTES", default_value = "10485760")]
+    pub max_stream_bytes: String,
+    /// Most stored bytes one catch-up or long-poll response carries
+    #[arg(long, env = "DS_LIMITS__MAX_READ_BYTES", default_value = "1048576")]
+    pub max_read_bytes: String,
+    /// Storage mode: memory, file-fast, file-durable, acid (alias wal)
+    #[arg(long, env = "DS_STORAGE__MODE", default_value = "memory")]
+    pub storage_mode: String,
+    /// Root directory of the persistent modes
+    #[arg(long, env = "DS_STORAGE__DATA_DIR", default_value = "./data/streams")]
+    pub data_dir: PathBuf,
+    /// Number of shards (power of two, 1 to 256)
+    #[arg(long, env = "DS_STORAGE__ACID_SHARD_COUNT", default_value = "16")]
+    pub acid_shard_count: String,
+    /// PEM certificate chain; with --tls-key-path, serve HTTPS
+    #[arg(long, env = "DS_TLS__CERT_PATH")]
+    pub tls_cert_path: Option<PathBuf>,
+    /// PEM private key; with --tls-cert-path, serve HTTPS
+    #[arg(long, env = "DS_TLS__KEY_PATH")]
+    pub tls_key_path: Option<PathBuf>,
+}
+
+/// A checked configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub host: IpAddr,
+    pub port: u16,
+    pub long_poll_timeout: Duration,
+    /// `None`: SSE connections are never closed for idleness.
+    pub sse_idle_close: Option<Duration>,
+    pub cors: CorsPolicy,
+    pub read_bytes_max: usize,
+    pub engine: EngineConfig,
+}
+
+/// A configuration value that cannot be used; the message names the variable.
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Longest long-poll wait, in seconds.
+const LONG_POLL_SECS_MAX: u64 = 3600;
+/// Longest SSE idle interval, in seconds.
+const SSE_IDLE_SECS_MAX: u64 = 86_400;
+
+impl Args {
+    pub fn into_config(self) -> Result<Config, ConfigError> {
+        if self.tls_cert_path.is_some() != self.tls_key_path.is_some() {
+            return Err(ConfigError(
+                "DS_TLS__CERT_PATH and DS_TLS__KEY_PATH must be set together (or neither)".into(),
+            ));
+        }
+        if self.tls_cert_path.is_some() {
+            return Err(ConfigError(
+                "DS_TLS__CERT_PATH/DS_TLS__KEY_PATH: direct TLS is not available in this build yet"
+                    .into(),
+            ));
+        }
+        let host = self
+            .host
+            .parse()
+            .map_err(|_| invalid("DS_SERVER__HOST", &self.host, "an IP address"))?;
+        let port = number("DS_SERVER__PORT", &self.port, 0, u64::from(u16::MAX))? as u16;
+        let long_poll = number(
+            "DS_SERVER__LONG_POLL_TIMEOUT_SECS",
+            &self.long_poll_timeout_secs,
+            1,
+            LONG_POLL_SECS_MAX,
+        )?;
+        let sse_idle = number(
+            "DS_SERVER__SSE_RECONNECT_INTERVAL_SECS",
+            &self.sse_reconnect_interval_secs,
+            0,
+            SSE_IDLE_SECS_MAX,
+        )?;
+        let cors = CorsPolicy::parse(&self.cors_origins)
+            .map_err(|why| ConfigError(format!("DS_HTTP__CORS_ORIGINS: {why}")))?;
+        let total_bytes_max = number(
+            "DS_LIMITS__MAX_MEMORY_BYTES",
+            &self.max_memory_bytes,
+            1,
+            u64::MAX,
+        )?;
+        let stream_bytes_max = number(
+            "DS_LIMITS__MAX_STREAM_BYTES",
+            &self.max_stream_bytes,
+            1,
+            u32::MAX.into(),
+        )?;
+        let read_bytes_max = number(
+            "DS_LIMITS__MAX_READ_BYTES",
+            &self.max_read_bytes,
+            1024,
+            64 << 20,
+        )? as usize;
+        let mode = StorageMode::parse(&self.storage_mode).ok_or_else(|| {
+            invalid(
+                "DS_STORAGE__MODE",
+                &self.storage_mode,
+                "memory, file-fast, file-durable or acid",
+            )
+        })?;
+        let shard_count = number(
+            "DS_STORAGE__ACID_SHARD_COUNT",
+            &self.acid_shard_count,
+            1,
+            256,
+        )? as u32;
+        if !shard_count.is_power_of_two() {
+            return Err(invalid(
+                "DS_STORAGE__ACID_SHARD_COUNT",
+                &self.acid_shard_count,
+                "a power of two from 1 to 256",
+            ));
+        }
+        let engine = EngineConfig {
+            mode,
+            data_dir: self.data_dir,
+            shard_count,
+            limits: Limits {
+                total_bytes_max,
+                stream_bytes_max,
+            },
+            ..EngineConfig::default()
+        };
+        Ok(Config {
+            host,
+            port,
+            long_poll_timeout: Duration::from_secs(long_poll),
+            sse_idle_close: (sse_idle > 0).then(|| Duration::from_secs(sse_idle)),
+            cors,
+            read_bytes_max,
+            engine,
+        })
+    }
+}
+
+fn invalid(variable: &str, value: &str, expected: &str) -> ConfigError {
+    ConfigError(format!(
+        "{variable}: invalid value {value:?}, expected {expected}"
+    ))
+}
+
+/// A decimal integer from `min` to `max`.
+fn number(variable: &str, value: &str, min: u64, max: u64) -> Result<u64, ConfigError> {
+    let expected = || invalid(variable, value, &format!("an integer from {min} to {max}"));
+    let digits_only = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+    let parsed: u64 = digits_only
+        .then(|| value.parse().ok())
+        .flatten()
+        .ok_or_else(expected)?;
+    if parsed < min || parsed > max {
+        return Err(expected());
+    }
+    Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Result<Config, ConfigError> {
+        let mut argv = vec!["ds-server"];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv)
+            .expect("flags parse")
+            .into_config()
+    }
+
+    #[test]
+    fn defaults_follow_the_spec() {
+        let config = args(&[]).unwrap();
+        assert_eq!(config.port, 4437);
+        assert_eq!(config.host.to_string(), "0.0.0.0");
+        assert_eq!(config.long_poll_timeout, Duration::from_secs(30));
+        assert_eq!(config.sse_idle_close, Some(Duration::from_secs(60)));
+        assert_eq!(config.engine.mode, StorageMode::Memory);
+        assert_eq!(config.engine.shard_count, 16);
+        assert_eq!(config.engine.limits, Limits::default());
+        assert_eq!(config.read_bytes_max, 1 << 20);
+    }
+
+    #[test]
+    fn invalid_values_name_their_variable() {
+        let cases: [(&[&str], &str); 8] = [
+            (&["--port", "http"], "DS_SERVER__PORT"),
+            (&["--port", "70000"], "DS_SERVER__PORT"),
+            (
+                &["--acid-shard-count", "12"],
+                "DS_STORAGE__ACID_SHARD_COUNT",
+            ),
+            (
+                &["--acid-shard-count", "512"],
+                "DS_STORAGE__ACID_SHARD_COUNT",
+            ),
+            (&["--storage-mode", "disk"], "DS_STORAGE__MODE"),
+            (
+                &["--long-poll-timeout-secs", "0"],
+                "DS_SERVER__LONG_POLL_TIMEOUT_SECS",
+            ),
+            (&["--max-memory-bytes=-5"], "DS_LIMITS__MAX_MEMORY_BYTES"),
+            (&["--tls-cert-path", "/tmp/cert.pem"], "DS_TLS__CERT_PATH"),
+        ];
+        for (flags, variable) in cases {
+            let error = args(flags).expect_err("invalid");
+            assert!(error.0.contains(variable), "{flags:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn zero_turns_sse_idle_close_off() {
+        let config = args(&[
+            "--sse-reconnect-interval-secs",
+            "0",
+            "--storage-mode",
+            "wal",
+        ])
+        .unwrap();
+        assert_eq!(config.sse_idle_close, None);
+        assert_eq!(config.engine.mode, StorageMode::Acid);
+    }
+}

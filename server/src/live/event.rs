@@ -1,0 +1,182 @@
+//! The SSE wire format of data and control events.
+//!
+//! A data event carries one message: `event: data`, then the payload as `data:` lines (text
+//! split at every CR, LF or CRLF so a payload can never end an event or inject one; JSON
+//! messages wrapped in `[...]`; binary payloads as one line of base64), then `id:` with the
+//! offset after the message, so a reconnecting `EventSource` resumes by itself. Every data
+//! event is followed by a control event with the same offset.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use bytes::BytesMut;
+use ds_engine::content_type::SseEncoding;
+use ds_engine::Offset;
+
+/// How a stream's messages become data events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventFormat {
+    pub encoding: SseEncoding,
+    /// JSON mode: each message is wrapped in a JSON array.
+    pub json: bool,
+}
+
+/// What a control event says besides the offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControlState {
+    /// The interval cursor (omitted once the stream is closed).
+    pub cursor: u64,
+    pub up_to_date: bool,
+    /// The stream is closed and everything was sent: the last event.
+    pub closed: bool,
+}
+
+/// Appends a data event holding `payload`, the message that ends at `next`.
+pub fn write_data(out: &mut BytesMut, format: EventFormat, payload: &[u8], next: Offset) {
+    out.extend_from_slice(b"event: data\ndata:");
+    match format.encoding {
+        SseEncoding::Base64 => {
+            let start = out.len();
+            let length =
+                base64::encoded_len(payload.len(), true).expect("payload sizes are bounded");
+            out.resize(start + length, 0);
+            STANDARD
+                .encode_slice(payload, &mut out[start..])
+                .expect("buffer sized by encoded_len");
+        }
+        SseEncoding::Text => {
+            if format.json {
+                out.extend_from_slice(b"[");
+            }
+            write_lines(out, payload);
+            if format.json {
+                out.extend_from_slice(b"]");
+            }
+        }
+    }
+    out.extend_from_slice(b"\nid:");
+    out.extend_from_slice(next.text().as_str().as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+/// Appends a control event for the position `next`.
+pub fn write_control(out: &mut BytesMut, next: Offset, state: ControlState) {
+    out.extend_from_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
+    out.extend_from_slice(next.text().as_str().as_bytes());
+    out.extend_from_slice(b"\"");
+    if !state.closed {
+        out.extend_from_slice(format!(",\"streamCursor\":\"{}\"", state.cursor).as_bytes());
+    }
+    if state.up_to_date || state.closed {
+        out.extend_from_slice(b",\"upToDate\":true");
+    }
+    if state.closed {
+        out.extend_from_slice(b",\"streamClosed\":true");
+    }
+    out.extend_from_slice(b"}\nid:");
+    out.extend_from_slice(next.text().as_str().as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+/// Copies text, turning every line break (CRLF, CR or LF) into a new `data:` line.
+fn write_lines(out: &mut BytesMut, text: &[u8]) {
+    let mut rest = text;
+    while let Some(index) = rest.iter().position(|b| *b == b'\n' || *b == b'\r') {
+        out.extend_from_slice(&rest[..index]);
+        out.extend_from_slice(b"\ndata:");
+        let skip = if rest[index] == b'\r' && rest.get(index + 1) == Some(&b'\n') {
+            2
+        } else {
+            1
+        };
+        rest = &rest[index + skip..];
+    }
+    out.extend_from_slice(rest);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NEXT: Offset = Offset {
+        messages: 1,
+        bytes: 5,
+    };
+    const TEXT: EventFormat = EventFormat {
+        encoding: SseEncoding::Text,
+        json: false,
+    };
+
+    fn data(format: EventFormat, payload: &[u8]) -> String {
+        let mut out = BytesMut::new();
+        write_data(&mut out, format, payload, NEXT);
+        String::from_utf8(out.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn text_lines_become_data_lines_and_cannot_inject_events() {
+        assert_eq!(
+            data(TEXT, b"hello"),
+            "event: data\ndata:hello\nid:0000000000000001_0000000000000005\n\n"
+        );
+        let attack = b"safe\r\n\r\nevent: control\rdata: {\"injected\":true}\n\nend";
+        let event = data(TEXT, attack);
+        assert_eq!(
+            event.matches("\n\n").count(),
+            1,
+            "only the real end of event: {event:?}"
+        );
+        assert!(event.starts_with(
+            "event: data\ndata:safe\ndata:\ndata:event: control\ndata:data: {\"injected\":true}\ndata:\ndata:end\n"
+        ));
+    }
+
+    #[test]
+    fn json_is_wrapped_and_binary_is_base64() {
+        let json = EventFormat {
+            encoding: SseEncoding::Text,
+            json: true,
+        };
+        assert!(data(json, b"{\"id\":1}").contains("data:[{\"id\":1}]\n"));
+        assert!(data(json, b"{\n \"a\": 1\n}").contains("data:[{\ndata: \"a\": 1\ndata:}]\n"));
+        let binary = EventFormat {
+            encoding: SseEncoding::Base64,
+            json: false,
+        };
+        assert!(data(binary, b"Hello").contains("data:SGVsbG8=\n"));
+        assert!(data(binary, &[0, b'\n', b'\r', 0xff]).contains("data:AAoN/w==\n"));
+    }
+
+    #[test]
+    fn control_events_carry_offset_cursor_and_flags() {
+        let mut out = BytesMut::new();
+        write_control(
+            &mut out,
+            NEXT,
+            ControlState {
+                cursor: 42,
+                up_to_date: true,
+                closed: false,
+            },
+        );
+        let text = String::from_utf8(out.to_vec()).unwrap();
+        assert_eq!(
+            text,
+            "event: control\ndata:{\"streamNextOffset\":\"0000000000000001_0000000000000005\",\"streamCursor\":\"42\",\"upToDate\":true}\nid:0000000000000001_0000000000000005\n\n"
+        );
+        let mut out = BytesMut::new();
+        write_control(
+            &mut out,
+            NEXT,
+            ControlState {
+                cursor: 42,
+                up_to_date: false,
+                closed: true,
+            },
+        );
+        let text = String::from_utf8(out.to_vec()).unwrap();
+        let data_line = text.lines().find(|l| l.starts_with("data:")).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&data_line[5..]).unwrap();
+        assert_eq!(value["streamClosed"], true);
+        assert!(value.get("streamCursor").is_none());
+    }
+}

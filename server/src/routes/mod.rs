@@ -1,0 +1,95 @@
+//! One module per endpoint, plus what they share: engine errors as HTTP problems, and turning
+//! a request body into a payload.
+//!
+//! - `create` (PUT), `append` (POST), `read` (GET catch-up; live modes are in `crate::live`),
+//!   `head` (HEAD), `delete` (DELETE), `health` (`/healthz`), `preflight` (CORS OPTIONS).
+
+pub mod append;
+pub mod create;
+pub mod delete;
+pub mod head;
+pub mod health;
+pub mod preflight;
+pub mod read;
+
+use bytes::Bytes;
+use ds_engine::content_type::ContentType;
+use ds_engine::read::ReadError;
+use ds_engine::{OpError, Payload};
+use hyper::header::HeaderValue;
+use hyper::StatusCode;
+
+use crate::http::headers::{self, STREAM_CLOSED, STREAM_NEXT_OFFSET};
+use crate::http::problem::Problem;
+
+/// The HTTP answer to an engine refusal.
+pub fn op_problem(error: OpError) -> Problem {
+    let detail = error.to_string();
+    match error {
+        OpError::NotFound => Problem::not_found(),
+        OpError::EmptyAppend => Problem::bad_request("empty-body", detail),
+        OpError::ConfigMismatch => Problem::new(StatusCode::CONFLICT, "config-mismatch", detail),
+        OpError::ContentTypeMismatch => {
+            Problem::new(StatusCode::CONFLICT, "content-type-mismatch", detail)
+        }
+        OpError::StreamClosed { tail } => {
+            Problem::new(StatusCode::CONFLICT, "stream-closed", detail)
+                .with_header(STREAM_CLOSED, headers::TRUE)
+                .with_header(STREAM_NEXT_OFFSET, headers::offset_value(tail))
+        }
+        OpError::StaleEpoch { current } => {
+            Problem::new(StatusCode::FORBIDDEN, "stale-producer-epoch", detail)
+                .with_header(headers::PRODUCER_EPOCH, headers::number_value(current))
+        }
+        OpError::EpochSeqNotZero => Problem::bad_request("invalid-producer-seq", detail),
+        OpError::SeqGap { expected, received } => {
+            Problem::new(StatusCode::CONFLICT, "producer-seq-gap", detail)
+                .with_header(
+                    headers::PRODUCER_EXPECTED_SEQ,
+                    headers::number_value(expected),
+                )
+                .with_header(
+                    headers::PRODUCER_RECEIVED_SEQ,
+                    headers::number_value(received),
+                )
+        }
+        OpError::StreamSeqRegression => {
+            Problem::new(StatusCode::CONFLICT, "stream-seq-regression", detail)
+        }
+        OpError::StreamFull => Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "stream-full", detail),
+        OpError::MemoryFull => Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "storage-full", detail),
+        OpError::TooManyProducers => {
+            Problem::new(StatusCode::TOO_MANY_REQUESTS, "too-many-producers", detail)
+        }
+        OpError::Overloaded => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", detail)
+            .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("1")),
+        OpError::ShuttingDown => {
+            Problem::new(StatusCode::SERVICE_UNAVAILABLE, "shutting-down", detail)
+                .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"))
+        }
+    }
+}
+
+/// The HTTP answer to a read that cannot start where asked.
+pub fn read_problem(error: ReadError) -> Problem {
+    Problem::bad_request("invalid-offset", error.to_string())
+}
+
+/// The messages a request body stores for a stream of `content_type` (`None` when empty).
+///
+/// `allow_empty_array`: a create may carry `[]` (no initial messages); an append may not.
+pub fn payload_of(
+    content_type: &ContentType,
+    body: Bytes,
+    allow_empty_array: bool,
+) -> Result<Option<Payload>, Problem> {
+    if body.is_empty() {
+        return Ok(None);
+    }
+    if !content_type.is_json() {
+        return Ok(Some(Payload::raw(body)));
+    }
+    Payload::json(body, allow_empty_array)
+        .map(|payload| (!payload.is_empty()).then_some(payload))
+        .map_err(|error| Problem::bad_request("invalid-json", error.to_string()))
+}

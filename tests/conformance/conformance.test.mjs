@@ -1,0 +1,10 @@
+// Runs the pinned public conformance suite against the server at CONFORMANCE_TEST_URL.
+// Started by tests/tests/conformance.rs, which excludes the `Fork - …` groups by name.
+import { runConformanceTests } from "@durable-streams/server-conformance-tests"
+
+const baseUrl = process.env.CONFORMANCE_TEST_URL
+if (!baseUrl) {
+  throw new Error("CONFORMANCE_TEST_URL is required")
+}
+
+runConformanceTests({ baseUrl })
