@@ -98,10 +98,7 @@ impl fmt::Display for EngineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EngineError::ShardCount(count) => {
-                write!(
-                    f,
-                    "shard count must be a power of two from 1 to {SHARDS_MAX}, got {count}"
-                )
+                write!(f, "shard count must be a power of two from 1 to {SHARDS_MAX}, got {count}")
             }
             EngineError::ModeUnavailable(mode) => {
                 write!(f, "storage mode {mode} is not available yet")
@@ -142,17 +139,11 @@ mod tests {
     #[test]
     fn shard_counts_are_powers_of_two_up_to_256() {
         for count in [1, 2, 16, 256] {
-            let config = EngineConfig {
-                shard_count: count,
-                ..EngineConfig::default()
-            };
+            let config = EngineConfig { shard_count: count, ..EngineConfig::default() };
             assert!(config.validate().is_ok(), "{count}");
         }
         for count in [0, 3, 12, 257, 512] {
-            let config = EngineConfig {
-                shard_count: count,
-                ..EngineConfig::default()
-            };
+            let config = EngineConfig { shard_count: count, ..EngineConfig::default() };
             assert!(matches!(config.validate(), Err(EngineError::ShardCount(c)) if c == count));
         }
     }

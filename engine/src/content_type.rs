@@ -6,7 +6,16 @@
 //! are compared as written, unquoted). `application/json` selects JSON mode; `text/*` and
 //! JSON travel over SSE as text, everything else as base64.
 
+use std::cell::RefCell;
 use std::sync::Arc;
+
+/// Content types remembered per thread, so the same header value is parsed (and allocated)
+/// once rather than on every request.
+const RECENT_PER_THREAD_MAX: usize = 8;
+
+thread_local! {
+    static RECENT: RefCell<Vec<ContentType>> = const { RefCell::new(Vec::new()) };
+}
 
 /// The default content type of a stream created without one.
 pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
@@ -55,6 +64,22 @@ impl ContentType {
     /// Validates a header value.
     pub fn parse(value: &str) -> Result<ContentType, ContentTypeError> {
         let spelled = value.trim();
+        let recent =
+            RECENT.with_borrow(|recent| recent.iter().find(|known| &*known.spelled == spelled).cloned());
+        if let Some(known) = recent {
+            return Ok(known);
+        }
+        let parsed = ContentType::parse_new(spelled)?;
+        RECENT.with_borrow_mut(|recent| {
+            if recent.len() == RECENT_PER_THREAD_MAX {
+                recent.remove(0);
+            }
+            recent.push(parsed.clone());
+        });
+        Ok(parsed)
+    }
+
+    fn parse_new(spelled: &str) -> Result<ContentType, ContentTypeError> {
         if spelled.is_empty() {
             return Err(ContentTypeError::Empty);
         }
@@ -62,10 +87,9 @@ impl ContentType {
             return Err(ContentTypeError::TooLong);
         }
         let key = comparison_key(spelled).ok_or(ContentTypeError::Malformed)?;
-        Ok(ContentType {
-            spelled: Arc::from(spelled),
-            key: Arc::from(key),
-        })
+        let spelled: Arc<str> = Arc::from(spelled);
+        let key = if *key == *spelled { Arc::clone(&spelled) } else { Arc::from(key) };
+        Ok(ContentType { spelled, key })
     }
 
     /// `application/octet-stream`.
@@ -138,10 +162,7 @@ fn comparison_key(spelled: &str) -> Option<String> {
             continue;
         }
         let value = value.trim();
-        let value = value
-            .strip_prefix('"')
-            .and_then(|v| v.strip_suffix('"'))
-            .unwrap_or(value);
+        let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
         parameters.push(format!("{name}={value}"));
     }
     parameters.sort();
@@ -155,10 +176,7 @@ fn comparison_key(spelled: &str) -> Option<String> {
 
 /// RFC 9110 token characters.
 fn is_token(text: &str) -> bool {
-    !text.is_empty()
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 #[cfg(test)]
@@ -187,30 +205,28 @@ mod tests {
         assert!(!parse("application/ndjson").is_json());
         assert_eq!(parse("text/csv").sse_encoding(), SseEncoding::Text);
         assert_eq!(parse("APPLICATION/JSON").sse_encoding(), SseEncoding::Text);
-        assert_eq!(
-            parse("application/octet-stream").sse_encoding(),
-            SseEncoding::Base64
-        );
+        assert_eq!(parse("application/octet-stream").sse_encoding(), SseEncoding::Base64);
         assert_eq!(parse("image/png").sse_encoding(), SseEncoding::Base64);
+    }
+
+    #[test]
+    fn repeated_values_share_one_parse() {
+        let first = parse("application/x-repeated");
+        let second = parse(" application/x-repeated ");
+        assert!(Arc::ptr_eq(&first.spelled, &second.spelled));
+        assert!(Arc::ptr_eq(&first.spelled, &first.key), "an already normal spelling is its own key");
+        for index in 0..RECENT_PER_THREAD_MAX * 2 {
+            parse(&format!("application/x-{index}"));
+        }
+        assert!(parse("application/x-repeated").matches(&first), "evicted values parse again");
     }
 
     #[test]
     fn rejects_invalid_values() {
         assert_eq!(ContentType::parse(""), Err(ContentTypeError::Empty));
         assert_eq!(ContentType::parse("   "), Err(ContentTypeError::Empty));
-        for bad in [
-            "text",
-            "text/",
-            "/plain",
-            "te xt/plain",
-            "text/plain; =x",
-            "text/plain; a",
-        ] {
-            assert_eq!(
-                ContentType::parse(bad),
-                Err(ContentTypeError::Malformed),
-                "{bad}"
-            );
+        for bad in ["text", "text/", "/plain", "te xt/plain", "text/plain; =x", "text/plain; a"] {
+            assert_eq!(ContentType::parse(bad), Err(ContentTypeError::Malformed), "{bad}");
         }
         let long = format!("text/{}", "x".repeat(CONTENT_TYPE_BYTES_MAX));
         assert_eq!(ContentType::parse(&long), Err(ContentTypeError::TooLong));

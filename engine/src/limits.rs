@@ -21,10 +21,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            total_bytes_max: TOTAL_BYTES_MAX_DEFAULT,
-            stream_bytes_max: STREAM_BYTES_MAX_DEFAULT,
-        }
+        Limits { total_bytes_max: TOTAL_BYTES_MAX_DEFAULT, stream_bytes_max: STREAM_BYTES_MAX_DEFAULT }
     }
 }
 
@@ -37,10 +34,7 @@ pub struct ByteBudget {
 
 impl ByteBudget {
     pub fn new(max: u64) -> ByteBudget {
-        ByteBudget {
-            used: AtomicU64::new(0),
-            max,
-        }
+        ByteBudget { used: AtomicU64::new(0), max }
     }
 
     /// Charges `bytes`; refuses (charging nothing) when the total would pass the maximum.
@@ -50,10 +44,7 @@ impl ByteBudget {
             let Some(next) = used.checked_add(bytes).filter(|next| *next <= self.max) else {
                 return false;
             };
-            match self
-                .used
-                .compare_exchange_weak(used, next, Ordering::AcqRel, Ordering::Relaxed)
-            {
+            match self.used.compare_exchange_weak(used, next, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => return true,
                 Err(actual) => used = actual,
             }
@@ -94,10 +85,7 @@ mod tests {
         assert!(!budget.try_charge(1));
         budget.release(50);
         assert!(budget.try_charge(50));
-        assert!(
-            !budget.try_charge(u64::MAX),
-            "overflow is refused, not wrapped"
-        );
+        assert!(!budget.try_charge(u64::MAX), "overflow is refused, not wrapped");
     }
 
     #[test]

@@ -26,16 +26,10 @@ impl LiveRegistry {
     /// Registers interest in stream `id` until the returned subscription is dropped.
     pub fn subscribe(self: &Arc<Self>, id: u64) -> Subscription {
         let mut slots = self.slots.lock().expect("live registry lock");
-        let slot = slots.entry(id).or_insert_with(|| Slot {
-            notify: Arc::new(Notify::new()),
-            subscribers: 0,
-        });
+        let slot =
+            slots.entry(id).or_insert_with(|| Slot { notify: Arc::new(Notify::new()), subscribers: 0 });
         slot.subscribers += 1;
-        Subscription {
-            notify: Arc::clone(&slot.notify),
-            registry: Arc::clone(self),
-            id,
-        }
+        Subscription { notify: Arc::clone(&slot.notify), registry: Arc::clone(self), id }
     }
 
     /// Wakes every reader waiting on any of `ids` (each id once).

@@ -41,10 +41,7 @@ pub const OFFSET_TEXT_LEN: usize = 33;
 
 impl Offset {
     /// The position of an empty stream.
-    pub const ZERO: Offset = Offset {
-        messages: 0,
-        bytes: 0,
-    };
+    pub const ZERO: Offset = Offset { messages: 0, bytes: 0 };
 
     /// Parses the strict text form; anything else (sentinels included) is an error.
     pub fn parse(text: &str) -> Result<Offset, OffsetError> {
@@ -73,14 +70,8 @@ impl Offset {
 
     /// The offset after `messages` more messages holding `bytes` more stored bytes.
     pub fn advance(self, messages: u64, bytes: u64) -> Offset {
-        let next = Offset {
-            messages: self.messages + messages,
-            bytes: self.bytes + bytes,
-        };
-        debug_assert!(
-            next.messages <= MESSAGES_MAX,
-            "message count overflows the offset text"
-        );
+        let next = Offset { messages: self.messages + messages, bytes: self.bytes + bytes };
+        debug_assert!(next.messages <= MESSAGES_MAX, "message count overflows the offset text");
         next
     }
 
@@ -149,18 +140,9 @@ mod tests {
     fn text_round_trips_and_sorts() {
         let offsets = [
             Offset::ZERO,
-            Offset {
-                messages: 1,
-                bytes: 5,
-            },
-            Offset {
-                messages: 12,
-                bytes: 0xabc,
-            },
-            Offset {
-                messages: MESSAGES_MAX,
-                bytes: u64::MAX,
-            },
+            Offset { messages: 1, bytes: 5 },
+            Offset { messages: 12, bytes: 0xabc },
+            Offset { messages: MESSAGES_MAX, bytes: u64::MAX },
         ];
         for pair in offsets.windows(2) {
             assert!(pair[0].text().as_str() < pair[1].text().as_str());
@@ -168,18 +150,8 @@ mod tests {
         for offset in offsets {
             assert_eq!(Offset::parse(offset.text().as_str()), Ok(offset));
         }
-        assert_eq!(
-            Offset::ZERO.to_string(),
-            "0000000000000000_0000000000000000"
-        );
-        assert_eq!(
-            Offset {
-                messages: 3,
-                bytes: 255
-            }
-            .to_string(),
-            "0000000000000003_00000000000000ff"
-        );
+        assert_eq!(Offset::ZERO.to_string(), "0000000000000000_0000000000000000");
+        assert_eq!(Offset { messages: 3, bytes: 255 }.to_string(), "0000000000000003_00000000000000ff");
     }
 
     #[test]
@@ -212,10 +184,7 @@ mod tests {
         assert_eq!(StartAt::parse("now"), Ok(StartAt::Tail));
         assert_eq!(
             StartAt::parse("0000000000000002_0000000000000010"),
-            Ok(StartAt::At(Offset {
-                messages: 2,
-                bytes: 16
-            }))
+            Ok(StartAt::At(Offset { messages: 2, bytes: 16 }))
         );
         assert!(StartAt::parse("NOW").is_err());
         assert!(StartAt::parse("-2").is_err());

@@ -109,9 +109,7 @@ impl std::fmt::Display for OpError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             OpError::NotFound => f.write_str("stream not found"),
-            OpError::EmptyAppend => {
-                f.write_str("an append needs a body unless it closes the stream")
-            }
+            OpError::EmptyAppend => f.write_str("an append needs a body unless it closes the stream"),
             OpError::ConfigMismatch => f.write_str("stream exists with a different configuration"),
             OpError::ContentTypeMismatch => f.write_str("content type does not match the stream's"),
             OpError::StreamClosed { .. } => f.write_str("stream is closed"),
@@ -120,10 +118,7 @@ impl std::fmt::Display for OpError {
             }
             OpError::EpochSeqNotZero => f.write_str("a new producer epoch must start at seq 0"),
             OpError::SeqGap { expected, received } => {
-                write!(
-                    f,
-                    "producer sequence gap: expected {expected}, received {received}"
-                )
+                write!(f, "producer sequence gap: expected {expected}, received {received}")
             }
             OpError::StreamSeqRegression => f.write_str("Stream-Seq must increase"),
             OpError::StreamFull => f.write_str("stream would exceed its byte limit"),

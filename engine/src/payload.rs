@@ -62,10 +62,7 @@ impl std::error::Error for JsonError {}
 impl Payload {
     /// A plain body: one message, stored as received.
     pub fn raw(body: Bytes) -> Payload {
-        Payload {
-            body,
-            framing: Framing::Whole,
-        }
+        Payload { body, framing: Framing::Whole }
     }
 
     /// A JSON body: validated, a top-level array flattened one level.
@@ -80,10 +77,7 @@ impl Payload {
         if spans.is_empty() && !allow_empty_array {
             return Err(JsonError::EmptyArray);
         }
-        Ok(Payload {
-            body,
-            framing: Framing::Json(spans),
-        })
+        Ok(Payload { body, framing: Framing::Json(spans) })
     }
 
     /// Messages this payload stores.
@@ -146,23 +140,14 @@ fn json_spans(body: &[u8]) -> Result<Vec<Span>, JsonError> {
     if elements.len() > MESSAGES_PER_APPEND_MAX {
         return Err(JsonError::TooManyMessages);
     }
-    Ok(elements
-        .iter()
-        .map(|element| span_of(body, element.get()))
-        .collect())
+    Ok(elements.iter().map(|element| span_of(body, element.get())).collect())
 }
 
 /// The position of `part` (a sub-slice of `whole`) inside `whole`.
 fn span_of(whole: &[u8], part: &str) -> Span {
     let start = part.as_ptr() as usize - whole.as_ptr() as usize;
-    debug_assert!(
-        start + part.len() <= whole.len(),
-        "span lies inside the body"
-    );
-    Span {
-        start: start as u32,
-        len: part.len() as u32,
-    }
+    debug_assert!(start + part.len() <= whole.len(), "span lies inside the body");
+    Span { start: start as u32, len: part.len() as u32 }
 }
 
 #[cfg(test)]
@@ -178,14 +163,8 @@ mod tests {
 
     #[test]
     fn single_values_keep_their_exact_text() {
-        assert_eq!(
-            stored(r#" {"b":1, "a" : 2} "#, false),
-            Ok((r#"{"b":1, "a" : 2},"#.into(), 1))
-        );
-        assert_eq!(
-            stored("12345678901234567890123", false),
-            Ok(("12345678901234567890123,".into(), 1))
-        );
+        assert_eq!(stored(r#" {"b":1, "a" : 2} "#, false), Ok((r#"{"b":1, "a" : 2},"#.into(), 1)));
+        assert_eq!(stored("12345678901234567890123", false), Ok(("12345678901234567890123,".into(), 1)));
         assert_eq!(stored("1.50e3", false), Ok(("1.50e3,".into(), 1)));
         assert_eq!(stored(r#""a,\"b""#, false), Ok((r#""a,\"b","#.into(), 1)));
         assert_eq!(stored("null", false), Ok(("null,".into(), 1)));
@@ -193,14 +172,8 @@ mod tests {
 
     #[test]
     fn arrays_flatten_one_level() {
-        assert_eq!(
-            stored(r#"[{"a":1}, {"b":2}]"#, false),
-            Ok((r#"{"a":1},{"b":2},"#.into(), 2))
-        );
-        assert_eq!(
-            stored("[[1,2], [3,4]]", false),
-            Ok(("[1,2],[3,4],".into(), 2))
-        );
+        assert_eq!(stored(r#"[{"a":1}, {"b":2}]"#, false), Ok((r#"{"a":1},{"b":2},"#.into(), 2)));
+        assert_eq!(stored("[[1,2], [3,4]]", false), Ok(("[1,2],[3,4],".into(), 2)));
         assert_eq!(stored("[[[1,2,3]]]", false), Ok(("[[1,2,3]],".into(), 1)));
         assert_eq!(stored("[ \"x\" ,\n 2 ]", false), Ok(("\"x\",2,".into(), 2)));
     }
@@ -213,16 +186,7 @@ mod tests {
 
     #[test]
     fn invalid_json_is_rejected() {
-        for bad in [
-            "",
-            "{ invalid json }",
-            "[1,]",
-            "1 2",
-            "{\"a\":}",
-            "[",
-            "tru",
-            "\u{feff}1",
-        ] {
+        for bad in ["", "{ invalid json }", "[1,]", "1 2", "{\"a\":}", "[", "tru", "\u{feff}1"] {
             assert_eq!(stored(bad, false), Err(JsonError::Invalid), "{bad:?}");
         }
     }

@@ -48,52 +48,46 @@ pub enum Decision {
 
 /// Decides a request tagged (epoch, seq) against the producer's current state.
 pub fn decide(state: Option<&ProducerState>, epoch: u64, seq: u64, now_ms: u64) -> Decision {
-    let accept = Decision::Accept {
-        next: ProducerState {
-            epoch,
-            last_seq: seq,
-            last_used_ms: now_ms,
-        },
-    };
+    let accept = Decision::Accept { next: ProducerState { epoch, last_seq: seq, last_used_ms: now_ms } };
     let Some(state) = state else {
         return accept;
     };
     if epoch < state.epoch {
-        return Decision::StaleEpoch {
-            current: state.epoch,
-        };
+        return Decision::StaleEpoch { current: state.epoch };
     }
     if epoch > state.epoch {
-        return if seq == 0 {
-            accept
-        } else {
-            Decision::EpochSeqNotZero
-        };
+        return if seq == 0 { accept } else { Decision::EpochSeqNotZero };
     }
     if seq <= state.last_seq {
-        return Decision::Duplicate {
-            epoch,
-            last_seq: state.last_seq,
-        };
+        return Decision::Duplicate { epoch, last_seq: state.last_seq };
     }
     if seq == state.last_seq + 1 {
         return accept;
     }
-    Decision::SeqGap {
-        expected: state.last_seq + 1,
-        received: seq,
-    }
+    Decision::SeqGap { expected: state.last_seq + 1, received: seq }
 }
+
+/// How often a stream's producer table is checked for idle producers, at most.
+pub const PRUNE_INTERVAL_MS: u64 = 60 * 60 * 1000;
 
 /// The producers of one stream. Empty tables cost one pointer.
 #[derive(Debug, Default)]
 pub struct ProducerTable {
-    producers: Option<Box<HashMap<Box<str>, ProducerState>>>,
+    // Boxed on purpose: most streams have no producers, and `Option<Box<_>>` is 8 bytes
+    // where the table inline would be 56 — per stream, times a million streams.
+    producers: Option<Box<Producers>>,
+}
+
+#[derive(Debug, Default)]
+struct Producers {
+    by_id: HashMap<Box<str>, ProducerState>,
+    /// When the table was last checked for idle producers.
+    pruned_ms: u64,
 }
 
 impl ProducerTable {
     pub fn get(&self, id: &str) -> Option<&ProducerState> {
-        self.producers.as_ref()?.get(id)
+        self.producers.as_ref()?.by_id.get(id)
     }
 
     pub fn decide(&self, tag: &ProducerTag, now_ms: u64) -> Decision {
@@ -101,17 +95,19 @@ impl ProducerTable {
     }
 
     pub fn insert(&mut self, id: &str, state: ProducerState) {
-        let producers = self.producers.get_or_insert_with(Default::default);
-        match producers.get_mut(id) {
+        let producers = self.producers.get_or_insert_with(|| {
+            Box::new(Producers { by_id: HashMap::new(), pruned_ms: state.last_used_ms })
+        });
+        match producers.by_id.get_mut(id) {
             Some(slot) => *slot = state,
             None => {
-                producers.insert(id.into(), state);
+                producers.by_id.insert(id.into(), state);
             }
         }
     }
 
     pub fn len(&self) -> usize {
-        self.producers.as_ref().map_or(0, |p| p.len())
+        self.producers.as_ref().map_or(0, |p| p.by_id.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -123,19 +119,29 @@ impl ProducerTable {
         let Some(producers) = self.producers.as_mut() else {
             return 0;
         };
-        let before = producers.len();
-        producers.retain(|_, state| now_ms.saturating_sub(state.last_used_ms) <= idle_ms_max);
-        let dropped = before - producers.len();
-        if producers.is_empty() {
+        let before = producers.by_id.len();
+        producers.by_id.retain(|_, state| now_ms.saturating_sub(state.last_used_ms) <= idle_ms_max);
+        producers.pruned_ms = now_ms;
+        let dropped = before - producers.by_id.len();
+        if producers.by_id.is_empty() {
             self.producers = None;
         }
         dropped
     }
 
+    /// Prunes like [`ProducerTable::prune`] unless the table was checked less than
+    /// [`PRUNE_INTERVAL_MS`] ago (so the cost stays amortised over many requests).
+    pub fn prune_if_due(&mut self, now_ms: u64, idle_ms_max: u64) -> usize {
+        match &self.producers {
+            Some(producers) if now_ms.saturating_sub(producers.pruned_ms) >= PRUNE_INTERVAL_MS => {
+                self.prune(now_ms, idle_ms_max)
+            }
+            _ => 0,
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&str, &ProducerState)> {
-        self.producers
-            .iter()
-            .flat_map(|p| p.iter().map(|(id, state)| (&**id, state)))
+        self.producers.iter().flat_map(|p| p.by_id.iter().map(|(id, state)| (&**id, state)))
     }
 }
 
@@ -144,21 +150,11 @@ mod tests {
     use super::*;
 
     fn state(epoch: u64, last_seq: u64) -> ProducerState {
-        ProducerState {
-            epoch,
-            last_seq,
-            last_used_ms: 0,
-        }
+        ProducerState { epoch, last_seq, last_used_ms: 0 }
     }
 
     fn accepted(epoch: u64, seq: u64) -> Decision {
-        Decision::Accept {
-            next: ProducerState {
-                epoch,
-                last_seq: seq,
-                last_used_ms: 7,
-            },
-        }
+        Decision::Accept { next: ProducerState { epoch, last_seq: seq, last_used_ms: 7 } }
     }
 
     #[test]
@@ -168,64 +164,22 @@ mod tests {
         assert_eq!(decide(None, 3, 9, 7), accepted(3, 9));
         let s = state(2, 5);
         assert_eq!(decide(Some(&s), 2, 6, 7), accepted(2, 6));
-        assert_eq!(
-            decide(Some(&s), 2, 5, 7),
-            Decision::Duplicate {
-                epoch: 2,
-                last_seq: 5
-            }
-        );
-        assert_eq!(
-            decide(Some(&s), 2, 0, 7),
-            Decision::Duplicate {
-                epoch: 2,
-                last_seq: 5
-            }
-        );
-        assert_eq!(
-            decide(Some(&s), 2, 8, 7),
-            Decision::SeqGap {
-                expected: 6,
-                received: 8
-            }
-        );
+        assert_eq!(decide(Some(&s), 2, 5, 7), Decision::Duplicate { epoch: 2, last_seq: 5 });
+        assert_eq!(decide(Some(&s), 2, 0, 7), Decision::Duplicate { epoch: 2, last_seq: 5 });
+        assert_eq!(decide(Some(&s), 2, 8, 7), Decision::SeqGap { expected: 6, received: 8 });
         assert_eq!(decide(Some(&s), 3, 0, 7), accepted(3, 0));
         assert_eq!(decide(Some(&s), 3, 1, 7), Decision::EpochSeqNotZero);
-        assert_eq!(
-            decide(Some(&s), 1, 0, 7),
-            Decision::StaleEpoch { current: 2 }
-        );
-        assert_eq!(
-            decide(Some(&s), 0, 99, 7),
-            Decision::StaleEpoch { current: 2 }
-        );
+        assert_eq!(decide(Some(&s), 1, 0, 7), Decision::StaleEpoch { current: 2 });
+        assert_eq!(decide(Some(&s), 0, 99, 7), Decision::StaleEpoch { current: 2 });
     }
 
     #[test]
     fn table_keeps_producers_independent_and_prunes_idle_ones() {
         let mut table = ProducerTable::default();
         assert!(table.is_empty());
-        table.insert(
-            "a",
-            ProducerState {
-                epoch: 0,
-                last_seq: 1,
-                last_used_ms: 100,
-            },
-        );
-        table.insert(
-            "b",
-            ProducerState {
-                epoch: 4,
-                last_seq: 0,
-                last_used_ms: 900,
-            },
-        );
-        let tag = ProducerTag {
-            id: "b".into(),
-            epoch: 4,
-            seq: 1,
-        };
+        table.insert("a", ProducerState { epoch: 0, last_seq: 1, last_used_ms: 100 });
+        table.insert("b", ProducerState { epoch: 4, last_seq: 0, last_used_ms: 900 });
+        let tag = ProducerTag { id: "b".into(), epoch: 4, seq: 1 };
         assert_eq!(table.decide(&tag, 1000), accepted_at(4, 1, 1000));
         assert_eq!(table.get("a").unwrap().last_seq, 1);
         assert_eq!(table.prune(1000, 500), 1);
@@ -235,13 +189,16 @@ mod tests {
         assert!(table.is_empty());
     }
 
+    #[test]
+    fn pruning_on_access_is_rate_limited() {
+        let mut table = ProducerTable::default();
+        table.insert("old", ProducerState { epoch: 0, last_seq: 0, last_used_ms: 0 });
+        assert_eq!(table.prune_if_due(PRUNE_INTERVAL_MS - 1, 10), 0, "checked too recently");
+        assert_eq!(table.prune_if_due(PRUNE_INTERVAL_MS, 10), 1);
+        assert!(table.is_empty());
+    }
+
     fn accepted_at(epoch: u64, seq: u64, now_ms: u64) -> Decision {
-        Decision::Accept {
-            next: ProducerState {
-                epoch,
-                last_seq: seq,
-                last_used_ms: now_ms,
-            },
-        }
+        Decision::Accept { next: ProducerState { epoch, last_seq: seq, last_used_ms: now_ms } }
     }
 }

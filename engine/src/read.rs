@@ -43,11 +43,7 @@ impl Message {
     /// The payload without the JSON separator.
     pub fn payload(&self, json: bool) -> Bytes {
         if json {
-            debug_assert_eq!(
-                self.stored.last(),
-                Some(&b','),
-                "JSON messages end with ','"
-            );
+            debug_assert_eq!(self.stored.last(), Some(&b','), "JSON messages end with ','");
             self.stored.slice(..self.stored.len().saturating_sub(1))
         } else {
             self.stored.clone()
@@ -91,30 +87,20 @@ mod tests {
     use super::*;
 
     fn joined(slices: Vec<Bytes>) -> String {
-        slices
-            .iter()
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-            .collect()
+        slices.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect()
     }
 
     #[test]
     fn json_array_wraps_and_drops_the_last_comma() {
         assert_eq!(joined(json_array(vec![])), "[]");
         assert_eq!(joined(json_array(vec![Bytes::from_static(b"1,")])), "[1]");
-        let parts = vec![
-            Bytes::from_static(b"{\"a\":1},2,"),
-            Bytes::from_static(b"\"x\","),
-            Bytes::new(),
-        ];
+        let parts = vec![Bytes::from_static(b"{\"a\":1},2,"), Bytes::from_static(b"\"x\","), Bytes::new()];
         assert_eq!(joined(json_array(parts)), "[{\"a\":1},2,\"x\"]");
     }
 
     #[test]
     fn message_payload_strips_the_separator_only_for_json() {
-        let message = Message {
-            stored: Bytes::from_static(b"[1,2],"),
-            next: Offset::ZERO,
-        };
+        let message = Message { stored: Bytes::from_static(b"[1,2],"), next: Offset::ZERO };
         assert_eq!(&message.payload(true)[..], b"[1,2]");
         assert_eq!(&message.payload(false)[..], b"[1,2],");
     }

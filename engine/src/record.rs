@@ -17,13 +17,7 @@ use crate::stream::StreamConfig;
 #[derive(Debug)]
 pub enum Record {
     /// A stream came to be, with its configuration and any initial messages.
-    Create {
-        stream: u64,
-        name: Arc<str>,
-        config: StreamConfig,
-        initial: Option<Payload>,
-        closed: bool,
-    },
+    Create { stream: u64, name: Arc<str>, config: StreamConfig, initial: Option<Payload>, closed: bool },
     /// Messages were stored at `offset` (and maybe the stream closed), by `producer` if tagged.
     Append {
         stream: u64,
@@ -41,19 +35,18 @@ impl Record {
     /// The stream the record is about.
     pub fn stream(&self) -> u64 {
         match self {
-            Record::Create { stream, .. }
-            | Record::Append { stream, .. }
-            | Record::Delete { stream, .. } => *stream,
+            Record::Create { stream, .. } | Record::Append { stream, .. } | Record::Delete { stream, .. } => {
+                *stream
+            }
         }
     }
 
     /// Payload bytes the record stores.
     pub fn stored_len(&self) -> u64 {
         match self {
-            Record::Create {
-                initial: payload, ..
+            Record::Create { initial: payload, .. } | Record::Append { payload, .. } => {
+                payload.as_ref().map_or(0, Payload::stored_len)
             }
-            | Record::Append { payload, .. } => payload.as_ref().map_or(0, Payload::stored_len),
             Record::Delete { .. } => 0,
         }
     }

@@ -27,9 +27,7 @@ impl Clock {
     /// Milliseconds since the Unix epoch.
     pub fn now_ms(&self) -> u64 {
         match self {
-            Clock::System => SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            Clock::System => SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
             Clock::Manual(now) => now.load(Ordering::Acquire),
         }
     }
@@ -112,10 +110,7 @@ fn fraction_ms(raw: &[u8]) -> Option<(u32, &[u8])> {
     }
     let mut millis = 0u32;
     for index in 0..3 {
-        let digit = after_dot
-            .get(index)
-            .filter(|_| index < count)
-            .map_or(0, |d| d - b'0');
+        let digit = after_dot.get(index).filter(|_| index < count).map_or(0, |d| d - b'0');
         millis = millis * 10 + u32::from(digit);
     }
     Some((millis, &after_dot[count..]))
@@ -138,7 +133,7 @@ fn zone_offset_minutes(raw: &[u8]) -> Option<i32> {
 }
 
 fn is_leap(year: u32) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+    year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400))
 }
 
 fn days_in_month(year: u32, month: u32) -> u32 {
@@ -166,16 +161,11 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let shifted = days + 719_468;
     let era = shifted.div_euclid(146_097);
     let day_of_era = shifted - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let month_from_march = (5 * day_of_year + 2) / 153;
     let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    } as u32;
+    let month = if month_from_march < 10 { month_from_march + 3 } else { month_from_march - 9 } as u32;
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     (year, month, day)
 }
@@ -189,22 +179,10 @@ mod tests {
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:01.5Z"), Some(1500));
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00.123456Z"), Some(123));
-        assert_eq!(
-            parse_rfc3339_ms("2024-01-01T00:00:00.000Z"),
-            Some(1_704_067_200_000)
-        );
-        assert_eq!(
-            parse_rfc3339_ms("2024-01-01T01:00:00+01:00"),
-            Some(1_704_067_200_000)
-        );
-        assert_eq!(
-            parse_rfc3339_ms("2023-12-31T23:30:00-00:30"),
-            Some(1_704_067_200_000)
-        );
-        assert_eq!(
-            parse_rfc3339_ms("2024-02-29t12:00:00z"),
-            Some(1_709_208_000_000)
-        );
+        assert_eq!(parse_rfc3339_ms("2024-01-01T00:00:00.000Z"), Some(1_704_067_200_000));
+        assert_eq!(parse_rfc3339_ms("2024-01-01T01:00:00+01:00"), Some(1_704_067_200_000));
+        assert_eq!(parse_rfc3339_ms("2023-12-31T23:30:00-00:30"), Some(1_704_067_200_000));
+        assert_eq!(parse_rfc3339_ms("2024-02-29t12:00:00z"), Some(1_709_208_000_000));
         assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59Z"), Some(-1000));
     }
 
@@ -233,10 +211,7 @@ mod tests {
     #[test]
     fn formats_and_round_trips() {
         assert_eq!(format_rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(
-            format_rfc3339_ms(1_709_208_000_123),
-            "2024-02-29T12:00:00.123Z"
-        );
+        assert_eq!(format_rfc3339_ms(1_709_208_000_123), "2024-02-29T12:00:00.123Z");
         assert_eq!(format_rfc3339_ms(-1), "1969-12-31T23:59:59.999Z");
         for ms in [0, 951_782_400_000, 4_102_444_799_999, 1_234_567_890_123] {
             assert_eq!(parse_rfc3339_ms(&format_rfc3339_ms(ms)), Some(ms));

@@ -16,12 +16,7 @@ use crate::http::cors::CorsPolicy;
 
 /// Command-line flags and environment variables of `ds-server`.
 #[derive(Parser, Debug, Clone)]
-#[command(
-    name = "ds-server",
-    version,
-    about = "Durable Streams server",
-    max_term_width = 100
-)]
+#[command(name = "ds-server", version, about = "Durable Streams server", max_term_width = 100)]
 pub struct Args {
     /// Address to listen on
     #[arg(long, env = "DS_SERVER__HOST", default_value = "0.0.0.0")]
@@ -33,11 +28,7 @@ pub struct Args {
     #[arg(long, env = "DS_SERVER__LONG_POLL_TIMEOUT_SECS", default_value = "30")]
     pub long_poll_timeout_secs: String,
     /// Seconds an idle SSE connection stays open (0 keeps it open)
-    #[arg(
-        long,
-        env = "DS_SERVER__SSE_RECONNECT_INTERVAL_SECS",
-        default_value = "60"
-    )]
+    #[arg(long, env = "DS_SERVER__SSE_RECONNECT_INTERVAL_SECS", default_value = "60")]
     pub sse_reconnect_interval_secs: String,
     /// Allowed CORS origins, comma-separated, or *
     #[arg(long, env = "DS_HTTP__CORS_ORIGINS", default_value = "*")]
@@ -107,21 +98,13 @@ impl Args {
         }
         if self.tls_cert_path.is_some() {
             return Err(ConfigError(
-                "DS_TLS__CERT_PATH/DS_TLS__KEY_PATH: direct TLS is not available in this build yet"
-                    .into(),
+                "DS_TLS__CERT_PATH/DS_TLS__KEY_PATH: direct TLS is not available in this build yet".into(),
             ));
         }
-        let host = self
-            .host
-            .parse()
-            .map_err(|_| invalid("DS_SERVER__HOST", &self.host, "an IP address"))?;
+        let host = self.host.parse().map_err(|_| invalid("DS_SERVER__HOST", &self.host, "an IP address"))?;
         let port = number("DS_SERVER__PORT", &self.port, 0, u64::from(u16::MAX))? as u16;
-        let long_poll = number(
-            "DS_SERVER__LONG_POLL_TIMEOUT_SECS",
-            &self.long_poll_timeout_secs,
-            1,
-            LONG_POLL_SECS_MAX,
-        )?;
+        let long_poll =
+            number("DS_SERVER__LONG_POLL_TIMEOUT_SECS", &self.long_poll_timeout_secs, 1, LONG_POLL_SECS_MAX)?;
         let sse_idle = number(
             "DS_SERVER__SSE_RECONNECT_INTERVAL_SECS",
             &self.sse_reconnect_interval_secs,
@@ -130,37 +113,15 @@ impl Args {
         )?;
         let cors = CorsPolicy::parse(&self.cors_origins)
             .map_err(|why| ConfigError(format!("DS_HTTP__CORS_ORIGINS: {why}")))?;
-        let total_bytes_max = number(
-            "DS_LIMITS__MAX_MEMORY_BYTES",
-            &self.max_memory_bytes,
-            1,
-            u64::MAX,
-        )?;
-        let stream_bytes_max = number(
-            "DS_LIMITS__MAX_STREAM_BYTES",
-            &self.max_stream_bytes,
-            1,
-            u32::MAX.into(),
-        )?;
-        let read_bytes_max = number(
-            "DS_LIMITS__MAX_READ_BYTES",
-            &self.max_read_bytes,
-            1024,
-            64 << 20,
-        )? as usize;
+        let total_bytes_max = number("DS_LIMITS__MAX_MEMORY_BYTES", &self.max_memory_bytes, 1, u64::MAX)?;
+        let stream_bytes_max =
+            number("DS_LIMITS__MAX_STREAM_BYTES", &self.max_stream_bytes, 1, u32::MAX.into())?;
+        let read_bytes_max =
+            number("DS_LIMITS__MAX_READ_BYTES", &self.max_read_bytes, 1024, 64 << 20)? as usize;
         let mode = StorageMode::parse(&self.storage_mode).ok_or_else(|| {
-            invalid(
-                "DS_STORAGE__MODE",
-                &self.storage_mode,
-                "memory, file-fast, file-durable or acid",
-            )
+            invalid("DS_STORAGE__MODE", &self.storage_mode, "memory, file-fast, file-durable or acid")
         })?;
-        let shard_count = number(
-            "DS_STORAGE__ACID_SHARD_COUNT",
-            &self.acid_shard_count,
-            1,
-            256,
-        )? as u32;
+        let shard_count = number("DS_STORAGE__ACID_SHARD_COUNT", &self.acid_shard_count, 1, 256)? as u32;
         if !shard_count.is_power_of_two() {
             return Err(invalid(
                 "DS_STORAGE__ACID_SHARD_COUNT",
@@ -172,10 +133,7 @@ impl Args {
             mode,
             data_dir: self.data_dir,
             shard_count,
-            limits: Limits {
-                total_bytes_max,
-                stream_bytes_max,
-            },
+            limits: Limits { total_bytes_max, stream_bytes_max },
             ..EngineConfig::default()
         };
         Ok(Config {
@@ -191,19 +149,14 @@ impl Args {
 }
 
 fn invalid(variable: &str, value: &str, expected: &str) -> ConfigError {
-    ConfigError(format!(
-        "{variable}: invalid value {value:?}, expected {expected}"
-    ))
+    ConfigError(format!("{variable}: invalid value {value:?}, expected {expected}"))
 }
 
 /// A decimal integer from `min` to `max`.
 fn number(variable: &str, value: &str, min: u64, max: u64) -> Result<u64, ConfigError> {
     let expected = || invalid(variable, value, &format!("an integer from {min} to {max}"));
     let digits_only = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
-    let parsed: u64 = digits_only
-        .then(|| value.parse().ok())
-        .flatten()
-        .ok_or_else(expected)?;
+    let parsed: u64 = digits_only.then(|| value.parse().ok()).flatten().ok_or_else(expected)?;
     if parsed < min || parsed > max {
         return Err(expected());
     }
@@ -217,9 +170,7 @@ mod tests {
     fn args(extra: &[&str]) -> Result<Config, ConfigError> {
         let mut argv = vec!["ds-server"];
         argv.extend_from_slice(extra);
-        Args::try_parse_from(argv)
-            .expect("flags parse")
-            .into_config()
+        Args::try_parse_from(argv).expect("flags parse").into_config()
     }
 
     #[test]
@@ -240,19 +191,10 @@ mod tests {
         let cases: [(&[&str], &str); 8] = [
             (&["--port", "http"], "DS_SERVER__PORT"),
             (&["--port", "70000"], "DS_SERVER__PORT"),
-            (
-                &["--acid-shard-count", "12"],
-                "DS_STORAGE__ACID_SHARD_COUNT",
-            ),
-            (
-                &["--acid-shard-count", "512"],
-                "DS_STORAGE__ACID_SHARD_COUNT",
-            ),
+            (&["--acid-shard-count", "12"], "DS_STORAGE__ACID_SHARD_COUNT"),
+            (&["--acid-shard-count", "512"], "DS_STORAGE__ACID_SHARD_COUNT"),
             (&["--storage-mode", "disk"], "DS_STORAGE__MODE"),
-            (
-                &["--long-poll-timeout-secs", "0"],
-                "DS_SERVER__LONG_POLL_TIMEOUT_SECS",
-            ),
+            (&["--long-poll-timeout-secs", "0"], "DS_SERVER__LONG_POLL_TIMEOUT_SECS"),
             (&["--max-memory-bytes=-5"], "DS_LIMITS__MAX_MEMORY_BYTES"),
             (&["--tls-cert-path", "/tmp/cert.pem"], "DS_TLS__CERT_PATH"),
         ];
@@ -264,13 +206,7 @@ mod tests {
 
     #[test]
     fn zero_turns_sse_idle_close_off() {
-        let config = args(&[
-            "--sse-reconnect-interval-secs",
-            "0",
-            "--storage-mode",
-            "wal",
-        ])
-        .unwrap();
+        let config = args(&["--sse-reconnect-interval-secs", "0", "--storage-mode", "wal"]).unwrap();
         assert_eq!(config.sse_idle_close, None);
         assert_eq!(config.engine.mode, StorageMode::Acid);
     }

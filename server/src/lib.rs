@@ -58,12 +58,8 @@ impl std::error::Error for RunError {}
 pub async fn run(config: Config) -> Result<(), RunError> {
     let engine = Engine::start(config.engine.clone()).map_err(RunError::Engine)?;
     let address = SocketAddr::new(config.host, config.port);
-    let listener = TcpListener::bind(address)
-        .await
-        .map_err(|error| RunError::Bind(address, error))?;
-    let bound = listener
-        .local_addr()
-        .map_err(|error| RunError::Bind(address, error))?;
+    let listener = TcpListener::bind(address).await.map_err(|error| RunError::Bind(address, error))?;
+    let bound = listener.local_addr().map_err(|error| RunError::Bind(address, error))?;
     let app = Arc::new(App::new(engine.clone(), &config));
     tracing::info!(
         "ds-server listening on {}://{bound} (mode {}, {} shards)",
@@ -73,9 +69,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     );
     tokio::spawn(trigger_on_signal(Arc::clone(&app)));
     serve::serve(listener, app).await;
-    tokio::task::spawn_blocking(move || engine.shutdown())
-        .await
-        .ok();
+    tokio::task::spawn_blocking(move || engine.shutdown()).await.ok();
     tracing::info!("ds-server stopped");
     Ok(())
 }

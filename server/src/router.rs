@@ -22,14 +22,9 @@ use crate::routes;
 pub const STREAM_PREFIX: &str = "/v1/stream/";
 
 /// Answers one request (never fails: errors become problem responses).
-pub async fn handle(
-    app: Arc<App>,
-    request: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
+pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let origin = request.headers().get(ORIGIN).cloned();
-    let mut response = route(&app, request)
-        .await
-        .unwrap_or_else(Problem::into_response);
+    let mut response = route(&app, request).await.unwrap_or_else(Problem::into_response);
     finish(&mut response, &app.cors, origin.as_ref());
     Ok(response)
 }
@@ -40,11 +35,7 @@ async fn route(app: &Arc<App>, request: Request<Incoming>) -> Result<Response<Bo
         return routes::health::health(request.method());
     }
     let Some(raw_name) = path.strip_prefix(STREAM_PREFIX) else {
-        return Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "no-route",
-            format!("no resource at {path}"),
-        ));
+        return Err(Problem::new(StatusCode::NOT_FOUND, "no-route", format!("no resource at {path}")));
     };
     if request.method() == Method::OPTIONS {
         return Ok(routes::preflight::preflight());

@@ -1,7 +1,7 @@
 //! The accept loop: one hyper HTTP/1.1 connection task per client, graceful shutdown.
 //!
-//! Connections get keep-alive, `TCP_NODELAY`, a bounded header buffer and header count, and
-//! a header read timeout. On shutdown the loop stops accepting, live reads end (clients
+//! Connections get keep-alive, `TCP_NODELAY`, a bounded request head (size and hyper's
+//! default of 100 headers), and a head read timeout. On shutdown the loop stops accepting, live reads end (clients
 //! reconnect from their offsets), and in-flight requests get [`DRAIN_TIMEOUT`] to finish.
 
 use std::sync::Arc;
@@ -18,8 +18,7 @@ use crate::router;
 
 /// Largest request head (request line and headers) accepted, in bytes.
 pub const HEAD_BYTES_MAX: usize = 64 * 1024;
-/// Most request headers accepted.
-pub const HEADERS_MAX: usize = 100;
+/// Most request headers accepted is hyper's default, 100 (more is refused with 431).
 /// How long a client may take to send a request head.
 pub const HEAD_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long shutdown waits for in-flight requests.
@@ -51,8 +50,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
             .keep_alive(true)
-            .max_buf_size(HEAD_BYTES_MAX)
-            .max_headers(HEADERS_MAX)
+            .max_header_size(HEAD_BYTES_MAX)
             .header_read_timeout(HEAD_READ_TIMEOUT)
             .serve_connection(TokioIo::new(socket), service);
         let connection = graceful.watch(connection);

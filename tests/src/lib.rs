@@ -1,1 +1,14 @@
+//! Helpers for black-box tests of the built binaries.
+//!
+//! - `server`: starts `ds-server` on a free loopback port with chosen `DS_*` variables and
+//!   stops it (SIGTERM or kill) when the test is done.
+//! - `client`: a small blocking HTTP/1.1 client that also reads SSE bodies incrementally.
+//!
+//! The tests themselves live in `tests/tests/`: protocol behaviour, configuration, and the
+//! public conformance suite.
 
+pub mod client;
+pub mod server;
+
+pub use client::{Client, Response, StreamingResponse};
+pub use server::Server;

@@ -45,18 +45,11 @@ impl Block {
     /// The caller is the block's only writer, `at + source.len()` is within the capacity, and
     /// no byte of `at..at + source.len()` has been written before or published to any reader.
     pub unsafe fn write_at(&self, at: usize, source: &[u8]) {
-        assert!(
-            at + source.len() <= self.capacity,
-            "write past the end of a block"
-        );
+        assert!(at + source.len() <= self.capacity, "write past the end of a block");
         // SAFETY: in bounds (checked above); the caller guarantees nobody reads or writes this
         // range concurrently, and `source` cannot overlap a range that was never handed out.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                source.as_ptr(),
-                self.start.as_ptr().add(at),
-                source.len(),
-            );
+            std::ptr::copy_nonoverlapping(source.as_ptr(), self.start.as_ptr().add(at), source.len());
         }
     }
 
@@ -79,11 +72,7 @@ impl Block {
         // Check the range now; the owner re-borrows it later without the caller's context.
         // SAFETY: forwarded contract.
         let _ = unsafe { self.published(start, end) };
-        Bytes::from_owner(PublishedRange {
-            block: Arc::clone(self),
-            start,
-            end,
-        })
+        Bytes::from_owner(PublishedRange { block: Arc::clone(self), start, end })
     }
 }
 

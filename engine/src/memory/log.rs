@@ -91,10 +91,7 @@ impl MemLog {
     /// Makes sure the last block has room for `needed` more bytes.
     fn reserve(&mut self, tail: Offset, needed: usize) {
         let (room, previous_capacity) = match self.blocks.last() {
-            Some(block) => (
-                block.data.capacity() - block.written(),
-                block.data.capacity(),
-            ),
+            Some(block) => (block.data.capacity() - block.written(), block.data.capacity()),
             None => (0, BLOCK_BYTES_MIN / 2),
         };
         if room >= needed {
@@ -105,22 +102,14 @@ impl MemLog {
             .blocks
             .last()
             .is_none_or(|b| b.start.advance(b.ends.len() as u64, b.written() as u64) == tail));
-        self.blocks.push(MemBlock {
-            data: Block::new(capacity),
-            start: tail,
-            ends: Vec::new(),
-        });
+        self.blocks.push(MemBlock { data: Block::new(capacity), start: tail, ends: Vec::new() });
     }
 
     /// Reads whole messages from `from` up to `until` (a published tail), stopping before
     /// `bytes_max` is exceeded but always returning at least one message when there is one.
     pub fn read(&self, from: Offset, until: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
         let mut position = self.locate(from, until)?;
-        let mut chunk = Chunk {
-            next: from,
-            messages: 0,
-            slices: Vec::new(),
-        };
+        let mut chunk = Chunk { next: from, messages: 0, slices: Vec::new() };
         let mut budget = bytes_max;
         while let Some(block) = self.blocks.get(position.block) {
             let available = block.messages_before(until);
@@ -128,15 +117,12 @@ impl MemLog {
                 if available < block.ends.len() {
                     break;
                 }
-                position = Position {
-                    block: position.block + 1,
-                    message: 0,
-                };
+                position = Position { block: position.block + 1, message: 0 };
                 continue;
             }
             let start = block.message_start(position.message);
             let mut end_message =
-                fitting_end(&block.ends, position.message, available, start + budget);
+                fitting_end(&block.ends, position.message, available, start.saturating_add(budget));
             if end_message == position.message {
                 if chunk.messages > 0 {
                     break;
@@ -176,10 +162,7 @@ impl MemLog {
                 if available < block.ends.len() {
                     break;
                 }
-                position = Position {
-                    block: position.block + 1,
-                    message: 0,
-                };
+                position = Position { block: position.block + 1, message: 0 };
                 continue;
             }
             let start = block.message_start(position.message);
@@ -189,10 +172,7 @@ impl MemLog {
             }
             next = next.advance(1, (end - start) as u64);
             // SAFETY: every message before `until` was published by the shard.
-            messages.push(Message {
-                stored: unsafe { block.data.slice(start, end) },
-                next,
-            });
+            messages.push(Message { stored: unsafe { block.data.slice(start, end) }, next });
             taken_bytes += end - start;
             position.message += 1;
         }
@@ -206,35 +186,24 @@ impl MemLog {
         }
         if self.blocks.is_empty() {
             return if at == Offset::ZERO {
-                Ok(Position {
-                    block: 0,
-                    message: 0,
-                })
+                Ok(Position { block: 0, message: 0 })
             } else {
                 Err(ReadError::NotBoundary)
             };
         }
-        let index = self
-            .blocks
-            .partition_point(|b| b.start.bytes <= at.bytes)
-            .saturating_sub(1);
+        let index = self.blocks.partition_point(|b| b.start.bytes <= at.bytes).saturating_sub(1);
         let block = &self.blocks[index];
         let relative = at.bytes - block.start.bytes;
         let message = if relative == 0 {
             0
         } else {
-            let found = block
-                .ends
-                .binary_search(&(relative.min(u64::from(u32::MAX)) as u32));
+            let found = block.ends.binary_search(&(relative.min(u64::from(u32::MAX)) as u32));
             found.map(|i| i + 1).map_err(|_| ReadError::NotBoundary)?
         };
         if block.start.messages + message as u64 != at.messages {
             return Err(ReadError::NotBoundary);
         }
-        Ok(Position {
-            block: index,
-            message,
-        })
+        Ok(Position { block: index, message })
     }
 
     /// Bytes of block capacity held (for memory accounting and tools).
@@ -260,11 +229,7 @@ mod tests {
     }
 
     fn text(chunk: &Chunk) -> String {
-        chunk
-            .slices
-            .iter()
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-            .collect()
+        chunk.slices.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect()
     }
 
     /// A log holding `messages`, and the offset after each.
@@ -283,13 +248,7 @@ mod tests {
     fn reads_everything_or_from_any_boundary() {
         let (log, offsets) = log_of(&["a", "bb", "ccc"]);
         let tail = *offsets.last().unwrap();
-        assert_eq!(
-            tail,
-            Offset {
-                messages: 3,
-                bytes: 6
-            }
-        );
+        assert_eq!(tail, Offset { messages: 3, bytes: 6 });
         for (index, from) in offsets.iter().enumerate() {
             let chunk = log.read(*from, tail, 1 << 20).unwrap();
             assert_eq!(text(&chunk), ["a", "bb", "ccc"][index..].concat());
@@ -302,49 +261,18 @@ mod tests {
         let (log, offsets) = log_of(&["a", "bb", "ccc"]);
         let tail = *offsets.last().unwrap();
         for bad in [
-            Offset {
-                messages: 1,
-                bytes: 2,
-            },
-            Offset {
-                messages: 2,
-                bytes: 1,
-            },
-            Offset {
-                messages: 3,
-                bytes: 7,
-            },
-            Offset {
-                messages: 4,
-                bytes: 6,
-            },
-            Offset {
-                messages: 0,
-                bytes: 1,
-            },
+            Offset { messages: 1, bytes: 2 },
+            Offset { messages: 2, bytes: 1 },
+            Offset { messages: 3, bytes: 7 },
+            Offset { messages: 4, bytes: 6 },
+            Offset { messages: 0, bytes: 1 },
         ] {
-            assert_eq!(
-                log.read(bad, tail, 100).err(),
-                Some(ReadError::NotBoundary),
-                "{bad:?}"
-            );
+            assert_eq!(log.read(bad, tail, 100).err(), Some(ReadError::NotBoundary), "{bad:?}");
         }
         let empty = MemLog::default();
-        assert!(empty
-            .read(Offset::ZERO, Offset::ZERO, 10)
-            .unwrap()
-            .is_empty());
+        assert!(empty.read(Offset::ZERO, Offset::ZERO, 10).unwrap().is_empty());
         assert_eq!(
-            empty
-                .read(
-                    Offset {
-                        messages: 1,
-                        bytes: 1
-                    },
-                    Offset::ZERO,
-                    10
-                )
-                .err(),
+            empty.read(Offset { messages: 1, bytes: 1 }, Offset::ZERO, 10).err(),
             Some(ReadError::NotBoundary)
         );
     }
@@ -354,21 +282,10 @@ mod tests {
         let (mut log, offsets) = log_of(&["seen"]);
         let published = offsets[1];
         let unpublished = log.append(published, &raw("hidden"));
-        assert_eq!(
-            text(&log.read(Offset::ZERO, published, 100).unwrap()),
-            "seen"
-        );
+        assert_eq!(text(&log.read(Offset::ZERO, published, 100).unwrap()), "seen");
         assert!(log.read(published, published, 100).unwrap().is_empty());
-        assert_eq!(
-            log.read(unpublished, published, 100).err(),
-            Some(ReadError::NotBoundary)
-        );
-        assert_eq!(
-            log.read_messages(Offset::ZERO, published, 100)
-                .unwrap()
-                .len(),
-            1
-        );
+        assert_eq!(log.read(unpublished, published, 100).err(), Some(ReadError::NotBoundary));
+        assert_eq!(log.read_messages(Offset::ZERO, published, 100).unwrap().len(), 1);
     }
 
     #[test]
@@ -376,16 +293,9 @@ mod tests {
         let (log, offsets) = log_of(&["aaaa", "bbbb", "cccc"]);
         let tail = *offsets.last().unwrap();
         let chunk = log.read(Offset::ZERO, tail, 9).unwrap();
-        assert_eq!(
-            (text(&chunk), chunk.next),
-            ("aaaabbbb".to_string(), offsets[2])
-        );
+        assert_eq!((text(&chunk), chunk.next), ("aaaabbbb".to_string(), offsets[2]));
         let chunk = log.read(Offset::ZERO, tail, 1).unwrap();
-        assert_eq!(
-            (text(&chunk), chunk.next),
-            ("aaaa".to_string(), offsets[1]),
-            "one message at least"
-        );
+        assert_eq!((text(&chunk), chunk.next), ("aaaa".to_string(), offsets[1]), "one message at least");
     }
 
     #[test]
@@ -401,11 +311,7 @@ mod tests {
         let big = "x".repeat(3 * BLOCK_BYTES_MAX);
         tail = log.append(tail, &raw(&big));
         expected.push_str(&big);
-        assert!(
-            log.blocks.len() > 3 && log.blocks.len() < 20,
-            "{} blocks",
-            log.blocks.len()
-        );
+        assert!(log.blocks.len() > 3 && log.blocks.len() < 20, "{} blocks", log.blocks.len());
         let mut from = Offset::ZERO;
         let mut collected = String::new();
         while from < tail {
@@ -426,18 +332,9 @@ mod tests {
         let mut log = MemLog::default();
         let payload = Payload::json(Bytes::from_static(b"[1, {\"a\":[2]}, \"x\"]"), false).unwrap();
         let tail = log.append(Offset::ZERO, &payload);
-        assert_eq!(
-            tail,
-            Offset {
-                messages: 3,
-                bytes: 16
-            }
-        );
+        assert_eq!(tail, Offset { messages: 3, bytes: 16 });
         let messages = log.read_messages(Offset::ZERO, tail, 100).unwrap();
-        let texts: Vec<_> = messages
-            .iter()
-            .map(|m| String::from_utf8(m.stored.to_vec()).unwrap())
-            .collect();
+        let texts: Vec<_> = messages.iter().map(|m| String::from_utf8(m.stored.to_vec()).unwrap()).collect();
         assert_eq!(texts, ["1,", "{\"a\":[2]},", "\"x\","]);
         let middle = log.read(messages[0].next, tail, 100).unwrap();
         assert_eq!(text(&middle), "{\"a\":[2]},\"x\",");

@@ -9,11 +9,9 @@
 use std::sync::Arc;
 
 use crate::offset::Offset;
-use crate::op::{
-    AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError,
-};
+use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
 use crate::payload::Payload;
-use crate::producer::{Decision, PRODUCER_IDLE_MS_MAX};
+use crate::producer::Decision;
 use crate::record::Record;
 use crate::stream::{Stream, StreamState};
 
@@ -54,15 +52,10 @@ impl Shard {
         }
     }
 
-    fn apply_create(
-        &mut self,
-        batch: &mut Batch,
-        request: CreateRequest,
-    ) -> Result<CreateOutcome, OpError> {
+    fn apply_create(&mut self, batch: &mut Batch, request: CreateRequest) -> Result<CreateOutcome, OpError> {
         if let Some(existing) = self.live_stream(batch, request.name.as_str()) {
             let state = existing.read_state();
-            let same =
-                existing.config.same_as(&request.config) && state.writer.closed == request.closed;
+            let same = existing.config.same_as(&request.config) && state.writer.closed == request.closed;
             return match same {
                 true => Ok(CreateOutcome {
                     created: false,
@@ -81,12 +74,7 @@ impl Shard {
         self.share_content_type(&mut config.content_type);
         let name: Arc<str> = Arc::from(request.name.into_boxed_str());
         let id = self.next_stream_id();
-        let stream = Arc::new(Stream::new(
-            id,
-            Arc::clone(&name),
-            config.clone(),
-            batch.now_ms,
-        ));
+        let stream = Arc::new(Stream::new(id, Arc::clone(&name), config.clone(), batch.now_ms));
         let tail = {
             let mut state = stream.write_state();
             if let Some(payload) = &initial {
@@ -102,49 +90,30 @@ impl Shard {
         batch.payload_bytes += initial_bytes as usize;
         batch.overlay.create(stream);
         let content_type = config.content_type.clone();
-        batch.records.push(Record::Create {
-            stream: id,
-            name,
-            config,
-            initial,
-            closed: request.closed,
-        });
-        Ok(CreateOutcome {
-            created: true,
-            tail,
-            closed: request.closed,
-            content_type,
-        })
+        batch.records.push(Record::Create { stream: id, name, config, initial, closed: request.closed });
+        Ok(CreateOutcome { created: true, tail, closed: request.closed, content_type })
     }
 
-    fn apply_append(
-        &mut self,
-        batch: &mut Batch,
-        request: AppendRequest,
-    ) -> Result<AppendOutcome, OpError> {
+    fn apply_append(&mut self, batch: &mut Batch, request: AppendRequest) -> Result<AppendOutcome, OpError> {
         let payload = request.payload.filter(|payload| !payload.is_empty());
         if payload.is_none() && !request.close {
             return Err(OpError::EmptyAppend);
         }
-        let stream = self
-            .live_stream(batch, request.name.as_str())
-            .ok_or(OpError::NotFound)?;
+        let stream = self.live_stream(batch, request.name.as_str()).ok_or(OpError::NotFound)?;
         if payload.is_some() {
-            let matches = request
-                .content_type
-                .as_ref()
-                .is_some_and(|ct| ct.matches(&stream.config.content_type));
+            let matches =
+                request.content_type.as_ref().is_some_and(|ct| ct.matches(&stream.config.content_type));
             if !matches {
                 return Err(OpError::ContentTypeMismatch);
             }
         }
         let mut state = stream.write_state();
         stream.touch(batch.now_ms);
+        if let (Some(_), Some(idle_ms_max)) = (&request.producer, self.settings.producer_idle_ms_max) {
+            state.writer.producers.prune_if_due(batch.now_ms, idle_ms_max);
+        }
 
-        let decision = request
-            .producer
-            .as_ref()
-            .map(|tag| state.writer.producers.decide(tag, batch.now_ms));
+        let decision = request.producer.as_ref().map(|tag| state.writer.producers.decide(tag, batch.now_ms));
         match decision {
             Some(Decision::StaleEpoch { current }) => return Err(OpError::StaleEpoch { current }),
             Some(Decision::EpochSeqNotZero) => return Err(OpError::EpochSeqNotZero),
@@ -165,16 +134,9 @@ impl Shard {
         if state.writer.closed {
             if payload.is_none() && request.producer.is_none() {
                 let tail = state.writer.tail;
-                return Ok(AppendOutcome {
-                    kind: AppendKind::Closed,
-                    tail,
-                    closed: true,
-                    producer: None,
-                });
+                return Ok(AppendOutcome { kind: AppendKind::Closed, tail, closed: true, producer: None });
             }
-            return Err(OpError::StreamClosed {
-                tail: state.writer.tail,
-            });
+            return Err(OpError::StreamClosed { tail: state.writer.tail });
         }
         if let (Some(seq), Some(last)) = (&request.stream_seq, &state.writer.stream_seq) {
             if seq.as_bytes() <= last.as_bytes() {
@@ -201,11 +163,7 @@ impl Shard {
         state.writer.closed |= request.close;
         mark_touched(batch, &stream, &mut state);
         let outcome = AppendOutcome {
-            kind: if payload.is_some() {
-                AppendKind::Stored
-            } else {
-                AppendKind::Closed
-            },
+            kind: if payload.is_some() { AppendKind::Stored } else { AppendKind::Closed },
             tail: state.writer.tail,
             closed: state.writer.closed,
             producer: request.producer.as_ref().map(|tag| (tag.epoch, tag.seq)),
@@ -223,18 +181,16 @@ impl Shard {
         Ok(outcome)
     }
 
-    /// Refuses a new producer when the stream already tracks the most it may.
-    fn make_room_for_producer(
-        &self,
-        state: &mut StreamState,
-        id: &str,
-        now_ms: u64,
-    ) -> Result<(), OpError> {
+    /// Refuses a new producer when the stream already tracks the most it may (after
+    /// forgetting idle ones, in modes that forget them).
+    fn make_room_for_producer(&self, state: &mut StreamState, id: &str, now_ms: u64) -> Result<(), OpError> {
         let producers = &mut state.writer.producers;
         if producers.get(id).is_some() || producers.len() < PRODUCERS_PER_STREAM_MAX {
             return Ok(());
         }
-        producers.prune(now_ms, PRODUCER_IDLE_MS_MAX);
+        if let Some(idle_ms_max) = self.settings.producer_idle_ms_max {
+            producers.prune(now_ms, idle_ms_max);
+        }
         match producers.len() < PRODUCERS_PER_STREAM_MAX {
             true => Ok(()),
             false => Err(OpError::TooManyProducers),
@@ -282,10 +238,7 @@ impl Shard {
         mark_touched(batch, stream, &mut state);
         drop(state);
         batch.overlay.delete(Arc::clone(&stream.name));
-        batch.records.push(Record::Delete {
-            stream: stream.id,
-            expired,
-        });
+        batch.records.push(Record::Delete { stream: stream.id, expired });
     }
 
     /// Removes streams whose deadline has passed; re-queues those whose TTL was renewed.

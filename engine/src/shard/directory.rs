@@ -19,11 +19,7 @@ pub struct Directory {
 
 impl Directory {
     pub fn get(&self, name: &str) -> Option<Arc<Stream>> {
-        self.streams
-            .read()
-            .expect("directory lock")
-            .get(name)
-            .cloned()
+        self.streams.read().expect("directory lock").get(name).cloned()
     }
 
     pub fn len(&self) -> usize {

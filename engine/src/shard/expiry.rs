@@ -31,9 +31,7 @@ impl ExpiryQueue {
 
     /// Milliseconds until the earliest deadline (`None` when nothing can expire).
     pub fn wait_ms(&self, now_ms: u64) -> Option<u64> {
-        self.heap
-            .peek()
-            .map(|Reverse((deadline, _, _))| deadline.saturating_sub(now_ms))
+        self.heap.peek().map(|Reverse((deadline, _, _))| deadline.saturating_sub(now_ms))
     }
 
     /// Removes and returns up to [`EXPIRIES_PER_PASS_MAX`] entries due at `now_ms`.

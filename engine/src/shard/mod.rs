@@ -14,12 +14,13 @@
 
 mod apply;
 pub(crate) mod directory;
+mod doorbell;
 mod expiry;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 
 use crate::content_type::ContentType;
 use crate::limits::{ByteBudget, Limits};
@@ -30,6 +31,7 @@ use crate::storage::Persist;
 use crate::stream::{Published, Stream};
 use crate::time::Clock;
 use directory::{Directory, Overlay};
+use doorbell::Doorbell;
 use expiry::ExpiryQueue;
 
 /// Longest a shard sleeps without looking at its expiry queue.
@@ -42,25 +44,32 @@ pub(crate) struct ShardShared {
     pub directory: Directory,
     pub live: Arc<LiveRegistry>,
     ops: Sender<Op>,
+    doorbell: Doorbell,
 }
 
 impl ShardShared {
-    /// Sends an op without waiting; returns it back when the queue is full or closed.
+    /// Sends an op without waiting; refuses at once when the queue is full.
     pub fn submit(&self, op: Op) -> Result<(), OpError> {
         self.ops.try_send(op).map_err(|error| match error {
             TrySendError::Full(_) => OpError::Overloaded,
             TrySendError::Disconnected(_) => OpError::ShuttingDown,
-        })
+        })?;
+        self.doorbell.ring();
+        Ok(())
     }
 
     /// Best-effort housekeeping request (dropped when the queue is busy).
     pub fn request(&self, op: Op) {
-        let _ = self.ops.try_send(op);
+        if self.ops.try_send(op).is_ok() {
+            self.doorbell.ring();
+        }
     }
 
     /// Asks the shard to finish its batch and stop, waiting for queue space if needed.
     pub fn stop(&self) {
-        let _ = self.ops.send(Op::Stop);
+        if self.ops.send(Op::Stop).is_ok() {
+            self.doorbell.ring();
+        }
     }
 }
 
@@ -68,6 +77,8 @@ impl ShardShared {
 #[derive(Clone, Debug)]
 pub(crate) struct ShardSettings {
     pub limits: Limits,
+    /// Forget producers idle this long (memory mode); `None` keeps them for the stream's life.
+    pub producer_idle_ms_max: Option<u64>,
     pub batch_ops_max: usize,
     pub batch_bytes_max: usize,
     pub clock: Clock,
@@ -83,9 +94,12 @@ pub(crate) struct Shard {
     content_types: Vec<ContentType>,
     stream_id_next: u64,
     batch_number: u64,
+    /// The last batch's buffers, emptied, to be filled again without allocating.
+    recycled: Option<Batch>,
 }
 
 /// One group commit's worth of applied ops.
+#[derive(Default)]
 pub(crate) struct Batch {
     number: u64,
     now_ms: u64,
@@ -127,6 +141,7 @@ impl Shard {
             directory: Directory::default(),
             live: Arc::new(LiveRegistry::default()),
             ops: sender,
+            doorbell: Doorbell::default(),
         });
         let shard = Shard {
             shared: Arc::clone(&shared),
@@ -138,6 +153,7 @@ impl Shard {
             content_types: Vec::new(),
             stream_id_next: 1,
             batch_number: 0,
+            recycled: None,
         };
         (shard, shared)
     }
@@ -145,17 +161,19 @@ impl Shard {
     /// Runs the loop until asked to stop. Never returns early on an error: errors that
     /// threaten durability abort the process inside [`Shard::commit`].
     pub fn run(mut self) {
+        self.shared.doorbell.bind_to_current_thread();
         loop {
-            let now_ms = self.settings.clock.now_ms();
-            let wait_ms = self
-                .expiry
-                .wait_ms(now_ms)
-                .unwrap_or(IDLE_WAKE_MS_MAX)
-                .min(IDLE_WAKE_MS_MAX);
-            let first = match self.ops.recv_timeout(Duration::from_millis(wait_ms.max(1))) {
+            let first = match self.ops.try_recv() {
                 Ok(op) => Some(op),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(TryRecvError::Disconnected) => break,
+                Err(TryRecvError::Empty) => {
+                    let now_ms = self.settings.clock.now_ms();
+                    let wait_ms =
+                        self.expiry.wait_ms(now_ms).unwrap_or(IDLE_WAKE_MS_MAX).min(IDLE_WAKE_MS_MAX);
+                    let queue = &self.ops;
+                    self.shared.doorbell.sleep(Duration::from_millis(wait_ms.max(1)), || queue.is_empty());
+                    self.ops.try_recv().ok()
+                }
             };
             if !self.run_batch(first) {
                 break;
@@ -166,16 +184,19 @@ impl Shard {
 
     /// Applies `first` and whatever else is queued, then commits. False once asked to stop.
     fn run_batch(&mut self, first: Option<Op>) -> bool {
+        let (batch, keep_running) = self.collect(first);
+        self.commit(batch);
+        keep_running
+    }
+
+    /// Steps 1 and 2: drains queued ops up to the batch limits and applies them, along with
+    /// any expiries that are due. Also returns false once asked to stop.
+    fn collect(&mut self, first: Option<Op>) -> (Batch, bool) {
         self.batch_number += 1;
-        let mut batch = Batch {
-            number: self.batch_number,
-            now_ms: self.settings.clock.now_ms(),
-            records: Vec::new(),
-            touched: Vec::new(),
-            overlay: Overlay::default(),
-            replies: Vec::new(),
-            payload_bytes: 0,
-        };
+        let mut batch = self.recycled.take().unwrap_or_default();
+        batch.number = self.batch_number;
+        batch.now_ms = self.settings.clock.now_ms();
+        batch.payload_bytes = 0;
         let mut keep_running = true;
         let mut next = first;
         while let Some(op) = next.take() {
@@ -184,46 +205,44 @@ impl Shard {
                 break;
             }
             self.apply(&mut batch, op);
-            if batch.replies.len() >= self.settings.batch_ops_max
-                || batch.payload_bytes >= self.settings.batch_bytes_max
-            {
+            let full = batch.replies.len() >= self.settings.batch_ops_max
+                || batch.payload_bytes >= self.settings.batch_bytes_max;
+            if full {
                 break;
             }
             next = self.ops.try_recv().ok();
         }
         self.expire_due(&mut batch);
-        self.commit(batch);
-        keep_running
+        (batch, keep_running)
     }
 
     /// Steps 3 and 4: make the batch durable, then publish it.
     fn commit(&mut self, mut batch: Batch) {
-        if batch.records.is_empty() && batch.replies.is_empty() {
-            return;
+        if !batch.records.is_empty() || !batch.replies.is_empty() {
+            if let Err(error) = self.persist.commit(&batch.records) {
+                tracing::error!(%error, "commit failed; stopping before acknowledging anything");
+                std::process::abort();
+            }
+            self.publish(&mut batch);
         }
-        if let Err(error) = self.persist.commit(&batch.records) {
-            tracing::error!(%error, "commit failed; stopping before acknowledging anything");
-            std::process::abort();
-        }
+        batch.records.clear();
+        batch.touched.clear();
+        self.recycled = Some(batch);
+    }
+
+    /// Step 4: readers see the batch, requesters get their answers, live readers wake.
+    fn publish(&self, batch: &mut Batch) {
         for stream in &batch.touched {
             let mut state = stream.write_state();
-            debug_assert!(
-                state.published.tail <= state.writer.tail,
-                "the published tail never moves back"
-            );
-            state.published = Published {
-                tail: state.writer.tail,
-                closed: state.writer.closed,
-                gone: state.writer.gone,
-            };
+            debug_assert!(state.published.tail <= state.writer.tail, "the published tail never moves back");
+            state.published =
+                Published { tail: state.writer.tail, closed: state.writer.closed, gone: state.writer.gone };
         }
         self.shared.directory.apply(&mut batch.overlay);
-        for reply in batch.replies {
+        for reply in batch.replies.drain(..) {
             reply.send();
         }
-        self.shared
-            .live
-            .wake(batch.touched.iter().map(|stream| stream.id));
+        self.shared.live.wake(batch.touched.iter().map(|stream| stream.id));
     }
 
     fn next_stream_id(&mut self) -> u64 {
@@ -234,14 +253,136 @@ impl Shard {
 
     /// Makes `content_type` share the strings of an equal one this shard already holds.
     fn share_content_type(&mut self, content_type: &mut ContentType) {
-        if let Some(known) = self
-            .content_types
-            .iter()
-            .find(|known| *known == content_type)
-        {
+        if let Some(known) = self.content_types.iter().find(|known| *known == content_type) {
             content_type.share_with(known);
         } else if self.content_types.len() < CONTENT_TYPES_SHARED_MAX {
             self.content_types.push(content_type.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content_type::ContentType;
+    use crate::name::StreamName;
+    use crate::op::{AppendRequest, CreateRequest};
+    use crate::payload::Payload;
+    use crate::storage::MemoryPersist;
+    use crate::stream::StreamConfig;
+    use bytes::Bytes;
+    use tokio::sync::oneshot;
+
+    fn shard(queue_capacity: usize) -> (Shard, Arc<ShardShared>) {
+        let settings = ShardSettings {
+            limits: Limits::default(),
+            producer_idle_ms_max: None,
+            batch_ops_max: 64,
+            batch_bytes_max: 1 << 20,
+            clock: Clock::manual(1_000),
+        };
+        let budget = Arc::new(ByteBudget::new(Limits::default().total_bytes_max));
+        Shard::new(queue_capacity, budget, settings, Box::new(MemoryPersist))
+    }
+
+    fn create(name: &str) -> (Op, oneshot::Receiver<Result<CreateOutcome, OpError>>) {
+        let (reply, answer) = oneshot::channel();
+        let config = StreamConfig {
+            content_type: ContentType::parse("text/plain").unwrap(),
+            ttl_secs: None,
+            expires_at_ms: None,
+        };
+        let request =
+            CreateRequest { name: StreamName::new(name).unwrap(), config, initial: None, closed: false };
+        (Op::Create(request, reply), answer)
+    }
+
+    fn append(name: &str, body: &'static [u8]) -> (Op, oneshot::Receiver<Result<AppendOutcome, OpError>>) {
+        let (reply, answer) = oneshot::channel();
+        let request = AppendRequest {
+            name: StreamName::new(name).unwrap(),
+            content_type: Some(ContentType::parse("text/plain").unwrap()),
+            payload: Some(Payload::raw(Bytes::from_static(body))),
+            close: false,
+            producer: None,
+            stream_seq: None,
+        };
+        (Op::Append(request, reply), answer)
+    }
+
+    #[test]
+    fn a_full_queue_refuses_at_once() {
+        let (_shard, shared) = shard(1);
+        let (first, _a) = create("a");
+        let (second, _b) = create("b");
+        assert!(shared.submit(first).is_ok());
+        assert_eq!(shared.submit(second).err(), Some(OpError::Overloaded));
+    }
+
+    #[test]
+    fn a_batch_is_invisible_until_committed_and_publishes_each_stream_once() {
+        let (mut shard, shared) = shard(16);
+        let (first, mut created) = create("s");
+        let mut answers = Vec::new();
+        for body in [&b"a"[..], b"b", b"c"] {
+            let (op, answer) = append("s", body);
+            shared.submit(op).unwrap();
+            answers.push(answer);
+        }
+        let (batch, keep_running) = shard.collect(Some(first));
+        assert!(keep_running);
+        assert_eq!(batch.records.len(), 4, "one record per accepted op");
+        assert_eq!(batch.touched.len(), 1, "one stream, published once");
+        assert!(shared.directory.get("s").is_none(), "the create is not visible before the commit");
+        assert!(created.try_recv().is_err(), "nothing is acknowledged before the commit");
+        let stream = Arc::clone(&batch.touched[0]);
+        assert_eq!(stream.read_state().published.tail, crate::offset::Offset::ZERO);
+
+        shard.commit(batch);
+        assert!(created.try_recv().unwrap().unwrap().created);
+        let tails: Vec<_> =
+            answers.iter_mut().map(|a| a.try_recv().unwrap().unwrap().tail.messages).collect();
+        assert_eq!(tails, [1, 2, 3]);
+        assert!(shared.directory.get("s").is_some());
+        assert_eq!(stream.read_state().published.tail.bytes, 3);
+    }
+
+    #[test]
+    fn delete_and_recreate_in_one_batch_leave_the_new_stream() {
+        let (mut shard, shared) = shard(16);
+        let (first, _) = create("s");
+        shard.run_batch(Some(first));
+        let old = shared.directory.get("s").unwrap();
+        let (reply, deleted) = oneshot::channel();
+        shared.submit(Op::Delete(StreamName::new("s").unwrap(), reply)).unwrap();
+        let (recreate, mut recreated) = create("s");
+        shared.submit(recreate).unwrap();
+        let (op, _) = append("s", b"new");
+        let (batch, _) = shard.collect(Some(op));
+        assert!(shared.directory.get("s").is_some_and(|s| Arc::ptr_eq(&s, &old)), "old stream until commit");
+        shard.commit(batch);
+        drop(deleted);
+        assert!(recreated.try_recv().unwrap().unwrap().created);
+        let new = shared.directory.get("s").unwrap();
+        assert_ne!(new.id, old.id);
+        assert!(old.read_state().published.gone);
+        assert_eq!(
+            new.read_state().published.tail.bytes,
+            0,
+            "the append went to the old stream, before the delete"
+        );
+    }
+
+    #[test]
+    fn stop_ends_the_loop_after_the_batch() {
+        let (mut shard, shared) = shard(16);
+        let (first, mut created) = create("s");
+        shared.submit(first).unwrap();
+        shared.stop();
+        let first = shard.ops.try_recv().ok();
+        let (batch, keep_running) = shard.collect(first);
+        assert!(!keep_running);
+        shard.commit(batch);
+        assert!(created.try_recv().unwrap().is_ok(), "ops before Stop are answered");
     }
 }

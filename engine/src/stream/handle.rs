@@ -56,11 +56,7 @@ pub struct MessagesResult {
 
 impl StreamHandle {
     pub(crate) fn new(stream: Arc<Stream>, shard: Arc<ShardShared>, clock: Clock) -> StreamHandle {
-        StreamHandle {
-            stream,
-            shard,
-            clock,
-        }
+        StreamHandle { stream, shard, clock }
     }
 
     /// Identifies this incarnation of the stream.
@@ -108,31 +104,18 @@ impl StreamHandle {
         let chunk = state.data.read(from, published.tail, bytes_max)?;
         drop(state);
         self.touch();
-        Ok(Some(ReadResult {
-            start: from,
-            chunk,
-            tail: published.tail,
-            closed: published.closed,
-        }))
+        Ok(Some(ReadResult { start: from, chunk, tail: published.tail, closed: published.closed }))
     }
 
     /// Reads single messages from `from` (for SSE), at most about `bytes_max` stored bytes.
-    pub fn read_messages(
-        &self,
-        from: Offset,
-        bytes_max: usize,
-    ) -> Result<Option<MessagesResult>, ReadError> {
+    pub fn read_messages(&self, from: Offset, bytes_max: usize) -> Result<Option<MessagesResult>, ReadError> {
         let state = self.stream.read_state();
         let published = state.published;
         if !self.alive(published) {
             return Ok(None);
         }
         let messages = state.data.read_messages(from, published.tail, bytes_max)?;
-        Ok(Some(MessagesResult {
-            messages,
-            tail: published.tail,
-            closed: published.closed,
-        }))
+        Ok(Some(MessagesResult { messages, tail: published.tail, closed: published.closed }))
     }
 
     /// Registers for tail-advance wakes of this stream.
@@ -145,10 +128,7 @@ impl StreamHandle {
             return false;
         }
         if self.stream.is_expired(self.clock.now_ms()) {
-            self.shard.request(Op::Expire {
-                name: Arc::clone(&self.stream.name),
-                id: self.stream.id,
-            });
+            self.shard.request(Op::Expire { name: Arc::clone(&self.stream.name), id: self.stream.id });
             return false;
         }
         true

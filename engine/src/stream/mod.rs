@@ -108,11 +108,10 @@ impl Stream {
 
     /// When the stream expires, if it can (clock milliseconds; TTL counted from last access).
     pub fn deadline_ms(&self) -> Option<u64> {
-        let ttl_deadline = self.config.ttl_secs.map(|ttl| {
-            self.last_access_ms
-                .load(Ordering::Acquire)
-                .saturating_add(ttl.saturating_mul(1000))
-        });
+        let ttl_deadline = self
+            .config
+            .ttl_secs
+            .map(|ttl| self.last_access_ms.load(Ordering::Acquire).saturating_add(ttl.saturating_mul(1000)));
         let absolute = self.config.expires_at_ms.map(|at| at.max(0) as u64);
         match (ttl_deadline, absolute) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -121,17 +120,13 @@ impl Stream {
     }
 
     pub fn is_expired(&self, now_ms: u64) -> bool {
-        self.deadline_ms()
-            .is_some_and(|deadline| now_ms >= deadline)
+        self.deadline_ms().is_some_and(|deadline| now_ms >= deadline)
     }
 
     /// Whole seconds left of the TTL window, rounded up.
     pub fn ttl_remaining_secs(&self, now_ms: u64) -> Option<u64> {
         let ttl = self.config.ttl_secs?;
-        let deadline = self
-            .last_access_ms
-            .load(Ordering::Acquire)
-            .saturating_add(ttl.saturating_mul(1000));
+        let deadline = self.last_access_ms.load(Ordering::Acquire).saturating_add(ttl.saturating_mul(1000));
         Some(deadline.saturating_sub(now_ms).div_ceil(1000))
     }
 
@@ -141,15 +136,11 @@ impl Stream {
     }
 
     pub(crate) fn read_state(&self) -> std::sync::RwLockReadGuard<'_, StreamState> {
-        self.state
-            .read()
-            .expect("stream lock is never poisoned: holders do not panic")
+        self.state.read().expect("stream lock is never poisoned: holders do not panic")
     }
 
     pub(crate) fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, StreamState> {
-        self.state
-            .write()
-            .expect("stream lock is never poisoned: holders do not panic")
+        self.state.write().expect("stream lock is never poisoned: holders do not panic")
     }
 }
 
@@ -158,11 +149,7 @@ mod tests {
     use super::*;
 
     fn config(ttl_secs: Option<u64>, expires_at_ms: Option<i64>) -> StreamConfig {
-        StreamConfig {
-            content_type: ContentType::default_type(),
-            ttl_secs,
-            expires_at_ms,
-        }
+        StreamConfig { content_type: ContentType::default_type(), ttl_secs, expires_at_ms }
     }
 
     #[test]
@@ -175,11 +162,7 @@ mod tests {
         assert!(!stream.is_expired(13_000));
         assert!(stream.is_expired(13_500));
         stream.touch(100);
-        assert_eq!(
-            stream.deadline_ms(),
-            Some(13_500),
-            "touch never moves the window back"
-        );
+        assert_eq!(stream.deadline_ms(), Some(13_500), "touch never moves the window back");
 
         let fixed = Stream::new(2, "s".into(), config(None, Some(20_000)), 0);
         fixed.touch(19_000);

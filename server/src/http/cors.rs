@@ -4,16 +4,16 @@
 //! exact origins. Listed origins are echoed back with `Vary: Origin`; others get no
 //! `Access-Control-Allow-Origin`, so browsers keep the response from their scripts.
 
-use hyper::header::{HeaderMap, HeaderValue};
+use hyper::header::{
+    HeaderMap, HeaderValue, ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, VARY,
+};
 
 /// Headers a browser script may read from our responses.
-pub const EXPOSED_HEADERS: &str =
-    "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, \
+pub const EXPOSED_HEADERS: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, \
      Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, \
      Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, Retry-After";
 /// Request headers a browser script may send.
-pub const ALLOWED_HEADERS: &str =
-    "Content-Type, If-None-Match, Last-Event-ID, Authorization, Stream-Seq, \
+pub const ALLOWED_HEADERS: &str = "Content-Type, If-None-Match, Last-Event-ID, Authorization, Stream-Seq, \
      Stream-TTL, Stream-Expires-At, Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq";
 /// Methods a browser script may use.
 pub const ALLOWED_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
@@ -34,11 +34,8 @@ impl CorsPolicy {
         if text == "*" {
             return Ok(CorsPolicy::AnyOrigin);
         }
-        let origins: Vec<String> = text
-            .split(',')
-            .map(|o| o.trim().to_string())
-            .filter(|o| !o.is_empty())
-            .collect();
+        let origins: Vec<String> =
+            text.split(',').map(|o| o.trim().to_string()).filter(|o| !o.is_empty()).collect();
         if origins.is_empty() {
             return Err("expected * or a comma-separated list of origins".into());
         }
@@ -47,9 +44,7 @@ impl CorsPolicy {
                 && HeaderValue::from_str(origin).is_ok()
                 && !origin.ends_with('/');
             if !valid {
-                return Err(format!(
-                    "{origin:?} is not an origin like https://app.example"
-                ));
+                return Err(format!("{origin:?} is not an origin like https://app.example"));
             }
         }
         Ok(CorsPolicy::Origins(origins))
@@ -59,24 +54,21 @@ impl CorsPolicy {
     /// `Origin` (not from a browser's cross-origin fetch) need none.
     pub fn apply(&self, origin: Option<&HeaderValue>, headers: &mut HeaderMap) {
         if let CorsPolicy::Origins(_) = self {
-            headers.append("vary", HeaderValue::from_static("Origin"));
+            headers.append(VARY, HeaderValue::from_static("Origin"));
         }
         let Some(origin) = origin else { return };
         match self {
             CorsPolicy::AnyOrigin => {
-                headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+                headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
             }
             CorsPolicy::Origins(allowed) => {
                 if !allowed.iter().any(|a| a.as_bytes() == origin.as_bytes()) {
                     return;
                 }
-                headers.insert("access-control-allow-origin", origin.clone());
+                headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
             }
         }
-        headers.insert(
-            "access-control-expose-headers",
-            HeaderValue::from_static(EXPOSED_HEADERS),
-        );
+        headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(EXPOSED_HEADERS));
     }
 }
 
@@ -87,10 +79,9 @@ mod tests {
     #[test]
     fn any_origin_by_default() {
         let mut headers = HeaderMap::new();
-        CorsPolicy::parse("*").unwrap().apply(
-            Some(&HeaderValue::from_static("https://x.example")),
-            &mut headers,
-        );
+        CorsPolicy::parse("*")
+            .unwrap()
+            .apply(Some(&HeaderValue::from_static("https://x.example")), &mut headers);
         assert_eq!(headers["access-control-allow-origin"], "*");
         assert!(headers.contains_key("access-control-expose-headers"));
         let mut headers = HeaderMap::new();
@@ -102,20 +93,11 @@ mod tests {
     fn listed_origins_are_echoed_and_others_are_not() {
         let policy = CorsPolicy::parse("https://a.example, http://b.example:8080").unwrap();
         let mut headers = HeaderMap::new();
-        policy.apply(
-            Some(&HeaderValue::from_static("http://b.example:8080")),
-            &mut headers,
-        );
-        assert_eq!(
-            headers["access-control-allow-origin"],
-            "http://b.example:8080"
-        );
+        policy.apply(Some(&HeaderValue::from_static("http://b.example:8080")), &mut headers);
+        assert_eq!(headers["access-control-allow-origin"], "http://b.example:8080");
         assert_eq!(headers["vary"], "Origin");
         let mut headers = HeaderMap::new();
-        policy.apply(
-            Some(&HeaderValue::from_static("https://evil.example")),
-            &mut headers,
-        );
+        policy.apply(Some(&HeaderValue::from_static("https://evil.example")), &mut headers);
         assert!(!headers.contains_key("access-control-allow-origin"));
     }
 

@@ -19,8 +19,7 @@ pub const STREAM_CURSOR: HeaderName = HeaderName::from_static("stream-cursor");
 pub const STREAM_TTL: HeaderName = HeaderName::from_static("stream-ttl");
 pub const STREAM_EXPIRES_AT: HeaderName = HeaderName::from_static("stream-expires-at");
 pub const STREAM_SEQ: HeaderName = HeaderName::from_static("stream-seq");
-pub const STREAM_SSE_DATA_ENCODING: HeaderName =
-    HeaderName::from_static("stream-sse-data-encoding");
+pub const STREAM_SSE_DATA_ENCODING: HeaderName = HeaderName::from_static("stream-sse-data-encoding");
 pub const PRODUCER_ID: HeaderName = HeaderName::from_static("producer-id");
 pub const PRODUCER_EPOCH: HeaderName = HeaderName::from_static("producer-epoch");
 pub const PRODUCER_SEQ: HeaderName = HeaderName::from_static("producer-seq");
@@ -51,14 +50,11 @@ pub fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'
         return Ok(None);
     };
     if values.next().is_some() {
-        return Err(Problem::bad_request(
-            "duplicate-header",
-            format!("{name} is given more than once"),
-        ));
+        return Err(Problem::bad_request("duplicate-header", format!("{name} is given more than once")));
     }
-    let text = first.to_str().map_err(|_| {
-        Problem::bad_request("invalid-header", format!("{name} is not visible ASCII"))
-    })?;
+    let text = first
+        .to_str()
+        .map_err(|_| Problem::bad_request("invalid-header", format!("{name} is not visible ASCII")))?;
     Ok(Some(text))
 }
 
@@ -78,10 +74,7 @@ pub fn stream_closed(headers: &HeaderMap) -> Result<bool, Problem> {
         None => Ok(false),
         Some(text) if text.trim().eq_ignore_ascii_case("true") => Ok(true),
         Some(text) if text.trim().eq_ignore_ascii_case("false") => Ok(false),
-        Some(_) => Err(Problem::bad_request(
-            "invalid-stream-closed",
-            "Stream-Closed must be true or false",
-        )),
+        Some(_) => Err(Problem::bad_request("invalid-stream-closed", "Stream-Closed must be true or false")),
     }
 }
 
@@ -90,12 +83,8 @@ pub fn ttl_secs(headers: &HeaderMap) -> Result<Option<u64>, Problem> {
     let Some(text) = single(headers, &STREAM_TTL)? else {
         return Ok(None);
     };
-    let invalid = || {
-        Problem::bad_request(
-            "invalid-ttl",
-            "Stream-TTL must be whole seconds (digits, no leading zeros)",
-        )
-    };
+    let invalid =
+        || Problem::bad_request("invalid-ttl", "Stream-TTL must be whole seconds (digits, no leading zeros)");
     let secs = canonical_integer(text).ok_or_else(invalid)?;
     if secs > TTL_SECS_MAX {
         return Err(invalid());
@@ -109,10 +98,7 @@ pub fn expires_at_ms(headers: &HeaderMap) -> Result<Option<i64>, Problem> {
         return Ok(None);
     };
     parse_rfc3339_ms(text.trim()).map(Some).ok_or_else(|| {
-        Problem::bad_request(
-            "invalid-expires-at",
-            "Stream-Expires-At must be an RFC 3339 timestamp",
-        )
+        Problem::bad_request("invalid-expires-at", "Stream-Expires-At must be an RFC 3339 timestamp")
     })
 }
 
@@ -132,26 +118,16 @@ pub fn producer(headers: &HeaderMap) -> Result<Option<ProducerTag>, Problem> {
         }
     };
     if id.is_empty() || id.len() > PRODUCER_ID_BYTES_MAX {
-        return Err(Problem::bad_request(
-            "invalid-producer",
-            "Producer-Id must be 1 to 256 bytes",
-        ));
+        return Err(Problem::bad_request("invalid-producer", "Producer-Id must be 1 to 256 bytes"));
     }
     let number = |name: &str, text: &str| {
         producer_number(text).ok_or_else(|| {
-            Problem::bad_request(
-                "invalid-producer",
-                format!("{name} must be an integer from 0 to 2^53-1"),
-            )
+            Problem::bad_request("invalid-producer", format!("{name} must be an integer from 0 to 2^53-1"))
         })
     };
     let epoch = number("Producer-Epoch", epoch)?;
     let seq = number("Producer-Seq", seq)?;
-    Ok(Some(ProducerTag {
-        id: id.into(),
-        epoch,
-        seq,
-    }))
+    Ok(Some(ProducerTag { id: id.into(), epoch, seq }))
 }
 
 /// `Stream-Seq`: an opaque, non-empty string compared bytewise.
@@ -160,10 +136,7 @@ pub fn stream_seq(headers: &HeaderMap) -> Result<Option<Box<str>>, Problem> {
         return Ok(None);
     };
     if text.is_empty() || text.len() > STREAM_SEQ_BYTES_MAX {
-        return Err(Problem::bad_request(
-            "invalid-stream-seq",
-            "Stream-Seq must be 1 to 256 bytes",
-        ));
+        return Err(Problem::bad_request("invalid-stream-seq", "Stream-Seq must be 1 to 256 bytes"));
     }
     Ok(Some(text.into()))
 }
@@ -179,8 +152,7 @@ fn canonical_integer(text: &str) -> Option<u64> {
 
 /// Digits only, at most 2^53-1.
 fn producer_number(text: &str) -> Option<u64> {
-    let digits_only =
-        !text.is_empty() && text.len() <= 20 && text.bytes().all(|b| b.is_ascii_digit());
+    let digits_only = !text.is_empty() && text.len() <= 20 && text.bytes().all(|b| b.is_ascii_digit());
     let value: u64 = digits_only.then(|| text.parse().ok()).flatten()?;
     (value <= PRODUCER_NUMBER_MAX).then_some(value)
 }
@@ -192,55 +164,25 @@ mod tests {
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (name, value) in pairs {
-            map.append(
-                HeaderName::from_static(name),
-                HeaderValue::from_str(value).unwrap(),
-            );
+            map.append(HeaderName::from_static(name), HeaderValue::from_str(value).unwrap());
         }
         map
     }
 
     #[test]
     fn ttl_is_strict() {
-        assert_eq!(
-            ttl_secs(&headers(&[("stream-ttl", "3600")])).unwrap(),
-            Some(3600)
-        );
+        assert_eq!(ttl_secs(&headers(&[("stream-ttl", "3600")])).unwrap(), Some(3600));
         assert_eq!(ttl_secs(&headers(&[("stream-ttl", "0")])).unwrap(), Some(0));
         assert_eq!(ttl_secs(&headers(&[])).unwrap(), None);
-        for bad in [
-            "abc",
-            "-1",
-            "+60",
-            "00060",
-            "60.5",
-            "1e3",
-            "",
-            " 60",
-            "99999999999999999999",
-        ] {
-            assert!(
-                ttl_secs(&headers(&[("stream-ttl", bad)])).is_err(),
-                "{bad:?}"
-            );
+        for bad in ["abc", "-1", "+60", "00060", "60.5", "1e3", "", " 60", "99999999999999999999"] {
+            assert!(ttl_secs(&headers(&[("stream-ttl", bad)])).is_err(), "{bad:?}");
         }
     }
 
     #[test]
     fn producer_headers_come_together_and_are_integers() {
-        let tag = producer(&headers(&[
-            ("producer-id", "p"),
-            ("producer-epoch", "2"),
-            ("producer-seq", "0"),
-        ]));
-        assert_eq!(
-            tag.unwrap(),
-            Some(ProducerTag {
-                id: "p".into(),
-                epoch: 2,
-                seq: 0
-            })
-        );
+        let tag = producer(&headers(&[("producer-id", "p"), ("producer-epoch", "2"), ("producer-seq", "0")]));
+        assert_eq!(tag.unwrap(), Some(ProducerTag { id: "p".into(), epoch: 2, seq: 0 }));
         assert_eq!(producer(&headers(&[])).unwrap(), None);
         let partial = [
             &[("producer-id", "p")][..],
@@ -250,32 +192,15 @@ mod tests {
         for pairs in partial {
             assert!(producer(&headers(pairs)).is_err());
         }
-        for (epoch, seq) in [
-            ("1abc", "0"),
-            ("0", "1abc"),
-            ("1e3", "0"),
-            ("-1", "0"),
-            ("9007199254740992", "0"),
-            ("", "0"),
-        ] {
-            let pairs = [
-                ("producer-id", "p"),
-                ("producer-epoch", epoch),
-                ("producer-seq", seq),
-            ];
+        for (epoch, seq) in
+            [("1abc", "0"), ("0", "1abc"), ("1e3", "0"), ("-1", "0"), ("9007199254740992", "0"), ("", "0")]
+        {
+            let pairs = [("producer-id", "p"), ("producer-epoch", epoch), ("producer-seq", seq)];
             assert!(producer(&headers(&pairs)).is_err(), "{epoch} {seq}");
         }
-        let empty_id = [
-            ("producer-id", ""),
-            ("producer-epoch", "0"),
-            ("producer-seq", "0"),
-        ];
+        let empty_id = [("producer-id", ""), ("producer-epoch", "0"), ("producer-seq", "0")];
         assert!(producer(&headers(&empty_id)).is_err());
-        let max = [
-            ("producer-id", "p"),
-            ("producer-epoch", "9007199254740991"),
-            ("producer-seq", "0"),
-        ];
+        let max = [("producer-id", "p"), ("producer-epoch", "9007199254740991"), ("producer-seq", "0")];
         assert!(producer(&headers(&max)).is_ok());
     }
 
@@ -284,20 +209,14 @@ mod tests {
         assert!(stream_closed(&headers(&[("stream-closed", "TRUE")])).unwrap());
         assert!(!stream_closed(&headers(&[("stream-closed", "false")])).unwrap());
         assert!(stream_closed(&headers(&[("stream-closed", "yes")])).is_err());
-        assert!(stream_closed(&headers(&[
-            ("stream-closed", "true"),
-            ("stream-closed", "true")
-        ]))
-        .is_err());
+        assert!(stream_closed(&headers(&[("stream-closed", "true"), ("stream-closed", "true")])).is_err());
     }
 
     #[test]
     fn content_type_and_expiry() {
         assert!(content_type(&headers(&[("content-type", "")])).is_err());
         assert!(content_type(&headers(&[("content-type", "nonsense")])).is_err());
-        assert!(content_type(&headers(&[("content-type", "text/plain")]))
-            .unwrap()
-            .is_some());
+        assert!(content_type(&headers(&[("content-type", "text/plain")])).unwrap().is_some());
         assert_eq!(
             expires_at_ms(&headers(&[("stream-expires-at", "1970-01-01T00:00:01Z")])).unwrap(),
             Some(1000)

@@ -23,12 +23,7 @@ pub struct Problem {
 impl Problem {
     /// A problem of status `status`; `kind` is a short slug such as `invalid-offset`.
     pub fn new(status: StatusCode, kind: &'static str, detail: impl Into<String>) -> Problem {
-        Problem {
-            status,
-            kind,
-            detail: detail.into(),
-            headers: Vec::new(),
-        }
+        Problem { status, kind, detail: detail.into(), headers: Vec::new() }
     }
 
     pub fn bad_request(kind: &'static str, detail: impl Into<String>) -> Problem {
@@ -60,10 +55,7 @@ impl Problem {
         let mut response = Response::new(Body::full(body));
         *response.status_mut() = self.status;
         let headers = response.headers_mut();
-        headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         for (name, value) in self.headers {
             headers.insert(name, value);
         }
@@ -79,10 +71,7 @@ mod tests {
     #[tokio::test]
     async fn renders_a_problem_document_with_headers() {
         let problem = Problem::new(StatusCode::CONFLICT, "stream-closed", "stream is closed")
-            .with_header(
-                HeaderName::from_static("stream-closed"),
-                HeaderValue::from_static("true"),
-            );
+            .with_header(HeaderName::from_static("stream-closed"), HeaderValue::from_static("true"));
         let response = problem.into_response();
         assert_eq!(response.status(), StatusCode::CONFLICT);
         assert_eq!(response.headers()[CONTENT_TYPE], "application/problem+json");

@@ -28,29 +28,17 @@ const VALUE_BYTES_MAX: usize = 256;
 
 impl ReadQuery {
     pub fn parse(query: Option<&str>) -> Result<ReadQuery, Problem> {
-        let mut read = ReadQuery {
-            offset: None,
-            live: Live::No,
-            cursor: None,
-        };
+        let mut read = ReadQuery { offset: None, live: Live::No, cursor: None };
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (key, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
             let value = || {
-                decode(raw_value)
-                    .filter(|v| v.len() <= VALUE_BYTES_MAX)
-                    .ok_or_else(|| {
-                        Problem::bad_request(
-                            "invalid-query",
-                            format!("query parameter {key} is malformed"),
-                        )
-                    })
+                decode(raw_value).filter(|v| v.len() <= VALUE_BYTES_MAX).ok_or_else(|| {
+                    Problem::bad_request("invalid-query", format!("query parameter {key} is malformed"))
+                })
             };
             match key {
                 "offset" if read.offset.is_some() => {
-                    return Err(Problem::bad_request(
-                        "invalid-offset",
-                        "offset is given more than once",
-                    ));
+                    return Err(Problem::bad_request("invalid-offset", "offset is given more than once"));
                 }
                 "offset" => read.offset = Some(value()?),
                 "live" => {
@@ -58,10 +46,7 @@ impl ReadQuery {
                         "long-poll" => Live::LongPoll,
                         "sse" => Live::Sse,
                         _ => {
-                            return Err(Problem::bad_request(
-                                "invalid-live",
-                                "live must be long-poll or sse",
-                            ))
+                            return Err(Problem::bad_request("invalid-live", "live must be long-poll or sse"))
                         }
                     }
                 }
@@ -100,24 +85,11 @@ mod tests {
         let query = ReadQuery::parse(Some("offset=-1&live=long-poll&cursor=42&foo=bar")).unwrap();
         assert_eq!(
             query,
-            ReadQuery {
-                offset: Some("-1".into()),
-                live: Live::LongPoll,
-                cursor: Some("42".into())
-            }
+            ReadQuery { offset: Some("-1".into()), live: Live::LongPoll, cursor: Some("42".into()) }
         );
         assert_eq!(ReadQuery::parse(None).unwrap().offset, None);
-        assert_eq!(
-            ReadQuery::parse(Some("offset=0%201"))
-                .unwrap()
-                .offset
-                .as_deref(),
-            Some("0 1")
-        );
-        assert_eq!(
-            ReadQuery::parse(Some("offset=")).unwrap().offset.as_deref(),
-            Some("")
-        );
+        assert_eq!(ReadQuery::parse(Some("offset=0%201")).unwrap().offset.as_deref(), Some("0 1"));
+        assert_eq!(ReadQuery::parse(Some("offset=")).unwrap().offset.as_deref(), Some(""));
     }
 
     #[test]

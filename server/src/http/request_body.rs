@@ -21,19 +21,14 @@ pub async fn read(body: Incoming, headers: &HeaderMap, bytes_max: u64) -> Result
             format!("request body is larger than {bytes_max} bytes"),
         )
     };
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|length| length > bytes_max) {
         return Err(too_large());
     }
     match Limited::new(body, bytes_max as usize).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(_) => Err(Problem::bad_request(
-            "body-unreadable",
-            "request body could not be read",
-        )),
+        Err(_) => Err(Problem::bad_request("body-unreadable", "request body could not be read")),
     }
 }

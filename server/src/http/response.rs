@@ -38,10 +38,7 @@ impl Body {
 
     pub fn slices(slices: Vec<Bytes>) -> Body {
         let remaining = slices.iter().map(|s| s.len() as u64).sum();
-        Body::Slices {
-            slices: slices.into_iter().filter(|s| !s.is_empty()).collect(),
-            remaining,
-        }
+        Body::Slices { slices: slices.into_iter().filter(|s| !s.is_empty()).collect(), remaining }
     }
 }
 
@@ -103,20 +100,17 @@ pub fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     }
 }
 
+const X_CONTENT_TYPE_OPTIONS: HeaderName = HeaderName::from_static("x-content-type-options");
+const CROSS_ORIGIN_RESOURCE_POLICY: HeaderName = HeaderName::from_static("cross-origin-resource-policy");
+
 /// Adds the headers of every response: caching, sniffing, resource policy and CORS.
 pub fn finish(response: &mut Response<Body>, cors: &CorsPolicy, origin: Option<&HeaderValue>) {
     let headers = response.headers_mut();
     if !headers.contains_key(CACHE_CONTROL) {
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-    headers.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        "cross-origin-resource-policy",
-        HeaderValue::from_static("cross-origin"),
-    );
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(CROSS_ORIGIN_RESOURCE_POLICY, HeaderValue::from_static("cross-origin"));
     cors.apply(origin, headers);
 }
 
@@ -128,11 +122,7 @@ mod tests {
 
     #[tokio::test]
     async fn slices_report_their_exact_length() {
-        let body = Body::slices(vec![
-            Bytes::from_static(b"ab"),
-            Bytes::new(),
-            Bytes::from_static(b"cde"),
-        ]);
+        let body = Body::slices(vec![Bytes::from_static(b"ab"), Bytes::new(), Bytes::from_static(b"cde")]);
         assert_eq!(body.size_hint().exact(), Some(5));
         assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"abcde");
         assert!(Body::slices(vec![]).is_end_stream());
@@ -141,21 +131,13 @@ mod tests {
     #[test]
     fn common_headers_keep_an_explicit_cache_control() {
         let mut plain = response(StatusCode::OK, Body::Empty);
-        finish(
-            &mut plain,
-            &CorsPolicy::AnyOrigin,
-            Some(&HeaderValue::from_static("https://a.example")),
-        );
+        finish(&mut plain, &CorsPolicy::AnyOrigin, Some(&HeaderValue::from_static("https://a.example")));
         assert_eq!(plain.headers()[CACHE_CONTROL], "no-store");
         assert_eq!(plain.headers()["x-content-type-options"], "nosniff");
-        assert_eq!(
-            plain.headers()["cross-origin-resource-policy"],
-            "cross-origin"
-        );
+        assert_eq!(plain.headers()["cross-origin-resource-policy"], "cross-origin");
         assert_eq!(plain.headers()["access-control-allow-origin"], "*");
         let mut sse = response(StatusCode::OK, Body::Empty);
-        sse.headers_mut()
-            .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        sse.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         finish(&mut sse, &CorsPolicy::AnyOrigin, None);
         assert_eq!(sse.headers()[CACHE_CONTROL], "no-cache");
     }

@@ -43,11 +43,7 @@ mod tests {
         assert_eq!(response_cursor(None, epoch_ms), 0);
         assert_eq!(response_cursor(None, epoch_ms + 45_000), 2);
         assert_eq!(response_cursor(Some("garbage"), epoch_ms + 45_000), 2);
-        assert_eq!(
-            response_cursor(Some("1"), epoch_ms + 45_000),
-            2,
-            "an old cursor gets the current one"
-        );
+        assert_eq!(response_cursor(Some("1"), epoch_ms + 45_000), 2, "an old cursor gets the current one");
     }
 
     #[test]
@@ -57,10 +53,7 @@ mod tests {
         for echoed in [current, current + 7] {
             for _ in 0..50 {
                 let next = response_cursor(Some(&echoed.to_string()), now_ms);
-                assert!(
-                    next > echoed && next <= echoed + JITTER_SECS_MAX / CURSOR_INTERVAL_SECS,
-                    "{next}"
-                );
+                assert!(next > echoed && next <= echoed + JITTER_SECS_MAX / CURSOR_INTERVAL_SECS, "{next}");
             }
         }
     }

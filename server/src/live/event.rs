@@ -36,12 +36,9 @@ pub fn write_data(out: &mut BytesMut, format: EventFormat, payload: &[u8], next:
     match format.encoding {
         SseEncoding::Base64 => {
             let start = out.len();
-            let length =
-                base64::encoded_len(payload.len(), true).expect("payload sizes are bounded");
+            let length = base64::encoded_len(payload.len(), true).expect("payload sizes are bounded");
             out.resize(start + length, 0);
-            STANDARD
-                .encode_slice(payload, &mut out[start..])
-                .expect("buffer sized by encoded_len");
+            STANDARD.encode_slice(payload, &mut out[start..]).expect("buffer sized by encoded_len");
         }
         SseEncoding::Text => {
             if format.json {
@@ -83,11 +80,7 @@ fn write_lines(out: &mut BytesMut, text: &[u8]) {
     while let Some(index) = rest.iter().position(|b| *b == b'\n' || *b == b'\r') {
         out.extend_from_slice(&rest[..index]);
         out.extend_from_slice(b"\ndata:");
-        let skip = if rest[index] == b'\r' && rest.get(index + 1) == Some(&b'\n') {
-            2
-        } else {
-            1
-        };
+        let skip = if rest[index] == b'\r' && rest.get(index + 1) == Some(&b'\n') { 2 } else { 1 };
         rest = &rest[index + skip..];
     }
     out.extend_from_slice(rest);
@@ -97,14 +90,8 @@ fn write_lines(out: &mut BytesMut, text: &[u8]) {
 mod tests {
     use super::*;
 
-    const NEXT: Offset = Offset {
-        messages: 1,
-        bytes: 5,
-    };
-    const TEXT: EventFormat = EventFormat {
-        encoding: SseEncoding::Text,
-        json: false,
-    };
+    const NEXT: Offset = Offset { messages: 1, bytes: 5 };
+    const TEXT: EventFormat = EventFormat { encoding: SseEncoding::Text, json: false };
 
     fn data(format: EventFormat, payload: &[u8]) -> String {
         let mut out = BytesMut::new();
@@ -114,17 +101,10 @@ mod tests {
 
     #[test]
     fn text_lines_become_data_lines_and_cannot_inject_events() {
-        assert_eq!(
-            data(TEXT, b"hello"),
-            "event: data\ndata:hello\nid:0000000000000001_0000000000000005\n\n"
-        );
+        assert_eq!(data(TEXT, b"hello"), "event: data\ndata:hello\nid:0000000000000001_0000000000000005\n\n");
         let attack = b"safe\r\n\r\nevent: control\rdata: {\"injected\":true}\n\nend";
         let event = data(TEXT, attack);
-        assert_eq!(
-            event.matches("\n\n").count(),
-            1,
-            "only the real end of event: {event:?}"
-        );
+        assert_eq!(event.matches("\n\n").count(), 1, "only the real end of event: {event:?}");
         assert!(event.starts_with(
             "event: data\ndata:safe\ndata:\ndata:event: control\ndata:data: {\"injected\":true}\ndata:\ndata:end\n"
         ));
@@ -132,16 +112,10 @@ mod tests {
 
     #[test]
     fn json_is_wrapped_and_binary_is_base64() {
-        let json = EventFormat {
-            encoding: SseEncoding::Text,
-            json: true,
-        };
+        let json = EventFormat { encoding: SseEncoding::Text, json: true };
         assert!(data(json, b"{\"id\":1}").contains("data:[{\"id\":1}]\n"));
         assert!(data(json, b"{\n \"a\": 1\n}").contains("data:[{\ndata: \"a\": 1\ndata:}]\n"));
-        let binary = EventFormat {
-            encoding: SseEncoding::Base64,
-            json: false,
-        };
+        let binary = EventFormat { encoding: SseEncoding::Base64, json: false };
         assert!(data(binary, b"Hello").contains("data:SGVsbG8=\n"));
         assert!(data(binary, &[0, b'\n', b'\r', 0xff]).contains("data:AAoN/w==\n"));
     }
@@ -149,30 +123,14 @@ mod tests {
     #[test]
     fn control_events_carry_offset_cursor_and_flags() {
         let mut out = BytesMut::new();
-        write_control(
-            &mut out,
-            NEXT,
-            ControlState {
-                cursor: 42,
-                up_to_date: true,
-                closed: false,
-            },
-        );
+        write_control(&mut out, NEXT, ControlState { cursor: 42, up_to_date: true, closed: false });
         let text = String::from_utf8(out.to_vec()).unwrap();
         assert_eq!(
             text,
             "event: control\ndata:{\"streamNextOffset\":\"0000000000000001_0000000000000005\",\"streamCursor\":\"42\",\"upToDate\":true}\nid:0000000000000001_0000000000000005\n\n"
         );
         let mut out = BytesMut::new();
-        write_control(
-            &mut out,
-            NEXT,
-            ControlState {
-                cursor: 42,
-                up_to_date: false,
-                closed: true,
-            },
-        );
+        write_control(&mut out, NEXT, ControlState { cursor: 42, up_to_date: false, closed: true });
         let text = String::from_utf8(out.to_vec()).unwrap();
         let data_line = text.lines().find(|l| l.starts_with("data:")).unwrap();
         let value: serde_json::Value = serde_json::from_str(&data_line[5..]).unwrap();

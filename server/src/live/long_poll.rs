@@ -13,9 +13,7 @@ use tokio::time::Instant;
 
 use super::cursor::response_cursor;
 use crate::app::App;
-use crate::http::headers::{
-    self, STREAM_CLOSED, STREAM_CURSOR, STREAM_NEXT_OFFSET, STREAM_UP_TO_DATE,
-};
+use crate::http::headers::{self, STREAM_CLOSED, STREAM_CURSOR, STREAM_NEXT_OFFSET, STREAM_UP_TO_DATE};
 use crate::http::problem::Problem;
 use crate::http::response::{response, Body};
 use crate::routes::read::{chunk_response, read_once, ReadStart};
@@ -41,13 +39,7 @@ pub async fn serve(
         let result = read_once(app, &handle, at)?;
         let cursor = || response_cursor(client_cursor.as_deref(), now_ms());
         if !result.chunk.is_empty() {
-            return Ok(chunk_response(
-                &handle,
-                result,
-                &start.text,
-                if_none_match.as_ref(),
-                Some(cursor()),
-            ));
+            return Ok(chunk_response(&handle, result, &start.text, if_none_match.as_ref(), Some(cursor())));
         }
         if result.closed_at_tail() || timed_out || app.shutdown.is_triggered() {
             return Ok(no_content(&result, cursor()));

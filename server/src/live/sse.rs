@@ -18,7 +18,7 @@ use bytes::{Bytes, BytesMut};
 use ds_engine::live::Subscription;
 use ds_engine::{MessagesResult, Offset, StartAt, StreamHandle};
 use http_body::Frame;
-use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
@@ -31,6 +31,9 @@ use crate::http::problem::Problem;
 use crate::http::response::{response, Body};
 use crate::routes::read::ReadStart;
 use crate::routes::read_problem;
+
+/// Tells nginx-style proxies not to buffer the event stream.
+const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
 /// Most stored message bytes formatted into one frame.
 pub const FRAME_STORED_BYTES_MAX: usize = 64 * 1024;
@@ -49,23 +52,17 @@ pub fn serve(
         StartAt::At(offset) => offset,
     };
     // Check the start before answering 200, and renew the TTL: a live read has started.
-    handle
-        .read_messages(from, 0)
-        .map_err(read_problem)?
-        .ok_or_else(Problem::not_found)?;
+    handle.read_messages(from, 0).map_err(read_problem)?.ok_or_else(Problem::not_found)?;
     handle.touch();
     let content_type = &handle.config().content_type;
-    let format = EventFormat {
-        encoding: content_type.sse_encoding(),
-        json: content_type.is_json(),
-    };
+    let format = EventFormat { encoding: content_type.sse_encoding(), json: content_type.is_json() };
     let base64 = format.encoding == ds_engine::content_type::SseEncoding::Base64;
     let body = SseBody::new(Arc::clone(app), handle, from, client_cursor, format);
     let mut reply = response(StatusCode::OK, Body::Live(Box::pin(body)));
     let headers = reply.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
     if base64 {
         headers.insert(STREAM_SSE_DATA_ENCODING, HeaderValue::from_static("base64"));
     }
@@ -97,9 +94,7 @@ impl SseBody {
         client_cursor: Option<String>,
         format: EventFormat,
     ) -> SseBody {
-        let idle = app
-            .sse_idle_close
-            .map(|interval| (interval, Box::pin(tokio::time::sleep(interval))));
+        let idle = app.sse_idle_close.map(|interval| (interval, Box::pin(tokio::time::sleep(interval))));
         SseBody {
             subscription: handle.subscribe(),
             shutdown: app.shutdown.owned_wait(),
@@ -117,18 +112,12 @@ impl SseBody {
 
     /// The events to send now, if any: new messages, or the catch-up or closing control.
     fn next_frame(&mut self) -> Option<Bytes> {
-        let Ok(Some(read)) = self
-            .handle
-            .read_messages(self.offset, FRAME_STORED_BYTES_MAX)
-        else {
+        let Ok(Some(read)) = self.handle.read_messages(self.offset, FRAME_STORED_BYTES_MAX) else {
             // The stream is gone (or the impossible: the offset stopped being a boundary).
             self.finished = true;
             return None;
         };
-        let cursor = response_cursor(
-            self.client_cursor.as_deref(),
-            ds_engine::time::Clock::System.now_ms(),
-        );
+        let cursor = response_cursor(self.client_cursor.as_deref(), ds_engine::time::Clock::System.now_ms());
         let mut out = BytesMut::new();
         if read.messages.is_empty() {
             if !read.closed && self.told_up_to_date {
@@ -137,11 +126,7 @@ impl SseBody {
             write_control(
                 &mut out,
                 self.offset,
-                ControlState {
-                    cursor,
-                    up_to_date: true,
-                    closed: read.closed,
-                },
+                ControlState { cursor, up_to_date: true, closed: read.closed },
             );
         } else {
             self.write_messages(&mut out, &read, cursor);
@@ -157,11 +142,7 @@ impl SseBody {
             let payload = message.payload(self.format.json);
             write_data(out, self.format, &payload, message.next);
             let at_tail = message.next == read.tail;
-            let state = ControlState {
-                cursor,
-                up_to_date: at_tail,
-                closed: at_tail && read.closed,
-            };
+            let state = ControlState { cursor, up_to_date: at_tail, closed: at_tail && read.closed };
             write_control(out, message.next, state);
             self.offset = message.next;
         }

@@ -43,14 +43,7 @@ pub async fn append(
         (Some(content_type), false) => payload_of(content_type, body, false)?,
     };
     let tagged = producer.is_some();
-    let request = AppendRequest {
-        name,
-        content_type,
-        payload,
-        close,
-        producer,
-        stream_seq,
-    };
+    let request = AppendRequest { name, content_type, payload, close, producer, stream_seq };
     let outcome = app.engine.append(request).await.map_err(op_problem)?;
     Ok(reply(outcome, tagged))
 }

@@ -23,37 +23,20 @@ pub async fn create(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Problem> {
     let (parts, body) = request.into_parts();
-    let content_type =
-        headers::content_type(&parts.headers)?.unwrap_or_else(ContentType::default_type);
+    let content_type = headers::content_type(&parts.headers)?.unwrap_or_else(ContentType::default_type);
     let ttl_secs = headers::ttl_secs(&parts.headers)?;
     let expires_at_ms = headers::expires_at_ms(&parts.headers)?;
     if ttl_secs.is_some() && expires_at_ms.is_some() {
-        return Err(Problem::bad_request(
-            "ttl-and-expiry",
-            "give Stream-TTL or Stream-Expires-At, not both",
-        ));
+        return Err(Problem::bad_request("ttl-and-expiry", "give Stream-TTL or Stream-Expires-At, not both"));
     }
     let closed = headers::stream_closed(&parts.headers)?;
     let body = request_body::read(body, &parts.headers, app.body_bytes_max).await?;
     let initial = payload_of(&content_type, body, true)?;
-    let config = StreamConfig {
-        content_type,
-        ttl_secs,
-        expires_at_ms,
-    };
-    let request = CreateRequest {
-        name,
-        config,
-        initial,
-        closed,
-    };
+    let config = StreamConfig { content_type, ttl_secs, expires_at_ms };
+    let request = CreateRequest { name, config, initial, closed };
     let outcome = app.engine.create(request).await.map_err(op_problem)?;
 
-    let status = if outcome.created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
+    let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
     let mut reply = response(status, Body::Empty);
     let headers = reply.headers_mut();
     set(headers, CONTENT_TYPE, outcome.content_type.as_str());
@@ -62,16 +45,8 @@ pub async fn create(
         headers.insert(STREAM_CLOSED, headers::TRUE);
     }
     if outcome.created {
-        let host = parts
-            .headers
-            .get(HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("localhost");
-        set(
-            headers,
-            LOCATION,
-            &format!("{}://{host}{}", app.scheme, parts.uri.path()),
-        );
+        let host = parts.headers.get(HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+        set(headers, LOCATION, &format!("{}://{host}{}", app.scheme, parts.uri.path()));
     }
     Ok(reply)
 }

@@ -9,9 +9,7 @@ use hyper::header::CONTENT_TYPE;
 use hyper::{Response, StatusCode};
 
 use crate::app::App;
-use crate::http::headers::{
-    self, STREAM_CLOSED, STREAM_EXPIRES_AT, STREAM_NEXT_OFFSET, STREAM_TTL,
-};
+use crate::http::headers::{self, STREAM_CLOSED, STREAM_EXPIRES_AT, STREAM_NEXT_OFFSET, STREAM_TTL};
 use crate::http::problem::Problem;
 use crate::http::response::{response, set, Body};
 
@@ -29,11 +27,7 @@ pub fn head(app: &App, name: &StreamName) -> Result<Response<Body>, Problem> {
         headers.insert(STREAM_TTL, headers::number_value(remaining));
     }
     if let Some(expires_at_ms) = handle.config().expires_at_ms {
-        set(
-            headers,
-            STREAM_EXPIRES_AT,
-            &format_rfc3339_ms(expires_at_ms),
-        );
+        set(headers, STREAM_EXPIRES_AT, &format_rfc3339_ms(expires_at_ms));
     }
     Ok(reply)
 }

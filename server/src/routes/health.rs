@@ -16,8 +16,6 @@ pub fn health(method: &Method) -> Result<Response<Body>, Problem> {
         .with_header(ALLOW, HeaderValue::from_static("GET, HEAD")));
     }
     let mut reply = response(StatusCode::OK, Body::full(&b"ok"[..]));
-    reply
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     Ok(reply)
 }

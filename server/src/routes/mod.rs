@@ -29,14 +29,10 @@ pub fn op_problem(error: OpError) -> Problem {
         OpError::NotFound => Problem::not_found(),
         OpError::EmptyAppend => Problem::bad_request("empty-body", detail),
         OpError::ConfigMismatch => Problem::new(StatusCode::CONFLICT, "config-mismatch", detail),
-        OpError::ContentTypeMismatch => {
-            Problem::new(StatusCode::CONFLICT, "content-type-mismatch", detail)
-        }
-        OpError::StreamClosed { tail } => {
-            Problem::new(StatusCode::CONFLICT, "stream-closed", detail)
-                .with_header(STREAM_CLOSED, headers::TRUE)
-                .with_header(STREAM_NEXT_OFFSET, headers::offset_value(tail))
-        }
+        OpError::ContentTypeMismatch => Problem::new(StatusCode::CONFLICT, "content-type-mismatch", detail),
+        OpError::StreamClosed { tail } => Problem::new(StatusCode::CONFLICT, "stream-closed", detail)
+            .with_header(STREAM_CLOSED, headers::TRUE)
+            .with_header(STREAM_NEXT_OFFSET, headers::offset_value(tail)),
         OpError::StaleEpoch { current } => {
             Problem::new(StatusCode::FORBIDDEN, "stale-producer-epoch", detail)
                 .with_header(headers::PRODUCER_EPOCH, headers::number_value(current))
@@ -44,18 +40,10 @@ pub fn op_problem(error: OpError) -> Problem {
         OpError::EpochSeqNotZero => Problem::bad_request("invalid-producer-seq", detail),
         OpError::SeqGap { expected, received } => {
             Problem::new(StatusCode::CONFLICT, "producer-seq-gap", detail)
-                .with_header(
-                    headers::PRODUCER_EXPECTED_SEQ,
-                    headers::number_value(expected),
-                )
-                .with_header(
-                    headers::PRODUCER_RECEIVED_SEQ,
-                    headers::number_value(received),
-                )
+                .with_header(headers::PRODUCER_EXPECTED_SEQ, headers::number_value(expected))
+                .with_header(headers::PRODUCER_RECEIVED_SEQ, headers::number_value(received))
         }
-        OpError::StreamSeqRegression => {
-            Problem::new(StatusCode::CONFLICT, "stream-seq-regression", detail)
-        }
+        OpError::StreamSeqRegression => Problem::new(StatusCode::CONFLICT, "stream-seq-regression", detail),
         OpError::StreamFull => Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "stream-full", detail),
         OpError::MemoryFull => Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "storage-full", detail),
         OpError::TooManyProducers => {
@@ -63,10 +51,8 @@ pub fn op_problem(error: OpError) -> Problem {
         }
         OpError::Overloaded => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", detail)
             .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("1")),
-        OpError::ShuttingDown => {
-            Problem::new(StatusCode::SERVICE_UNAVAILABLE, "shutting-down", detail)
-                .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"))
-        }
+        OpError::ShuttingDown => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "shutting-down", detail)
+            .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("1")),
     }
 }
 

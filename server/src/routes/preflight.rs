@@ -10,17 +10,8 @@ pub fn preflight() -> Response<Body> {
     let mut reply = response(StatusCode::NO_CONTENT, Body::Empty);
     let headers = reply.headers_mut();
     headers.insert(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
-    headers.insert(
-        "access-control-allow-methods",
-        HeaderValue::from_static(ALLOWED_METHODS),
-    );
-    headers.insert(
-        "access-control-allow-headers",
-        HeaderValue::from_static(ALLOWED_HEADERS),
-    );
-    headers.insert(
-        "access-control-max-age",
-        HeaderValue::from_static(PREFLIGHT_MAX_AGE_SECS),
-    );
+    headers.insert("access-control-allow-methods", HeaderValue::from_static(ALLOWED_METHODS));
+    headers.insert("access-control-allow-headers", HeaderValue::from_static(ALLOWED_HEADERS));
+    headers.insert("access-control-max-age", HeaderValue::from_static(PREFLIGHT_MAX_AGE_SECS));
     reply
 }

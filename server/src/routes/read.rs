@@ -39,18 +39,10 @@ impl ReadStart {
             (Some(text), _) => text.clone(),
             (None, Live::Sse) => match headers::single(headers, &LAST_EVENT_ID)? {
                 Some(last_event_id) => last_event_id.trim().to_string(),
-                None => {
-                    return Err(Problem::bad_request(
-                        "missing-offset",
-                        "live reads need an offset",
-                    ))
-                }
+                None => return Err(Problem::bad_request("missing-offset", "live reads need an offset")),
             },
             (None, Live::LongPoll) => {
-                return Err(Problem::bad_request(
-                    "missing-offset",
-                    "live reads need an offset",
-                ))
+                return Err(Problem::bad_request("missing-offset", "live reads need an offset"))
             }
             (None, Live::No) => "-1".to_string(),
         };
@@ -75,13 +67,7 @@ pub async fn read(
     match query.live {
         Live::No => {
             let result = read_once(app, &handle, start.at)?;
-            Ok(chunk_response(
-                &handle,
-                result,
-                &start.text,
-                if_none_match.as_ref(),
-                None,
-            ))
+            Ok(chunk_response(&handle, result, &start.text, if_none_match.as_ref(), None))
         }
         Live::LongPoll => long_poll::serve(app, handle, start, query.cursor, if_none_match).await,
         Live::Sse => sse::serve(app, handle, start, query.cursor),
@@ -90,10 +76,7 @@ pub async fn read(
 
 /// One read of at most the configured size; 400 off a boundary, 404 once gone.
 pub fn read_once(app: &App, handle: &StreamHandle, at: StartAt) -> Result<ReadResult, Problem> {
-    handle
-        .read(at, app.read_bytes_max)
-        .map_err(read_problem)?
-        .ok_or_else(Problem::not_found)
+    handle.read(at, app.read_bytes_max).map_err(read_problem)?.ok_or_else(Problem::not_found)
 }
 
 /// A 200 (or 304) answer carrying the messages of `result`.
@@ -105,11 +88,7 @@ pub fn chunk_response(
     cursor: Option<u64>,
 ) -> Response<Body> {
     let closed = result.closed_at_tail();
-    let etag = format!(
-        "\"{start_text}:{}{}\"",
-        result.chunk.next,
-        if closed { ":c" } else { "" }
-    );
+    let etag = format!("\"{start_text}:{}{}\"", result.chunk.next, if closed { ":c" } else { "" });
     let not_modified = if_none_match.is_some_and(|value| etag_matches(value, &etag));
     let (next, up_to_date) = (result.chunk.next, result.up_to_date());
     let mut reply = if not_modified {
@@ -117,10 +96,7 @@ pub fn chunk_response(
     } else {
         let slices = result.chunk.slices;
         let json = handle.config().content_type.is_json();
-        response(
-            StatusCode::OK,
-            Body::slices(if json { json_array(slices) } else { slices }),
-        )
+        response(StatusCode::OK, Body::slices(if json { json_array(slices) } else { slices }))
     };
     let headers = reply.headers_mut();
     if !not_modified {
@@ -163,39 +139,20 @@ mod tests {
             etag
         ));
         assert!(etag_matches(&HeaderValue::from_static("*"), etag));
-        assert!(!etag_matches(
-            &HeaderValue::from_static("\"wrong-etag\""),
-            etag
-        ));
+        assert!(!etag_matches(&HeaderValue::from_static("\"wrong-etag\""), etag));
     }
 
     #[test]
     fn live_reads_need_an_offset() {
-        let query = |live| ReadQuery {
-            offset: None,
-            live,
-            cursor: None,
-        };
-        assert_eq!(
-            ReadStart::resolve(&query(Live::No), &HeaderMap::new())
-                .unwrap()
-                .text,
-            "-1"
-        );
+        let query = |live| ReadQuery { offset: None, live, cursor: None };
+        assert_eq!(ReadStart::resolve(&query(Live::No), &HeaderMap::new()).unwrap().text, "-1");
         assert!(ReadStart::resolve(&query(Live::LongPoll), &HeaderMap::new()).is_err());
         assert!(ReadStart::resolve(&query(Live::Sse), &HeaderMap::new()).is_err());
         let mut headers = HeaderMap::new();
-        headers.insert(
-            LAST_EVENT_ID,
-            HeaderValue::from_static("0000000000000002_0000000000000004"),
-        );
+        headers.insert(LAST_EVENT_ID, HeaderValue::from_static("0000000000000002_0000000000000004"));
         let start = ReadStart::resolve(&query(Live::Sse), &headers).unwrap();
         assert_eq!(start.text, "0000000000000002_0000000000000004");
-        let empty = ReadQuery {
-            offset: Some(String::new()),
-            live: Live::No,
-            cursor: None,
-        };
+        let empty = ReadQuery { offset: Some(String::new()), live: Live::No, cursor: None };
         assert!(ReadStart::resolve(&empty, &HeaderMap::new()).is_err());
     }
 }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Append throughput, as the issues measure it: server pinned to CPU 0, wrk to CPU 1,
+# 64 keep-alive connections appending 256-byte bodies to 100 streams.
+# Usage: bench/wrk/append.sh [seconds] [extra DS_* assignments...]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds=${1:-10}; shift || true
+port=${PORT:-4437}
+cargo build --release --quiet --bin ds-server
+env DS_SERVER__HOST=127.0.0.1 DS_SERVER__PORT="$port" RUST_LOG=warn \
+  DS_LIMITS__MAX_MEMORY_BYTES=${DS_LIMITS__MAX_MEMORY_BYTES:-20000000000} \
+  DS_LIMITS__MAX_STREAM_BYTES=${DS_LIMITS__MAX_STREAM_BYTES:-4000000000} "$@" \
+  taskset -c 0 ./target/release/ds-server 2>/tmp/ds-bench-server.log &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
+for i in $(seq 0 99); do
+  curl -sf -o /dev/null -X PUT -H 'content-type: application/octet-stream' "http://127.0.0.1:$port/v1/stream/bench-$i"
+done
+taskset -c 1 wrk -t1 -c64 -d"${seconds}s" -s bench/wrk/append.lua "http://127.0.0.1:$port"

@@ -1,0 +1,250 @@
+//! A small blocking HTTP/1.1 client for black-box tests.
+//!
+//! Each request uses its own connection (`Connection: close`), so a test can send exactly
+//! the bytes it wants, including malformed ones ([`Client::raw`]). Bodies are read by
+//! `Content-Length`, chunked encoding or until the server closes. [`StreamingResponse`]
+//! reads a chunked body piece by piece, for SSE.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+/// How long any single read may block.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, Debug)]
+pub struct Client {
+    addr: SocketAddr,
+}
+
+/// A complete response.
+#[derive(Clone, Debug)]
+pub struct Response {
+    pub status: u16,
+    /// Header names in lowercase, in the order received.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.text()))
+    }
+
+    /// `Stream-Next-Offset`, which every successful stream response carries.
+    pub fn next_offset(&self) -> String {
+        self.header("stream-next-offset").expect("Stream-Next-Offset").to_string()
+    }
+}
+
+impl Client {
+    pub fn new(addr: SocketAddr) -> Client {
+        Client { addr }
+    }
+
+    pub fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+        let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        if !body.is_empty() || matches!(method, "POST" | "PUT") {
+            request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        request.push_str("\r\n");
+        let mut bytes = request.into_bytes();
+        bytes.extend_from_slice(body);
+        self.raw(&bytes, method == "HEAD")
+    }
+
+    /// Sends `bytes` as they are and reads one response.
+    pub fn raw(&self, bytes: &[u8], head_request: bool) -> Response {
+        let mut stream = self.connect();
+        stream.write_all(bytes).expect("send request");
+        let mut reader = BufReader::new(stream);
+        let (status, headers) = read_head(&mut reader);
+        let no_body = head_request || status == 204 || status == 304 || (100..200).contains(&status);
+        let body = if no_body { Vec::new() } else { read_body(&mut reader, &headers) };
+        Response { status, headers, body }
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        self.send("GET", path, &[], b"")
+    }
+
+    pub fn head(&self, path: &str) -> Response {
+        self.send("HEAD", path, &[], b"")
+    }
+
+    pub fn delete(&self, path: &str) -> Response {
+        self.send("DELETE", path, &[], b"")
+    }
+
+    pub fn put(&self, path: &str, content_type: &str, body: &[u8]) -> Response {
+        self.send("PUT", path, &[("Content-Type", content_type)], body)
+    }
+
+    pub fn post(&self, path: &str, content_type: &str, body: &[u8]) -> Response {
+        self.send("POST", path, &[("Content-Type", content_type)], body)
+    }
+
+    /// Starts a GET whose body is read later, piece by piece (SSE).
+    pub fn open_stream(&self, path: &str, headers: &[(&str, &str)]) -> StreamingResponse {
+        let mut stream = self.connect();
+        let mut request = format!("GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).expect("send request");
+        let mut reader = BufReader::new(stream);
+        let (status, headers) = read_head(&mut reader);
+        let chunked =
+            header_of(&headers, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+        StreamingResponse { status, headers, reader, chunked, received: Vec::new(), ended: false }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(self.addr).expect("connect to ds-server");
+        stream.set_read_timeout(Some(READ_TIMEOUT)).expect("set read timeout");
+        stream
+    }
+}
+
+/// A response whose body is still arriving.
+pub struct StreamingResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    reader: BufReader<TcpStream>,
+    chunked: bool,
+    received: Vec<u8>,
+    ended: bool,
+}
+
+impl StreamingResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        header_of(&self.headers, name)
+    }
+
+    /// Reads until the received text contains `needle` or `timeout` passes; returns all text
+    /// received so far.
+    pub fn read_until(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        while !self.text().contains(needle) && !self.ended && Instant::now() < deadline {
+            let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            self.reader.get_ref().set_read_timeout(Some(remaining)).expect("set read timeout");
+            self.read_some();
+        }
+        self.text()
+    }
+
+    /// Reads until the server ends the body (or `timeout` passes); true if it ended.
+    pub fn read_to_end(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.ended && Instant::now() < deadline {
+            let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            self.reader.get_ref().set_read_timeout(Some(remaining)).expect("set read timeout");
+            self.read_some();
+        }
+        self.ended
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.received).into_owned()
+    }
+
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    fn read_some(&mut self) {
+        if self.chunked {
+            let mut size_line = String::new();
+            match self.reader.read_line(&mut size_line) {
+                Ok(0) => self.ended = true,
+                Ok(_) => {
+                    let size = usize::from_str_radix(size_line.trim(), 16).expect("chunk size");
+                    if size == 0 {
+                        self.ended = true;
+                        return;
+                    }
+                    let mut chunk = vec![0; size + 2];
+                    self.reader.read_exact(&mut chunk).expect("chunk data");
+                    self.received.extend_from_slice(&chunk[..size]);
+                }
+                Err(e) if is_timeout(&e) => {}
+                Err(_) => self.ended = true,
+            }
+        } else {
+            let mut buffer = [0u8; 8192];
+            match self.reader.read(&mut buffer) {
+                Ok(0) => self.ended = true,
+                Ok(read) => self.received.extend_from_slice(&buffer[..read]),
+                Err(e) if is_timeout(&e) => {}
+                Err(_) => self.ended = true,
+            }
+        }
+    }
+}
+
+fn is_timeout(error: &std::io::Error) -> bool {
+    matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+}
+
+fn header_of<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
+}
+
+fn read_head(reader: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>) {
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).expect("status line");
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("malformed status line {status_line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("header line");
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = line.split_once(':').expect("header has a colon");
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+    }
+    (status, headers)
+}
+
+fn read_body(reader: &mut BufReader<TcpStream>, headers: &[(String, String)]) -> Vec<u8> {
+    if let Some(length) = header_of(headers, "content-length") {
+        let mut body = vec![0; length.parse().expect("content length")];
+        reader.read_exact(&mut body).expect("body");
+        return body;
+    }
+    let mut body = Vec::new();
+    if header_of(headers, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        loop {
+            let mut size_line = String::new();
+            reader.read_line(&mut size_line).expect("chunk size line");
+            let size = usize::from_str_radix(size_line.trim(), 16).expect("chunk size");
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).expect("chunk");
+            if size == 0 {
+                return body;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    }
+    reader.read_to_end(&mut body).expect("body until close");
+    body
+}

@@ -1,0 +1,123 @@
+//! Starting and stopping a `ds-server` process for a test.
+//!
+//! The server is started on port 0 of 127.0.0.1; its own log line
+//! (`listening on http://ADDRESS`) tells the test which port it got, so tests never race
+//! each other for ports.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+
+/// How long a server may take to start listening.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A running `ds-server`, killed when dropped.
+pub struct Server {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    log: Arc<Mutex<String>>,
+}
+
+/// Path of a workspace binary, built (once per test process) in this test's profile so a
+/// test never runs a stale build.
+pub fn binary(name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let test_exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = test_exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let mut built = BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !built.iter().any(|b| b == name) {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "--quiet", "-p", name, "--bin", name]);
+        if profile_dir.file_name().is_some_and(|p| p == "release") {
+            cargo.arg("--release");
+        }
+        let status = cargo.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("cargo runs");
+        assert!(status.success(), "building {name} failed");
+        built.push(name.to_string());
+    }
+    profile_dir.join(name)
+}
+
+impl Server {
+    /// Starts `ds-server` with `env` on top of loopback defaults.
+    pub fn start(env: &[(&str, &str)]) -> Server {
+        let mut command = Command::new(binary("ds-server"));
+        command
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("RUST_LOG", "info")
+            .env("DS_SERVER__HOST", "127.0.0.1")
+            .env("DS_SERVER__PORT", "0")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("ds-server starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (address_tx, address_rx) = std::sync::mpsc::channel();
+        let log_writer = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                {
+                    let mut log = log_writer.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+                if let Some(address) = line.split("listening on http://").nth(1) {
+                    let address = address.split_whitespace().next().unwrap_or_default().to_string();
+                    let _ = address_tx.send(address);
+                }
+            }
+        });
+        let address = address_rx.recv_timeout(START_TIMEOUT).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("ds-server did not start listening; log:\n{}", log.lock().unwrap())
+        });
+        Server { child: Some(child), addr: address.parse().expect("socket address"), log }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(self.addr)
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Everything the server logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("server still running");
+        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -TERM works");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait on server") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("ds-server did not stop after SIGTERM; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
