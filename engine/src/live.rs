@@ -2,45 +2,106 @@
 //!
 //! A stream has a live slot only while someone waits on it: subscribing creates the slot in
 //! its shard's registry, dropping the last subscription removes it, so idle streams cost no
-//! channel, task or timer. After each committed batch the shard wakes every touched stream's
-//! slot once ([`LiveRegistry::wake`]). Readers must enable their wait *before* they look at
-//! the tail, so an advance between the look and the wait is never missed.
+//! channel, task or timer. After each committed batch the shard records every touched
+//! stream's published tail in its slot and wakes the slot once ([`LiveRegistry::wake`]).
+//! Readers must enable their wait *before* they look at the tail, so an advance between the
+//! look and the wait is never missed.
+//!
+//! A slot also keeps the last frame one of its readers formatted (an opaque key, an offset
+//! range and the bytes), so readers at the same position share one formatting of the same
+//! messages — with a thousand SSE subscribers on one stream, one formats and the rest copy a
+//! pointer.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use tokio::sync::Notify;
+
+use crate::offset::Offset;
+use crate::stream::Published;
 
 /// Live slots of one shard, keyed by stream id.
 #[derive(Default)]
 pub struct LiveRegistry {
-    slots: Mutex<HashMap<u64, Slot>>,
+    slots: Mutex<HashMap<u64, Registered>>,
 }
 
-struct Slot {
-    notify: Arc<Notify>,
+struct Registered {
+    slot: Arc<LiveSlot>,
     subscribers: usize,
+}
+
+/// What live readers of one stream share.
+pub struct LiveSlot {
+    notify: Arc<Notify>,
+    /// The published tail as `messages << 2 | closed << 1 | gone`; it only grows.
+    tail: AtomicU64,
+    frame: Mutex<Option<CachedFrame>>,
+}
+
+/// The published tail as a live slot knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveTail {
+    pub messages: u64,
+    pub closed: bool,
+    pub gone: bool,
+}
+
+/// A formatted frame covering messages `from..to`, for readers at `from` using `key`.
+#[derive(Clone, Debug)]
+pub struct CachedFrame {
+    pub key: u64,
+    pub from: Offset,
+    pub to: Offset,
+    pub bytes: Bytes,
+    /// The frame ends with the stream's closing: nothing follows it.
+    pub last: bool,
+}
+
+fn encode(published: Published) -> u64 {
+    published.tail.messages << 2 | u64::from(published.closed) << 1 | u64::from(published.gone)
+}
+
+impl LiveSlot {
+    fn new() -> LiveSlot {
+        LiveSlot { notify: Arc::new(Notify::new()), tail: AtomicU64::new(0), frame: Mutex::new(None) }
+    }
+
+    /// Records a published state (states only move forward, so the largest wins).
+    fn observe(&self, published: Published) {
+        self.tail.fetch_max(encode(published), Ordering::AcqRel);
+    }
 }
 
 impl LiveRegistry {
     /// Registers interest in stream `id` until the returned subscription is dropped.
-    pub fn subscribe(self: &Arc<Self>, id: u64) -> Subscription {
-        let mut slots = self.slots.lock().expect("live registry lock");
-        let slot =
-            slots.entry(id).or_insert_with(|| Slot { notify: Arc::new(Notify::new()), subscribers: 0 });
-        slot.subscribers += 1;
-        Subscription { notify: Arc::clone(&slot.notify), registry: Arc::clone(self), id }
+    /// `current` reads the stream's published state; it is called after the slot exists, so
+    /// no publication can fall between the two.
+    pub fn subscribe(self: &Arc<Self>, id: u64, current: impl FnOnce() -> Published) -> Subscription {
+        let slot = {
+            let mut slots = self.slots.lock().expect("live registry lock");
+            let registered = slots
+                .entry(id)
+                .or_insert_with(|| Registered { slot: Arc::new(LiveSlot::new()), subscribers: 0 });
+            registered.subscribers += 1;
+            Arc::clone(&registered.slot)
+        };
+        slot.observe(current());
+        Subscription { slot, registry: Arc::clone(self), id }
     }
 
-    /// Wakes every reader waiting on any of `ids` (each id once).
-    pub fn wake(&self, ids: impl IntoIterator<Item = u64>) {
+    /// Records each stream's new published state and wakes its readers (once per stream).
+    pub fn wake(&self, published: impl IntoIterator<Item = (u64, Published)>) {
         let slots = self.slots.lock().expect("live registry lock");
         if slots.is_empty() {
             return;
         }
-        for id in ids {
-            if let Some(slot) = slots.get(&id) {
-                slot.notify.notify_waiters();
+        for (id, state) in published {
+            if let Some(registered) = slots.get(&id) {
+                registered.slot.observe(state);
+                registered.slot.notify.notify_waiters();
             }
         }
     }
@@ -48,8 +109,8 @@ impl LiveRegistry {
     /// Wakes every reader of the shard (shutdown).
     pub fn wake_all(&self) {
         let slots = self.slots.lock().expect("live registry lock");
-        for slot in slots.values() {
-            slot.notify.notify_waiters();
+        for registered in slots.values() {
+            registered.slot.notify.notify_waiters();
         }
     }
 
@@ -64,9 +125,9 @@ impl LiveRegistry {
 
     fn unsubscribe(&self, id: u64) {
         let mut slots = self.slots.lock().expect("live registry lock");
-        if let Some(slot) = slots.get_mut(&id) {
-            slot.subscribers -= 1;
-            if slot.subscribers == 0 {
+        if let Some(registered) = slots.get_mut(&id) {
+            registered.subscribers -= 1;
+            if registered.subscribers == 0 {
                 slots.remove(&id);
             }
         }
@@ -75,7 +136,7 @@ impl LiveRegistry {
 
 /// Interest in one stream's tail; wakes come through [`Subscription::notify`].
 pub struct Subscription {
-    notify: Arc<Notify>,
+    slot: Arc<LiveSlot>,
     registry: Arc<LiveRegistry>,
     id: u64,
 }
@@ -83,7 +144,24 @@ pub struct Subscription {
 impl Subscription {
     /// The notifier to wait on (`notified()` / `notified_owned()`, enabled before checking).
     pub fn notify(&self) -> &Arc<Notify> {
-        &self.notify
+        &self.slot.notify
+    }
+
+    /// The stream's published tail as of its last commit (no stream lock taken).
+    pub fn tail(&self) -> LiveTail {
+        let state = self.slot.tail.load(Ordering::Acquire);
+        LiveTail { messages: state >> 2, closed: state & 2 != 0, gone: state & 1 != 0 }
+    }
+
+    /// A frame another reader formatted for position `from` under `key`, if there is one.
+    pub fn cached_frame(&self, key: u64, from: Offset) -> Option<CachedFrame> {
+        let frame = self.slot.frame.lock().expect("frame cache lock");
+        frame.as_ref().filter(|f| f.key == key && f.from == from).cloned()
+    }
+
+    /// Offers a formatted frame to the other readers of the stream.
+    pub fn share_frame(&self, frame: CachedFrame) {
+        *self.slot.frame.lock().expect("frame cache lock") = Some(frame);
     }
 }
 
@@ -99,11 +177,15 @@ mod tests {
     use std::future::Future;
     use std::pin::pin;
 
+    fn published(messages: u64, closed: bool) -> Published {
+        Published { tail: Offset { messages, bytes: messages * 10 }, closed, gone: false }
+    }
+
     #[test]
     fn slots_exist_only_while_subscribed() {
         let registry = Arc::new(LiveRegistry::default());
-        let first = registry.subscribe(7);
-        let second = registry.subscribe(7);
+        let first = registry.subscribe(7, || published(0, false));
+        let second = registry.subscribe(7, || published(0, false));
         assert!(Arc::ptr_eq(first.notify(), second.notify()));
         assert_eq!(registry.len(), 1);
         drop(first);
@@ -113,18 +195,34 @@ mod tests {
     }
 
     #[test]
-    fn wake_reaches_enabled_waiters_of_that_stream_only() {
+    fn wake_reaches_enabled_waiters_of_that_stream_only_and_records_the_tail() {
         let registry = Arc::new(LiveRegistry::default());
-        let mine = registry.subscribe(1);
-        let other = registry.subscribe(2);
+        let mine = registry.subscribe(1, || published(3, false));
+        let other = registry.subscribe(2, || published(0, false));
+        assert_eq!(mine.tail(), LiveTail { messages: 3, closed: false, gone: false });
         let mut waiting = pin!(mine.notify().notified());
         assert!(!waiting.as_mut().enable(), "nothing has happened yet");
         let mut elsewhere = pin!(other.notify().notified());
         elsewhere.as_mut().enable();
-        registry.wake([1, 1, 3]);
-        let waker = std::task::Waker::noop();
-        let mut context = std::task::Context::from_waker(waker);
+        registry.wake([(1, published(5, true)), (3, published(1, false))]);
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
         assert!(waiting.as_mut().poll(&mut context).is_ready());
         assert!(elsewhere.as_mut().poll(&mut context).is_pending());
+        assert_eq!(mine.tail(), LiveTail { messages: 5, closed: true, gone: false });
+        registry.wake([(1, published(4, false))]);
+        assert_eq!(mine.tail().messages, 5, "a late, older state never moves the tail back");
+    }
+
+    #[test]
+    fn frames_are_shared_by_key_and_position() {
+        let registry = Arc::new(LiveRegistry::default());
+        let first = registry.subscribe(1, || published(0, false));
+        let second = registry.subscribe(1, || published(0, false));
+        let to = Offset { messages: 1, bytes: 2 };
+        let bytes = Bytes::from_static(b"ev");
+        first.share_frame(CachedFrame { key: 9, from: Offset::ZERO, to, bytes, last: false });
+        assert_eq!(second.cached_frame(9, Offset::ZERO).unwrap().to, to);
+        assert!(second.cached_frame(8, Offset::ZERO).is_none(), "another format");
+        assert!(second.cached_frame(9, to).is_none(), "another position");
     }
 }

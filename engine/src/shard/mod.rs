@@ -105,6 +105,8 @@ pub(crate) struct Batch {
     now_ms: u64,
     records: Vec<Record>,
     touched: Vec<Arc<Stream>>,
+    /// The touched streams' new published states, for the live readers' wake.
+    published: Vec<(u64, Published)>,
     overlay: Overlay,
     replies: Vec<Pending>,
     payload_bytes: usize,
@@ -237,12 +239,13 @@ impl Shard {
             debug_assert!(state.published.tail <= state.writer.tail, "the published tail never moves back");
             state.published =
                 Published { tail: state.writer.tail, closed: state.writer.closed, gone: state.writer.gone };
+            batch.published.push((stream.id, state.published));
         }
         self.shared.directory.apply(&mut batch.overlay);
         for reply in batch.replies.drain(..) {
             reply.send();
         }
-        self.shared.live.wake(batch.touched.iter().map(|stream| stream.id));
+        self.shared.live.wake(batch.published.drain(..));
     }
 
     fn next_stream_id(&mut self) -> u64 {

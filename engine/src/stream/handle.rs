@@ -120,7 +120,7 @@ impl StreamHandle {
 
     /// Registers for tail-advance wakes of this stream.
     pub fn subscribe(&self) -> Subscription {
-        self.shard.live.subscribe(self.stream.id)
+        self.shard.live.subscribe(self.stream.id, || self.stream.read_state().published)
     }
 
     fn alive(&self, published: Published) -> bool {

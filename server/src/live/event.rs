@@ -30,8 +30,25 @@ pub struct ControlState {
     pub closed: bool,
 }
 
+/// Appends the data event of one message and the control event that follows it.
+pub fn write_message(
+    out: &mut BytesMut,
+    format: EventFormat,
+    payload: &[u8],
+    next: Offset,
+    state: ControlState,
+) {
+    let id = next.text();
+    write_data_with_id(out, format, payload, id.as_str());
+    write_control_with_id(out, id.as_str(), state);
+}
+
 /// Appends a data event holding `payload`, the message that ends at `next`.
 pub fn write_data(out: &mut BytesMut, format: EventFormat, payload: &[u8], next: Offset) {
+    write_data_with_id(out, format, payload, next.text().as_str());
+}
+
+fn write_data_with_id(out: &mut BytesMut, format: EventFormat, payload: &[u8], id: &str) {
     out.extend_from_slice(b"event: data\ndata:");
     match format.encoding {
         SseEncoding::Base64 => {
@@ -51,17 +68,23 @@ pub fn write_data(out: &mut BytesMut, format: EventFormat, payload: &[u8], next:
         }
     }
     out.extend_from_slice(b"\nid:");
-    out.extend_from_slice(next.text().as_str().as_bytes());
+    out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(b"\n\n");
 }
 
 /// Appends a control event for the position `next`.
 pub fn write_control(out: &mut BytesMut, next: Offset, state: ControlState) {
+    write_control_with_id(out, next.text().as_str(), state);
+}
+
+fn write_control_with_id(out: &mut BytesMut, id: &str, state: ControlState) {
     out.extend_from_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
-    out.extend_from_slice(next.text().as_str().as_bytes());
+    out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(b"\"");
     if !state.closed {
-        out.extend_from_slice(format!(",\"streamCursor\":\"{}\"", state.cursor).as_bytes());
+        out.extend_from_slice(b",\"streamCursor\":\"");
+        out.extend_from_slice(itoa_u64(state.cursor).as_bytes());
+        out.extend_from_slice(b"\"");
     }
     if state.up_to_date || state.closed {
         out.extend_from_slice(b",\"upToDate\":true");
@@ -70,8 +93,34 @@ pub fn write_control(out: &mut BytesMut, next: Offset, state: ControlState) {
         out.extend_from_slice(b",\"streamClosed\":true");
     }
     out.extend_from_slice(b"}\nid:");
-    out.extend_from_slice(next.text().as_str().as_bytes());
+    out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(b"\n\n");
+}
+
+/// A number in decimal, without allocating.
+fn itoa_u64(mut value: u64) -> DecimalText {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    DecimalText { digits, start }
+}
+
+struct DecimalText {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl DecimalText {
+    fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.start..]
+    }
 }
 
 /// Copies text, turning every line break (CRLF, CR or LF) into a new `data:` line.

@@ -1,0 +1,77 @@
+//! Keep-alive HTTP/1.1 connections to the server under test.
+//!
+//! One [`Connection`] is one TCP connection driven by hyper's client connection API; a
+//! scenario worker owns one and sends requests on it one after another.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::target::Target;
+
+/// A complete response.
+pub struct Reply {
+    pub status: u16,
+    pub headers: hyper::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+pub struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    authority: String,
+}
+
+impl Connection {
+    pub async fn open(target: &Target) -> std::io::Result<Connection> {
+        let stream = TcpStream::connect(target.addr).await?;
+        stream.set_nodelay(true)?;
+        let (sender, connection) =
+            http1::handshake(TokioIo::new(stream)).await.map_err(std::io::Error::other)?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(Connection { sender, authority: target.authority.clone() })
+    }
+
+    /// Sends a request and starts the response; the body is left to the caller.
+    pub async fn start(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Response<Incoming>, hyper::Error> {
+        let mut request = Request::builder().method(method).uri(path).header("host", &self.authority);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Full::new(body)).expect("valid request parts");
+        self.sender.ready().await?;
+        self.sender.send_request(request).await
+    }
+
+    /// Sends a request and reads the whole response.
+    pub async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Reply, hyper::Error> {
+        let response = self.start(method, path, headers, body).await?;
+        let status = response.status().as_u16();
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok(Reply { status, headers: parts.headers, body })
+    }
+}

@@ -1,0 +1,98 @@
+//! `streams`: create N streams, each with one small first message, over C connections.
+//!
+//! Reports creations per second and, with `--server-pid`, the server's resident memory per
+//! stream (growth during the run divided by N) — the figure that says how many idle streams
+//! one node holds.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::Method;
+
+use crate::http::Connection;
+use crate::process;
+use crate::report::Report;
+use crate::stats::Latencies;
+use crate::target::Target;
+
+#[derive(Clone, Debug)]
+pub struct StreamsOptions {
+    pub count: usize,
+    /// Size of each stream's first (and only) message.
+    pub bytes: usize,
+    pub connections: usize,
+    pub server_pid: Option<u32>,
+}
+
+pub async fn run(target: &Target, options: &StreamsOptions) -> Result<Report, String> {
+    let prefix = format!("streams-{}", super::unique_suffix());
+    let memory_before = options.server_pid.and_then(process::resident_bytes);
+    let next = Arc::new(AtomicUsize::new(0));
+    let body = Bytes::from(vec![b'x'; options.bytes]);
+    let started = Instant::now();
+    let workers: Vec<_> = (0..options.connections.max(1))
+        .map(|_| {
+            tokio::spawn(create_many(
+                target.clone(),
+                prefix.clone(),
+                Arc::clone(&next),
+                options.count,
+                body.clone(),
+            ))
+        })
+        .collect();
+    let mut latencies = Latencies::default();
+    let mut failures = 0u64;
+    for worker in workers {
+        let (worker_latencies, worker_failures) = worker.await.map_err(|e| format!("worker: {e}"))??;
+        latencies.merge(&worker_latencies);
+        failures += worker_failures;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let summary = latencies.summary();
+    let mut report = Report::new("streams");
+    report
+        .add("streams", options.count as u64, "")
+        .add("failures", failures, "")
+        .add("creations_per_sec", options.count as f64 / elapsed, "/s")
+        .add("latency_p50_us", summary.p50_us, "µs")
+        .add("latency_p99_us", summary.p99_us, "µs");
+    let memory_after = options.server_pid.and_then(process::resident_bytes);
+    if let (Some(before), Some(after)) = (memory_before, memory_after) {
+        let per_stream = after.saturating_sub(before) as f64 / options.count.max(1) as f64;
+        report.add("server_memory_per_stream_bytes", per_stream, "B");
+        report.add("server_resident_bytes", after, "B");
+    }
+    Ok(report)
+}
+
+/// Creates streams until `count` have been claimed; returns latencies and failures.
+async fn create_many(
+    target: Target,
+    prefix: String,
+    next: Arc<AtomicUsize>,
+    count: usize,
+    body: Bytes,
+) -> Result<(Latencies, u64), String> {
+    let mut connection = Connection::open(&target).await.map_err(|e| format!("connect: {e}"))?;
+    let mut latencies = Latencies::default();
+    let mut failures = 0;
+    loop {
+        let index = next.fetch_add(1, Ordering::Relaxed);
+        if index >= count {
+            return Ok((latencies, failures));
+        }
+        let path = target.stream_path(&format!("{prefix}-{index}"));
+        let started = Instant::now();
+        let reply = connection
+            .send(Method::PUT, &path, &[("content-type", "application/octet-stream")], body.clone())
+            .await
+            .map_err(|e| format!("create: {e}"))?;
+        latencies.record_us(started.elapsed().as_micros() as u64);
+        if reply.status != 201 {
+            failures += 1;
+        }
+    }
+}
