@@ -7,12 +7,12 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-10}; shift || true
 port=${PORT:-4437}
 cargo build --release --quiet --bin ds-server
-env DS_SERVER__HOST=127.0.0.1 DS_SERVER__PORT="$port" RUST_LOG=warn \
+env DS_SERVER__HOST=127.0.0.1 DS_SERVER__PORT="$port" RUST_LOG=warn,ds_server=info \
   DS_LIMITS__MAX_MEMORY_BYTES=${DS_LIMITS__MAX_MEMORY_BYTES:-20000000000} \
   DS_LIMITS__MAX_STREAM_BYTES=${DS_LIMITS__MAX_STREAM_BYTES:-4000000000} "$@" \
   taskset -c 0 ./target/release/ds-server 2>/tmp/ds-bench-server.log &
 server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
+trap 'kill -INT $server 2>/dev/null; wait $server 2>/dev/null; tail -1 /tmp/ds-bench-server.log' EXIT
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
 for i in $(seq 0 99); do
   curl -sf -o /dev/null -X PUT -H 'content-type: application/octet-stream' "http://127.0.0.1:$port/v1/stream/bench-$i"

@@ -5,6 +5,7 @@
 //! refused at once ([`OpError::Overloaded`]) rather than blocking the caller's thread. Reads
 //! look the name up in the shard's published directory and never touch the shard's queue.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -39,6 +40,10 @@ pub struct EngineStats {
     pub streams: usize,
     pub stored_bytes: u64,
     pub live_streams: usize,
+    /// Batches committed since start (each is one commit: one write and sync in disk modes).
+    pub batches: u64,
+    /// Ops answered by those batches.
+    pub ops: u64,
 }
 
 impl Engine {
@@ -123,6 +128,8 @@ impl Engine {
             streams: self.inner.shards.iter().map(|s| s.directory.len()).sum(),
             stored_bytes: self.inner.budget.used(),
             live_streams: self.inner.shards.iter().map(|s| s.live.len()).sum(),
+            batches: self.inner.shards.iter().map(|s| s.counters.batches.load(Ordering::Relaxed)).sum(),
+            ops: self.inner.shards.iter().map(|s| s.counters.ops.load(Ordering::Relaxed)).sum(),
         }
     }
 

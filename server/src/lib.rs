@@ -69,8 +69,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     );
     tokio::spawn(trigger_on_signal(Arc::clone(&app)));
     serve::serve(listener, app).await;
+    let stats = engine.stats();
     tokio::task::spawn_blocking(move || engine.shutdown()).await.ok();
-    tracing::info!("ds-server stopped");
+    let ops_per_batch = stats.ops as f64 / stats.batches.max(1) as f64;
+    tracing::info!(
+        "ds-server stopped ({} streams, {} ops in {} batches, {ops_per_batch:.1} ops per batch)",
+        stats.streams,
+        stats.ops,
+        stats.batches
+    );
     Ok(())
 }
 

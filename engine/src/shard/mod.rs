@@ -17,6 +17,7 @@ pub(crate) mod directory;
 mod doorbell;
 mod expiry;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +44,7 @@ const CONTENT_TYPES_SHARED_MAX: usize = 64;
 pub(crate) struct ShardShared {
     pub directory: Directory,
     pub live: Arc<LiveRegistry>,
+    pub counters: ShardCounters,
     ops: Sender<Op>,
     doorbell: Doorbell,
 }
@@ -71,6 +73,13 @@ impl ShardShared {
             self.doorbell.ring();
         }
     }
+}
+
+/// What a shard has done, for statistics (relaxed atomics, written once per batch).
+#[derive(Default)]
+pub(crate) struct ShardCounters {
+    pub batches: AtomicU64,
+    pub ops: AtomicU64,
 }
 
 /// Batch limits and the clock of a shard.
@@ -144,6 +153,7 @@ impl Shard {
             live: Arc::new(LiveRegistry::default()),
             ops: sender,
             doorbell: Doorbell::default(),
+            counters: ShardCounters::default(),
         });
         let shard = Shard {
             shared: Arc::clone(&shared),
@@ -242,6 +252,8 @@ impl Shard {
             batch.published.push((stream.id, state.published));
         }
         self.shared.directory.apply(&mut batch.overlay);
+        self.shared.counters.batches.fetch_add(1, Ordering::Relaxed);
+        self.shared.counters.ops.fetch_add(batch.replies.len() as u64, Ordering::Relaxed);
         for reply in batch.replies.drain(..) {
             reply.send();
         }
