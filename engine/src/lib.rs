@@ -28,6 +28,7 @@
 //! [`StreamHandle`] reads the published view under the stream's read lock and returns
 //! zero-copy `Bytes` of whole messages, checked to start at a message boundary.
 
+pub mod chain;
 pub mod config;
 pub mod content_type;
 pub mod engine;
@@ -45,6 +46,7 @@ pub(crate) mod shard;
 pub(crate) mod storage;
 pub mod stream;
 pub mod time;
+pub mod vfs;
 
 pub use config::{EngineConfig, EngineError, StorageMode};
 pub use content_type::ContentType;

@@ -6,6 +6,8 @@
 //! record that stores the data it guards — a crash can never keep one and lose the other.
 //! Memory mode commits records by dropping them; the disk modes encode and write them.
 
+pub mod codec;
+
 use std::sync::Arc;
 
 use crate::offset::Offset;

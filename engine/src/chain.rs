@@ -1,0 +1,251 @@
+//! A stream's records as a backward skip chain: how a disk stream is indexed in O(1) memory.
+//!
+//! Record `n` of a stream (the create is record 0) stores the locations of records
+//! `n-1, n-2, n-4, …, n-2^tz(n)` — two on average. In memory a stream keeps only its last
+//! record's index and location; from there [`find`] reaches the record holding any offset in
+//! O(log² n) record reads, and a reader walks back one step at a time to collect a range. A
+//! writer needs the locations of the latest records whose index is a multiple of each power
+//! of two ([`Levels`]); they are kept for recently written streams only and can be rebuilt
+//! from a chain's tail in at most 64 reads ([`Levels::rebuild`]).
+//!
+//! Locations are opaque `u64`s: a segment and position in acid, a file position in the file
+//! modes. Nothing here touches storage; [`NodeSource`] reads records for it.
+
+use crate::offset::Offset;
+use crate::record::codec::Chain;
+
+/// How many jumps record `n` stores.
+pub fn jump_count(n: u64) -> usize {
+    if n == 0 {
+        0
+    } else {
+        n.trailing_zeros() as usize + 1
+    }
+}
+
+/// What the chain needs to know of one record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub location: u64,
+    pub n: u64,
+    /// The stream's offset before and after the record.
+    pub start: Offset,
+    pub end: Offset,
+    /// As in [`Chain::jumps`]: nearest first.
+    pub jumps: Vec<u64>,
+}
+
+/// Reads the record at a location.
+pub trait NodeSource {
+    type Error;
+    fn node(&self, location: u64) -> Result<Node, Self::Error>;
+}
+
+/// The writer's view of a chain: enough to give the next record its jumps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Levels {
+    /// The index the next record gets.
+    next: u64,
+    /// Location of record 0.
+    first: u64,
+    /// `latest[k]`: location of the latest record with a non-zero index that is a multiple of
+    /// `2^k` (record 0 stands in when there is none).
+    latest: Vec<u64>,
+}
+
+impl Levels {
+    /// A chain whose only record, the create, is at `location`.
+    pub fn started_at(location: u64) -> Levels {
+        Levels { next: 1, first: location, latest: Vec::new() }
+    }
+
+    pub fn next_index(&self) -> u64 {
+        self.next
+    }
+
+    /// The chain entry of the next record.
+    pub fn next_chain(&self) -> Chain {
+        let n = self.next;
+        let jumps = (0..jump_count(n)).map(|k| self.latest.get(k).copied().unwrap_or(self.first)).collect();
+        Chain { n, jumps }
+    }
+
+    /// Records that the next record was written at `location`.
+    pub fn push(&mut self, location: u64) {
+        let n = self.next;
+        debug_assert!(n >= 1, "the create starts a chain");
+        let levels = n.trailing_zeros() as usize + 1;
+        if self.latest.len() < levels {
+            self.latest.resize(levels, self.first);
+        }
+        self.latest[..levels].fill(location);
+        self.next += 1;
+    }
+
+    /// Rebuilds the levels of a chain whose last record is `tail`.
+    pub fn rebuild<S: NodeSource>(source: &S, tail: &Node) -> Result<Levels, S::Error> {
+        let mut latest = Vec::new();
+        let (mut index, mut location, mut jumps) = (tail.n, tail.location, tail.jumps.clone());
+        let mut level = 0;
+        while index > 0 {
+            latest.push(location);
+            if index & (1 << level) != 0 {
+                location = jumps[level];
+                index -= 1 << level;
+                if index > 0 {
+                    jumps = source.node(location)?.jumps;
+                }
+            }
+            level += 1;
+        }
+        Ok(Levels { next: tail.n + 1, first: location, latest })
+    }
+}
+
+/// The last record whose start is at or before `target_bytes`, searching back from `tail`.
+/// (Records without data share their start with their successor; the later one wins.)
+pub fn find<S: NodeSource>(source: &S, tail: &Node, target_bytes: u64) -> Result<Node, S::Error> {
+    let mut current = tail.clone();
+    while current.start.bytes > target_bytes {
+        debug_assert!(current.n > 0, "record 0 starts at byte 0");
+        let mut nearest = None;
+        let mut farther = None;
+        for (step, location) in current.jumps.iter().enumerate().rev() {
+            let candidate = source.node(*location)?;
+            if candidate.start.bytes > target_bytes {
+                farther = Some(candidate);
+                break;
+            }
+            if step == 0 {
+                nearest = Some(candidate);
+            }
+        }
+        match (farther, nearest) {
+            (Some(candidate), _) => current = candidate,
+            (None, Some(previous)) => return Ok(previous),
+            (None, None) => {
+                unreachable!("the nearest jump is always read when no jump lands above the target")
+            }
+        }
+    }
+    Ok(current)
+}
+
+/// The records from `first` to `last` (inclusive, same chain), walking back from `last`.
+/// `limit` bounds the walk; the result is in chain order.
+pub fn collect<S: NodeSource>(
+    source: &S,
+    first: &Node,
+    last: Node,
+    limit: usize,
+) -> Result<Vec<Node>, S::Error> {
+    let mut nodes = vec![last];
+    while let Some(current) = nodes.last() {
+        if current.n <= first.n || nodes.len() >= limit {
+            break;
+        }
+        let previous =
+            if current.n - 1 == first.n { first.clone() } else { source.node(current.jumps[0])? };
+        nodes.push(previous);
+    }
+    nodes.reverse();
+    Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::convert::Infallible;
+
+    /// A chain built with `Levels` over records of the given data sizes (locations = index × 10).
+    struct Model {
+        nodes: Vec<Node>,
+        reads: Cell<usize>,
+    }
+
+    impl NodeSource for Model {
+        type Error = Infallible;
+        fn node(&self, location: u64) -> Result<Node, Infallible> {
+            self.reads.set(self.reads.get() + 1);
+            Ok(self.nodes[(location / 10) as usize].clone())
+        }
+    }
+
+    fn model(sizes: &[u64]) -> Model {
+        let mut nodes =
+            vec![Node { location: 0, n: 0, start: Offset::ZERO, end: Offset::ZERO, jumps: vec![] }];
+        let mut levels = Levels::started_at(0);
+        for size in sizes {
+            let chain = levels.next_chain();
+            let start = nodes.last().unwrap().end;
+            let end = start.advance(u64::from(*size > 0), *size);
+            let location = chain.n * 10;
+            nodes.push(Node { location, n: chain.n, start, end, jumps: chain.jumps });
+            levels.push(location);
+        }
+        Model { nodes, reads: Cell::new(0) }
+    }
+
+    #[test]
+    fn jumps_point_at_the_right_records() {
+        let chain = model(&[1; 64]);
+        for node in &chain.nodes {
+            let expected: Vec<u64> = (0..jump_count(node.n)).map(|j| (node.n - (1 << j)) * 10).collect();
+            assert_eq!(node.jumps, expected, "record {}", node.n);
+        }
+        assert_eq!(jump_count(0), 0);
+        assert_eq!(jump_count(12), 3);
+    }
+
+    #[test]
+    fn find_agrees_with_a_linear_scan() {
+        let sizes: Vec<u64> = (0..300u64).map(|i| [0, 5, 1, 17, 3][(i * 7 % 5) as usize]).collect();
+        let chain = model(&sizes);
+        let tail = chain.nodes.last().unwrap().clone();
+        for target in 0..=tail.end.bytes {
+            let expected = chain.nodes.iter().rev().find(|n| n.start.bytes <= target).unwrap();
+            assert_eq!(find(&chain, &tail, target).unwrap().n, expected.n, "target {target}");
+        }
+    }
+
+    #[test]
+    fn find_reads_few_records_on_long_chains() {
+        let chain = model(&vec![3; 100_000]);
+        let tail = chain.nodes.last().unwrap().clone();
+        let mut worst = 0;
+        for target in (0..300_000).step_by(977) {
+            chain.reads.set(0);
+            find(&chain, &tail, target).unwrap();
+            worst = worst.max(chain.reads.get());
+        }
+        assert!(worst < 17 * 17, "{worst} reads");
+    }
+
+    #[test]
+    fn collect_walks_back_in_order_and_respects_the_limit() {
+        let chain = model(&[2; 40]);
+        let first = chain.nodes[10].clone();
+        let last = chain.nodes[20].clone();
+        let walked: Vec<u64> =
+            collect(&chain, &first, last.clone(), usize::MAX).unwrap().iter().map(|n| n.n).collect();
+        assert_eq!(walked, (10..=20).collect::<Vec<_>>());
+        assert_eq!(collect(&chain, &first, last, 3).unwrap().len(), 3);
+        assert_eq!(collect(&chain, &first, first.clone(), 5).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn levels_rebuild_from_any_tail() {
+        for length in [0usize, 1, 2, 3, 7, 8, 9, 100, 1023, 1024, 1025] {
+            let chain = model(&vec![1; length]);
+            let mut levels = Levels::started_at(0);
+            for node in &chain.nodes[1..] {
+                levels.push(node.location);
+            }
+            let tail = chain.nodes.last().unwrap();
+            let rebuilt = Levels::rebuild(&chain, tail).unwrap();
+            assert_eq!(rebuilt.next_chain(), levels.next_chain(), "length {length}");
+            assert_eq!(rebuilt.next_index(), levels.next_index());
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! The real file system: `std::fs`, positional vectored writes, `fdatasync`, memmap2 maps
+//! and fs2 locks.
+
+use std::any::Any;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fs2::FileExt as _;
+use memmap2::{Mmap, MmapOptions};
+
+use super::{FileMap, Vfs, VfsFile};
+
+/// Most buffers one `pwritev` call takes (Linux's `IOV_MAX`).
+const IOV_MAX: usize = 1024;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealVfs;
+
+struct RealFile {
+    file: File,
+}
+
+struct RealMap {
+    map: Arc<Mmap>,
+}
+
+impl Vfs for RealVfs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Arc::new(RealFile { file }))
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+        Ok(Arc::new(RealFile { file }))
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+
+    fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        file.try_lock_exclusive()?;
+        Ok(Box::new(file))
+    }
+}
+
+impl VfsFile for RealFile {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    fn write_all_at(&self, position: u64, parts: &[&[u8]]) -> io::Result<()> {
+        let mut slices: Vec<&[u8]> = parts.iter().copied().filter(|p| !p.is_empty()).collect();
+        let mut position = position;
+        let mut first = 0;
+        while first < slices.len() {
+            let batch = &slices[first..(first + IOV_MAX).min(slices.len())];
+            let iovecs: Vec<libc::iovec> = batch
+                .iter()
+                .map(|s| libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() })
+                .collect();
+            // SAFETY: the iovecs point into live slices for the duration of the call.
+            let written = unsafe {
+                libc::pwritev(
+                    self.file.as_raw_fd(),
+                    iovecs.as_ptr(),
+                    iovecs.len() as libc::c_int,
+                    position as libc::off_t,
+                )
+            };
+            if written < 0 {
+                let error = io::Error::last_os_error();
+                if error.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(error);
+            }
+            if written == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+            }
+            position += written as u64;
+            let mut remaining = written as usize;
+            while remaining > 0 {
+                let head = slices[first].len();
+                if remaining >= head {
+                    remaining -= head;
+                    first += 1;
+                } else {
+                    slices[first] = &slices[first][remaining..];
+                    remaining = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read_at(&self, position: u64, buffer: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.file.read_at(buffer, position) {
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn map(&self, len: u64) -> io::Result<Arc<dyn FileMap>> {
+        let len = usize::try_from(len).map_err(|_| io::Error::other("map too large"))?;
+        // SAFETY: the engine never truncates or shrinks a file while it is mapped, and maps
+        // are read-only (a store through a writable map would turn I/O errors into SIGBUS).
+        let map = unsafe { MmapOptions::new().len(len).map(&self.file)? };
+        Ok(Arc::new(RealMap { map: Arc::new(map) }))
+    }
+
+    fn punch_hole(&self, position: u64, len: u64) -> io::Result<()> {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: plain syscall on an owned descriptor.
+        let result = unsafe {
+            libc::fallocate(self.file.as_raw_fd(), mode, position as libc::off_t, len as libc::off_t)
+        };
+        if result == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
+            _ => Err(error),
+        }
+    }
+}
+
+/// A shared range of a map, kept alive by the `Bytes` that points into it.
+struct MapRange {
+    map: Arc<Mmap>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for MapRange {
+    fn as_ref(&self) -> &[u8] {
+        &self.map[self.start..self.end]
+    }
+}
+
+impl FileMap for RealMap {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn read(&self, start: usize, buffer: &mut [u8]) {
+        buffer.copy_from_slice(&self.map[start..start + buffer.len()]);
+    }
+
+    fn slice(&self, start: usize, end: usize) -> Bytes {
+        assert!(start <= end && end <= self.map.len(), "slice outside the map");
+        Bytes::from_owner(MapRange { map: Arc::clone(&self.map), start, end })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("ds-vfs-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn vectored_positional_writes_show_through_a_map() {
+        let dir = scratch("pwritev");
+        let vfs = RealVfs;
+        let file = vfs.create_new(&dir.join("f")).unwrap();
+        file.set_len(64).unwrap();
+        let map = file.map(64).unwrap();
+        let many: Vec<Vec<u8>> = (0..2000).map(|i| vec![(i % 251) as u8; 1]).collect();
+        let parts: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
+        file.set_len(4096).unwrap();
+        file.write_all_at(10, &[b"abc", b"", b"de"]).unwrap();
+        assert_eq!(&map.slice(10, 15)[..], b"abcde", "a map sees later writes");
+        file.write_all_at(1000, &parts).unwrap();
+        let mut back = vec![0; 2000];
+        super::super::read_exact_at(file.as_ref(), 1000, &mut back).unwrap();
+        assert_eq!(back, many.concat(), "more parts than one pwritev takes");
+        file.sync_data().unwrap();
+        file.punch_hole(0, 4096).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_second_lock_is_refused() {
+        let dir = scratch("lock");
+        let vfs = RealVfs;
+        let guard = vfs.lock_exclusive(&dir.join("LOCK")).unwrap();
+        assert!(vfs.lock_exclusive(&dir.join("LOCK")).is_err());
+        drop(guard);
+        assert!(vfs.lock_exclusive(&dir.join("LOCK")).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

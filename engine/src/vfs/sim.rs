@@ -1,0 +1,476 @@
+//! A simulated disk for crash tests: everything an fsync did not cover may be lost or torn.
+//!
+//! Each file keeps its durable image and the writes made since its last `sync_data`; each
+//! directory keeps its durable entries and the creations, renames and removals made since its
+//! last `sync_dir`. [`SimVfs::crash`] returns the disk as a reboot would find it: durable state,
+//! plus — chosen by a seeded generator — each unsynced write kept, dropped or torn (a random
+//! subset of its 512-byte sectors), and a random prefix of each directory's unsynced entry
+//! changes. [`SimVfs::fail_after`] makes every operation after the next `n` fail, which is how
+//! a test stops the world in the middle of a commit. Same seed, same disk.
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+
+use super::{FileMap, Vfs, VfsFile};
+
+/// Granularity of a torn write.
+const SECTOR_BYTES: usize = 512;
+
+/// A small deterministic generator (SplitMix64).
+#[derive(Clone, Debug)]
+pub struct SimRng(u64);
+
+impl SimRng {
+    pub fn new(seed: u64) -> SimRng {
+        SimRng(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..bound` (`bound > 0`).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next_u64() % bound
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+#[derive(Clone, Default)]
+struct FileData {
+    /// What reads see now.
+    current: Vec<u8>,
+    /// What survives a crash for certain.
+    durable: Vec<u8>,
+    /// Writes since the last sync, in order: (position, bytes).
+    unsynced: Vec<(usize, Vec<u8>)>,
+    /// Length set since the last sync (truncation or extension).
+    unsynced_len: Option<usize>,
+}
+
+type FileRef = Arc<Mutex<FileData>>;
+
+#[derive(Clone)]
+enum DirChange {
+    Put(String, FileRef),
+    Remove(String),
+}
+
+#[derive(Default)]
+struct Dir {
+    current: BTreeMap<String, FileRef>,
+    durable: BTreeMap<String, FileRef>,
+    unsynced: Vec<DirChange>,
+}
+
+#[derive(Default)]
+struct Disk {
+    /// Ordered, so a crash visits directories in the same order for the same seed.
+    dirs: BTreeMap<PathBuf, Dir>,
+    /// Operations left before every operation fails (`None`: never).
+    operations_left: Option<u64>,
+}
+
+/// The simulated disk. Clones share it.
+#[derive(Clone, Default)]
+pub struct SimVfs {
+    disk: Arc<Mutex<Disk>>,
+}
+
+fn power_loss() -> io::Error {
+    io::Error::other("simulated power loss")
+}
+
+fn split(path: &Path) -> (PathBuf, String) {
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    (dir, name)
+}
+
+impl SimVfs {
+    pub fn new() -> SimVfs {
+        SimVfs::default()
+    }
+
+    /// After `operations` more operations (reads included), every operation fails.
+    pub fn fail_after(&self, operations: u64) {
+        self.lock().operations_left = Some(operations);
+    }
+
+    /// Whether the disk has stopped answering.
+    pub fn has_failed(&self) -> bool {
+        self.lock().operations_left == Some(0)
+    }
+
+    /// The disk as a reboot finds it: durable state plus a seeded choice of unsynced changes.
+    pub fn crash(&self, rng: &mut SimRng) -> SimVfs {
+        let disk = self.lock();
+        let mut survivors: HashMap<*const Mutex<FileData>, FileRef> = HashMap::new();
+        let mut after = Disk::default();
+        for (path, dir) in &disk.dirs {
+            let mut entries = dir.durable.clone();
+            let kept = rng.below(dir.unsynced.len() as u64 + 1) as usize;
+            for change in &dir.unsynced[..kept] {
+                match change {
+                    DirChange::Put(name, file) => entries.insert(name.clone(), Arc::clone(file)),
+                    DirChange::Remove(name) => entries.remove(name),
+                };
+            }
+            let mut rebooted = BTreeMap::new();
+            for (name, file) in entries {
+                let key = Arc::as_ptr(&file);
+                let copy = survivors.entry(key).or_insert_with(|| survive(&file, rng));
+                rebooted.insert(name, Arc::clone(copy));
+            }
+            after.dirs.insert(
+                path.clone(),
+                Dir { current: rebooted.clone(), durable: rebooted, unsynced: Vec::new() },
+            );
+        }
+        SimVfs { disk: Arc::new(Mutex::new(after)) }
+    }
+
+    /// Total bytes currently held in files (for test assertions about cleanup).
+    pub fn stored_bytes(&self) -> usize {
+        let disk = self.lock();
+        let mut seen = std::collections::HashSet::new();
+        let mut total = 0;
+        for dir in disk.dirs.values() {
+            for file in dir.current.values() {
+                if seen.insert(Arc::as_ptr(file)) {
+                    total += file.lock().expect("sim file lock").current.len();
+                }
+            }
+        }
+        total
+    }
+
+    /// Overwrites bytes of a file as they are now and durably (corruption tests).
+    pub fn corrupt(&self, path: &Path, position: usize, bytes: &[u8]) -> io::Result<()> {
+        let file = self.find(path)?;
+        let mut data = file.lock().expect("sim file lock");
+        let data = &mut *data;
+        write_into(&mut data.current, position, bytes);
+        write_into(&mut data.durable, position, bytes);
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Disk> {
+        self.disk.lock().expect("sim disk lock")
+    }
+
+    /// Counts one operation; fails once the budget set by `fail_after` is spent.
+    fn operate(&self) -> io::Result<MutexGuard<'_, Disk>> {
+        let mut disk = self.lock();
+        match &mut disk.operations_left {
+            Some(0) => Err(power_loss()),
+            Some(left) => {
+                *left -= 1;
+                Ok(disk)
+            }
+            None => Ok(disk),
+        }
+    }
+
+    fn find(&self, path: &Path) -> io::Result<FileRef> {
+        let (dir, name) = split(path);
+        let disk = self.lock();
+        disk.dirs
+            .get(&dir)
+            .and_then(|d| d.current.get(&name))
+            .cloned()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display())))
+    }
+}
+
+/// A file's contents after a crash.
+fn survive(file: &FileRef, rng: &mut SimRng) -> FileRef {
+    let data = file.lock().expect("sim file lock");
+    let mut content = data.durable.clone();
+    if let Some(len) = data.unsynced_len {
+        if rng.chance(50) {
+            content.resize(len, 0);
+        }
+    }
+    for (position, bytes) in &data.unsynced {
+        match rng.below(3) {
+            0 => {}
+            1 => write_into(&mut content, *position, bytes),
+            _ => {
+                for sector_start in (0..bytes.len()).step_by(SECTOR_BYTES) {
+                    if rng.chance(50) {
+                        let sector_end = (sector_start + SECTOR_BYTES).min(bytes.len());
+                        write_into(&mut content, position + sector_start, &bytes[sector_start..sector_end]);
+                    }
+                }
+            }
+        }
+    }
+    Arc::new(Mutex::new(FileData { current: content.clone(), durable: content, ..FileData::default() }))
+}
+
+fn write_into(content: &mut Vec<u8>, position: usize, bytes: &[u8]) {
+    if content.len() < position + bytes.len() {
+        content.resize(position + bytes.len(), 0);
+    }
+    content[position..position + bytes.len()].copy_from_slice(bytes);
+}
+
+struct SimFile {
+    vfs: SimVfs,
+    data: FileRef,
+}
+
+struct SimMap {
+    data: FileRef,
+    len: usize,
+}
+
+impl Vfs for SimVfs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        let mut disk = self.operate()?;
+        let mut current = Some(path);
+        while let Some(dir) = current {
+            disk.dirs.entry(dir.to_path_buf()).or_default();
+            current = dir.parent();
+        }
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let disk = self.operate()?;
+        let listed =
+            disk.dirs.get(dir).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        let mut names: Vec<String> = listed.current.keys().cloned().collect();
+        let prefix = dir.to_path_buf();
+        for path in disk.dirs.keys() {
+            if path.parent() == Some(prefix.as_path()) {
+                names.push(split(path).1);
+            }
+        }
+        Ok(names)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        let (dir, name) = split(path);
+        let disk = self.lock();
+        disk.dirs.contains_key(path) || disk.dirs.get(&dir).is_some_and(|d| d.current.contains_key(&name))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
+        drop(self.operate()?);
+        let data = self.find(path)?;
+        Ok(Arc::new(SimFile { vfs: self.clone(), data }))
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
+        let (dir, name) = split(path);
+        let mut disk = self.operate()?;
+        let directory = disk
+            .dirs
+            .get_mut(&dir)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        if directory.current.contains_key(&name) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} exists", path.display())));
+        }
+        let data: FileRef = Arc::default();
+        directory.current.insert(name.clone(), Arc::clone(&data));
+        directory.unsynced.push(DirChange::Put(name, Arc::clone(&data)));
+        Ok(Arc::new(SimFile { vfs: self.clone(), data }))
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let (dir, name) = split(path);
+        let mut disk = self.operate()?;
+        let directory = disk
+            .dirs
+            .get_mut(&dir)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        if directory.current.remove(&name).is_none() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display())));
+        }
+        directory.unsynced.push(DirChange::Remove(name));
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let ((from_dir, from_name), (to_dir, to_name)) = (split(from), split(to));
+        let mut disk = self.operate()?;
+        let source = disk
+            .dirs
+            .get_mut(&from_dir)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        let file = source
+            .current
+            .remove(&from_name)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
+        source.unsynced.push(DirChange::Remove(from_name));
+        let target = disk
+            .dirs
+            .get_mut(&to_dir)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        target.current.insert(to_name.clone(), Arc::clone(&file));
+        target.unsynced.push(DirChange::Put(to_name, file));
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut disk = self.operate()?;
+        let directory = disk
+            .dirs
+            .get_mut(dir)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        directory.durable = directory.current.clone();
+        directory.unsynced.clear();
+        Ok(())
+    }
+
+    fn lock_exclusive(&self, _path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
+        Ok(Box::new(()))
+    }
+}
+
+impl VfsFile for SimFile {
+    fn len(&self) -> io::Result<u64> {
+        drop(self.vfs.operate()?);
+        Ok(self.data.lock().expect("sim file lock").current.len() as u64)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        drop(self.vfs.operate()?);
+        let mut data = self.data.lock().expect("sim file lock");
+        data.current.resize(len as usize, 0);
+        data.unsynced_len = Some(len as usize);
+        Ok(())
+    }
+
+    fn write_all_at(&self, position: u64, parts: &[&[u8]]) -> io::Result<()> {
+        drop(self.vfs.operate()?);
+        let bytes = parts.concat();
+        let mut data = self.data.lock().expect("sim file lock");
+        write_into(&mut data.current, position as usize, &bytes);
+        data.unsynced.push((position as usize, bytes));
+        Ok(())
+    }
+
+    fn read_at(&self, position: u64, buffer: &mut [u8]) -> io::Result<usize> {
+        drop(self.vfs.operate()?);
+        let data = self.data.lock().expect("sim file lock");
+        let start = (position as usize).min(data.current.len());
+        let count = buffer.len().min(data.current.len() - start);
+        buffer[..count].copy_from_slice(&data.current[start..start + count]);
+        Ok(count)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        drop(self.vfs.operate()?);
+        let mut data = self.data.lock().expect("sim file lock");
+        data.durable = data.current.clone();
+        data.unsynced.clear();
+        data.unsynced_len = None;
+        Ok(())
+    }
+
+    fn map(&self, len: u64) -> io::Result<Arc<dyn FileMap>> {
+        drop(self.vfs.operate()?);
+        Ok(Arc::new(SimMap { data: Arc::clone(&self.data), len: len as usize }))
+    }
+
+    fn punch_hole(&self, position: u64, len: u64) -> io::Result<()> {
+        let zeros = vec![0; len as usize];
+        self.write_all_at(position, &[&zeros])
+    }
+}
+
+impl FileMap for SimMap {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read(&self, start: usize, buffer: &mut [u8]) {
+        assert!(start + buffer.len() <= self.len, "read outside the map");
+        let data = self.data.lock().expect("sim file lock");
+        let available = data.current.len().saturating_sub(start).min(buffer.len());
+        buffer[..available].copy_from_slice(&data.current[start..start + available]);
+        buffer[available..].fill(0);
+    }
+
+    fn slice(&self, start: usize, end: usize) -> Bytes {
+        let mut copy = vec![0; end - start];
+        self.read(start, &mut copy);
+        Bytes::from(copy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_bytes(vfs: &SimVfs, path: &str) -> Option<Vec<u8>> {
+        vfs.open(Path::new(path)).ok().map(|f| {
+            let mut buffer = vec![0; f.len().unwrap() as usize];
+            f.read_at(0, &mut buffer).unwrap();
+            buffer
+        })
+    }
+
+    #[test]
+    fn synced_data_and_entries_survive_every_crash() {
+        let vfs = SimVfs::new();
+        vfs.create_dir_all(Path::new("/d")).unwrap();
+        let file = vfs.create_new(Path::new("/d/f")).unwrap();
+        file.write_all_at(0, &[b"durable"]).unwrap();
+        file.sync_data().unwrap();
+        vfs.sync_dir(Path::new("/d")).unwrap();
+        file.write_all_at(7, &[&[b'x'; 2000]]).unwrap();
+        for seed in 0..50 {
+            let after = vfs.crash(&mut SimRng::new(seed));
+            let bytes = file_bytes(&after, "/d/f").expect("a synced entry survives");
+            assert_eq!(&bytes[..7], b"durable");
+            assert!(bytes[7..].iter().all(|b| *b == b'x' || *b == 0), "unsynced bytes are written or absent");
+        }
+    }
+
+    #[test]
+    fn unsynced_writes_and_entries_may_vanish_or_tear_deterministically() {
+        let vfs = SimVfs::new();
+        vfs.create_dir_all(Path::new("/d")).unwrap();
+        let file = vfs.create_new(Path::new("/d/f")).unwrap();
+        file.write_all_at(0, &[&[7u8; 4096]]).unwrap();
+        let outcomes: std::collections::HashSet<Option<usize>> = (0..200)
+            .map(|seed| {
+                file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/d/f")
+                    .map(|b| b.iter().filter(|x| **x == 7).count())
+            })
+            .collect();
+        assert!(outcomes.contains(&None), "an unsynced create can vanish");
+        assert!(outcomes.contains(&Some(0)) && outcomes.contains(&Some(4096)), "{outcomes:?}");
+        assert!(outcomes.iter().any(|o| o.is_some_and(|n| n > 0 && n < 4096)), "writes can tear");
+        let again = |seed| file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/d/f");
+        assert_eq!(again(17), again(17), "same seed, same disk");
+    }
+
+    #[test]
+    fn failing_after_a_budget_stops_every_operation() {
+        let vfs = SimVfs::new();
+        vfs.create_dir_all(Path::new("/d")).unwrap();
+        vfs.fail_after(2);
+        let file = vfs.create_new(Path::new("/d/f")).unwrap();
+        file.write_all_at(0, &[b"a"]).unwrap();
+        assert!(file.sync_data().is_err());
+        assert!(vfs.has_failed());
+        assert!(vfs.list(Path::new("/d")).is_err());
+    }
+}
