@@ -39,7 +39,7 @@ pub trait Vfs: Send + Sync + 'static {
 
 /// An open file.
 pub trait VfsFile: Send + Sync {
-    fn len(&self) -> io::Result<u64>;
+    fn size(&self) -> io::Result<u64>;
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Writes every part, in order, starting at `position`.
     fn write_all_at(&self, position: u64, parts: &[&[u8]]) -> io::Result<()>;
@@ -55,7 +55,7 @@ pub trait VfsFile: Send + Sync {
 
 /// A read-only view of a file's first bytes.
 pub trait FileMap: Send + Sync {
-    fn len(&self) -> usize;
+    fn size(&self) -> usize;
     /// Copies `buffer.len()` bytes from `start` (panics past the end).
     fn read(&self, start: usize, buffer: &mut [u8]);
     /// Shares bytes `start..end` (without copying where the platform allows).
@@ -94,7 +94,7 @@ pub fn write_file_durably(vfs: &dyn Vfs, path: &Path, contents: &[u8]) -> io::Re
 /// Reads a whole (small) file.
 pub fn read_file(vfs: &dyn Vfs, path: &Path) -> io::Result<Vec<u8>> {
     let file = vfs.open(path)?;
-    let len = usize::try_from(file.len()?).map_err(|_| io::Error::other("file too large"))?;
+    let len = usize::try_from(file.size()?).map_err(|_| io::Error::other("file too large"))?;
     let mut contents = vec![0; len];
     read_exact_at(file.as_ref(), 0, &mut contents)?;
     Ok(contents)

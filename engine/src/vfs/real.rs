@@ -76,7 +76,7 @@ impl Vfs for RealVfs {
 }
 
 impl VfsFile for RealFile {
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
 
@@ -181,7 +181,7 @@ impl AsRef<[u8]> for MapRange {
 }
 
 impl FileMap for RealMap {
-    fn len(&self) -> usize {
+    fn size(&self) -> usize {
         self.map.len()
     }
 

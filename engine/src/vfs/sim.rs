@@ -343,7 +343,7 @@ impl Vfs for SimVfs {
 }
 
 impl VfsFile for SimFile {
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         drop(self.vfs.operate()?);
         Ok(self.data.lock().expect("sim file lock").current.len() as u64)
     }
@@ -395,7 +395,7 @@ impl VfsFile for SimFile {
 }
 
 impl FileMap for SimMap {
-    fn len(&self) -> usize {
+    fn size(&self) -> usize {
         self.len
     }
 
@@ -420,7 +420,7 @@ mod tests {
 
     fn file_bytes(vfs: &SimVfs, path: &str) -> Option<Vec<u8>> {
         vfs.open(Path::new(path)).ok().map(|f| {
-            let mut buffer = vec![0; f.len().unwrap() as usize];
+            let mut buffer = vec![0; f.size().unwrap() as usize];
             f.read_at(0, &mut buffer).unwrap();
             buffer
         })
