@@ -44,8 +44,12 @@ mod tests {
     #[test]
     fn reads_this_process() {
         let pid = std::process::id();
-        assert!(resident_bytes(pid).unwrap() > 0);
-        assert!(peak_resident_bytes(pid).unwrap() >= resident_bytes(pid).unwrap());
+        let resident = resident_bytes(pid).unwrap();
+        assert!(resident > 0);
+        assert!(
+            peak_resident_bytes(pid).unwrap() >= resident,
+            "the peak read later is at least the earlier value"
+        );
         assert!(cpu_seconds(pid).is_some());
         assert_eq!(resident_bytes(u32::MAX), None);
     }

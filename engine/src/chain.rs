@@ -63,6 +63,15 @@ impl Levels {
         self.next
     }
 
+    /// Location of the chain's last record.
+    pub fn last(&self) -> u64 {
+        if self.next <= 1 {
+            self.first
+        } else {
+            self.latest.first().copied().unwrap_or(self.first)
+        }
+    }
+
     /// The chain entry of the next record.
     pub fn next_chain(&self) -> Chain {
         let n = self.next;
@@ -105,14 +114,30 @@ impl Levels {
 /// The last record whose start is at or before `target_bytes`, searching back from `tail`.
 /// (Records without data share their start with their successor; the later one wins.)
 pub fn find<S: NodeSource>(source: &S, tail: &Node, target_bytes: u64) -> Result<Node, S::Error> {
+    find_last(source, tail, |node| node.start.bytes <= target_bytes)
+}
+
+/// The record with index `n` (at most `tail.n`).
+pub fn find_index<S: NodeSource>(source: &S, tail: &Node, n: u64) -> Result<Node, S::Error> {
+    debug_assert!(n <= tail.n);
+    find_last(source, tail, |node| node.n <= n)
+}
+
+/// The last record (searching back from `tail`) that satisfies `keep`, which must hold for
+/// record 0 and for every record before one it holds for.
+pub fn find_last<S: NodeSource>(
+    source: &S,
+    tail: &Node,
+    keep: impl Fn(&Node) -> bool,
+) -> Result<Node, S::Error> {
     let mut current = tail.clone();
-    while current.start.bytes > target_bytes {
-        debug_assert!(current.n > 0, "record 0 starts at byte 0");
+    while !keep(&current) {
+        debug_assert!(current.n > 0, "the predicate holds for record 0");
         let mut nearest = None;
         let mut farther = None;
         for (step, location) in current.jumps.iter().enumerate().rev() {
             let candidate = source.node(*location)?;
-            if candidate.start.bytes > target_bytes {
+            if !keep(&candidate) {
                 farther = Some(candidate);
                 break;
             }
@@ -206,6 +231,15 @@ mod tests {
         for target in 0..=tail.end.bytes {
             let expected = chain.nodes.iter().rev().find(|n| n.start.bytes <= target).unwrap();
             assert_eq!(find(&chain, &tail, target).unwrap().n, expected.n, "target {target}");
+        }
+    }
+
+    #[test]
+    fn find_index_lands_on_every_index() {
+        let chain = model(&vec![1; 200]);
+        let tail = chain.nodes.last().unwrap().clone();
+        for n in 0..=tail.n {
+            assert_eq!(find_index(&chain, &tail, n).unwrap().n, n);
         }
     }
 

@@ -2,9 +2,12 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::limits::Limits;
 use crate::time::Clock;
+use crate::vfs::real::RealVfs;
+use crate::vfs::Vfs;
 
 /// Where streams live and when an append counts as done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,8 +50,68 @@ impl fmt::Display for StorageMode {
     }
 }
 
+/// What happens when a write, sync, seal or checkpoint fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IoErrorPolicy {
+    /// Stop the process at once: it never acknowledges what it could not make durable, and
+    /// never retries an fsync (the kernel may have dropped the dirty pages).
+    #[default]
+    Abort,
+    /// Stop the failing shard instead (tests that simulate crashes): nothing in flight is
+    /// acknowledged and the shard takes no more operations.
+    Fail,
+}
+
+impl IoErrorPolicy {
+    /// Reports a fatal I/O error; returns only under [`IoErrorPolicy::Fail`].
+    pub fn fatal(self, what: &str, error: &std::io::Error) {
+        tracing::error!(%error, "{what} failed; nothing that depended on it is acknowledged");
+        if self == IoErrorPolicy::Abort {
+            std::process::abort();
+        }
+    }
+}
+
 /// Smallest and largest shard count; counts must be powers of two.
 pub const SHARDS_MAX: u32 = 256;
+
+/// The file system the disk modes use (the real one unless a test says otherwise).
+#[derive(Clone)]
+pub struct VfsHandle(pub Arc<dyn Vfs>);
+
+impl Default for VfsHandle {
+    fn default() -> Self {
+        VfsHandle(Arc::new(RealVfs))
+    }
+}
+
+impl fmt::Debug for VfsHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("VfsHandle")
+    }
+}
+
+/// How shards run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Threading {
+    /// One OS thread per shard (the server).
+    #[default]
+    Threads,
+    /// No threads: the caller runs batches with `Engine::run_pending` (deterministic tests).
+    Manual,
+}
+
+/// Smallest default size of a WAL segment (larger when the stream limit needs it).
+pub const SEGMENT_BYTES_DEFAULT: u64 = 32 << 20;
+/// Room a segment needs besides the largest record's data: its header, the record's header
+/// and meta, and the seal.
+pub const SEGMENT_OVERHEAD_BYTES: u64 = 16 * 1024;
+
+/// The default segment size for a stream limit: 32 MiB, or the next power of two that holds
+/// the largest record.
+pub fn segment_bytes_for(stream_bytes_max: u64) -> u64 {
+    SEGMENT_BYTES_DEFAULT.max((stream_bytes_max + SEGMENT_OVERHEAD_BYTES).next_power_of_two())
+}
 
 /// Everything an engine needs to start.
 #[derive(Clone, Debug)]
@@ -57,6 +120,11 @@ pub struct EngineConfig {
     pub data_dir: PathBuf,
     pub shard_count: u32,
     pub limits: Limits,
+    /// Size of each WAL segment (acid).
+    pub segment_bytes: u64,
+    pub io_error_policy: IoErrorPolicy,
+    pub threading: Threading,
+    pub vfs: VfsHandle,
     /// Ops a shard's queue holds before senders are told to back off.
     pub queue_capacity: usize,
     /// Most ops one batch (one commit) takes.
@@ -73,6 +141,10 @@ impl Default for EngineConfig {
             data_dir: PathBuf::from("./data/streams"),
             shard_count: 16,
             limits: Limits::default(),
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            io_error_policy: IoErrorPolicy::Abort,
+            threading: Threading::Threads,
+            vfs: VfsHandle::default(),
             queue_capacity: 4096,
             batch_ops_max: 1024,
             batch_bytes_max: 16 << 20,
@@ -92,6 +164,10 @@ pub enum EngineError {
     Setting(&'static str),
     /// Starting a shard thread failed.
     Spawn(std::io::Error),
+    /// The data directory cannot be opened or recovered.
+    Storage(String),
+    /// A storage setting does not fit the limits.
+    SegmentSize { segment_bytes: u64, needed: u64 },
 }
 
 impl fmt::Display for EngineError {
@@ -105,6 +181,11 @@ impl fmt::Display for EngineError {
             }
             EngineError::Setting(name) => write!(f, "{name} must be greater than zero"),
             EngineError::Spawn(error) => write!(f, "cannot start a shard thread: {error}"),
+            EngineError::Storage(detail) => f.write_str(detail),
+            EngineError::SegmentSize { segment_bytes, needed } => write!(
+                f,
+                "segments of {segment_bytes} bytes cannot hold the largest record; they need at least {needed} bytes and less than 4 GiB"
+            ),
         }
     }
 }
@@ -127,6 +208,10 @@ impl EngineConfig {
             if value == 0 {
                 return Err(EngineError::Setting(name));
             }
+        }
+        let needed = self.limits.stream_bytes_max + SEGMENT_OVERHEAD_BYTES;
+        if self.mode == StorageMode::Acid && !(needed..1 << 32).contains(&self.segment_bytes) {
+            return Err(EngineError::SegmentSize { segment_bytes: self.segment_bytes, needed });
         }
         Ok(())
     }

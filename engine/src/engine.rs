@@ -4,7 +4,13 @@
 //! sent to that shard's bounded queue and answered through a oneshot; a full queue is
 //! refused at once ([`OpError::Overloaded`]) rather than blocking the caller's thread. Reads
 //! look the name up in the shard's published directory and never touch the shard's queue.
+//!
+//! Starting opens the storage of the mode first (`crate::storage::open`: lock, manifest,
+//! recovery), then builds each shard over its recovered streams. Stopping ends every shard
+//! after its batch (each takes a clean checkpoint in the disk modes), then the housekeeper,
+//! then lets go of the data directory's lock.
 
+use std::any::Any;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -12,14 +18,15 @@ use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::config::{EngineConfig, EngineError, StorageMode};
+use crate::config::{EngineConfig, EngineError, StorageMode, Threading};
 use crate::limits::ByteBudget;
 use crate::name::StreamName;
 use crate::op::{AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
 use crate::producer::PRODUCER_IDLE_MS_MAX;
 use crate::shard::{Shard, ShardSettings, ShardShared};
-use crate::storage::MemoryPersist;
+use crate::storage::open::{self, OpenedStore};
 use crate::stream::handle::StreamHandle;
+use crate::wal::recovery::RecoveryReport;
 
 /// A running engine. Clones share it; the last one to go stops the shards.
 #[derive(Clone)]
@@ -30,8 +37,24 @@ pub struct Engine {
 struct EngineInner {
     config: EngineConfig,
     shards: Vec<Arc<ShardShared>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    runners: Mutex<Runners>,
     budget: Arc<ByteBudget>,
+    recovery: Vec<RecoveryReport>,
+}
+
+/// What runs the shards, and what must outlive them.
+enum Runners {
+    Threads {
+        shards: Vec<JoinHandle<()>>,
+        housekeeper: Option<JoinHandle<()>>,
+        lock: Option<Box<dyn Any + Send + Sync>>,
+    },
+    /// The caller drives the shards ([`Engine::run_pending`]).
+    Manual {
+        shards: Vec<Shard>,
+        lock: Option<Box<dyn Any + Send + Sync>>,
+    },
+    Stopped,
 }
 
 /// Counters for tools, tests and metrics.
@@ -47,12 +70,11 @@ pub struct EngineStats {
 }
 
 impl Engine {
-    /// Validates the configuration and starts one thread per shard.
+    /// Validates the configuration, opens (and recovers) the storage of its mode, and starts
+    /// the shards.
     pub fn start(config: EngineConfig) -> Result<Engine, EngineError> {
         config.validate()?;
-        if config.mode != StorageMode::Memory {
-            return Err(EngineError::ModeUnavailable(config.mode));
-        }
+        let OpenedStore { shards: opened, lock, housekeeper } = open::open(&config)?;
         let budget = Arc::new(ByteBudget::new(config.limits.total_bytes_max));
         let settings = ShardSettings {
             limits: config.limits,
@@ -60,24 +82,52 @@ impl Engine {
             batch_ops_max: config.batch_ops_max,
             batch_bytes_max: config.batch_bytes_max,
             clock: config.clock.clone(),
+            io_error_policy: config.io_error_policy,
         };
-        let mut shards = Vec::with_capacity(config.shard_count as usize);
-        let mut threads = Vec::with_capacity(config.shard_count as usize);
-        for index in 0..config.shard_count {
-            let (shard, shared) = Shard::new(
-                config.queue_capacity,
-                Arc::clone(&budget),
-                settings.clone(),
-                Box::new(MemoryPersist),
-            );
-            let thread = std::thread::Builder::new()
-                .name(format!("ds-shard-{index}"))
-                .spawn(move || run_or_abort(shard))
-                .map_err(EngineError::Spawn)?;
-            shards.push(shared);
-            threads.push(thread);
+        let recovery = opened.iter().filter_map(|shard| shard.report.clone()).collect();
+        let mut shareds = Vec::with_capacity(opened.len());
+        let mut shards = Vec::with_capacity(opened.len());
+        for opened in opened {
+            let (shard, shared) =
+                Shard::new(config.queue_capacity, Arc::clone(&budget), settings.clone(), opened);
+            shareds.push(shared);
+            shards.push(shard);
         }
-        Ok(Engine { inner: Arc::new(EngineInner { config, shards, threads: Mutex::new(threads), budget }) })
+        let runners = match config.threading {
+            Threading::Manual => Runners::Manual { shards, lock },
+            Threading::Threads => Runners::Threads { shards: spawn_shards(shards)?, housekeeper, lock },
+        };
+        let inner = EngineInner { config, shards: shareds, runners: Mutex::new(runners), budget, recovery };
+        Ok(Engine { inner: Arc::new(inner) })
+    }
+
+    /// What recovery found, per shard (empty in memory mode).
+    pub fn recovery_reports(&self) -> &[RecoveryReport] {
+        &self.inner.recovery
+    }
+
+    /// Under manual threading, runs one batch on every shard with queued ops (and any due
+    /// expiries); returns whether any op was taken. Does nothing under threads.
+    pub fn run_pending(&self) -> bool {
+        let mut runners = self.inner.runners.lock().expect("engine runners lock");
+        match &mut *runners {
+            Runners::Manual { shards, .. } => {
+                shards.iter_mut().fold(false, |took, shard| shard.step() | took)
+            }
+            _ => false,
+        }
+    }
+
+    /// Under manual threading, stops without the clean shutdown (no final checkpoint): what
+    /// a crash leaves behind, for crash tests. Under threads, the same as [`Engine::shutdown`].
+    pub fn stop_abruptly(&self) {
+        let mut runners = self.inner.runners.lock().expect("engine runners lock");
+        if matches!(*runners, Runners::Manual { .. }) {
+            *runners = Runners::Stopped;
+            return;
+        }
+        drop(runners);
+        self.shutdown();
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -140,18 +190,43 @@ impl Engine {
 }
 
 impl EngineInner {
+    /// Shards first (their final checkpoints), then the housekeeper, then the lock.
     fn stop_and_join(&self) {
-        let threads: Vec<_> = std::mem::take(&mut *self.threads.lock().expect("engine threads lock"));
-        if threads.is_empty() {
-            return;
-        }
-        for shard in &self.shards {
-            shard.stop();
-        }
-        for thread in threads {
-            let _ = thread.join();
+        let runners =
+            std::mem::replace(&mut *self.runners.lock().expect("engine runners lock"), Runners::Stopped);
+        match runners {
+            Runners::Threads { shards, housekeeper, lock } => {
+                for shard in &self.shards {
+                    shard.stop();
+                }
+                for thread in shards {
+                    let _ = thread.join();
+                }
+                if let Some(thread) = housekeeper {
+                    let _ = thread.join();
+                }
+                drop(lock);
+            }
+            Runners::Manual { shards, lock } => {
+                shards.into_iter().for_each(Shard::finish);
+                drop(lock);
+            }
+            Runners::Stopped => {}
         }
     }
+}
+
+/// One thread per shard.
+fn spawn_shards(shards: Vec<Shard>) -> Result<Vec<JoinHandle<()>>, EngineError> {
+    let mut threads = Vec::with_capacity(shards.len());
+    for (index, shard) in shards.into_iter().enumerate() {
+        let thread = std::thread::Builder::new()
+            .name(format!("ds-shard-{index}"))
+            .spawn(move || run_or_abort(shard))
+            .map_err(EngineError::Spawn)?;
+        threads.push(thread);
+    }
+    Ok(threads)
 }
 
 impl Drop for EngineInner {

@@ -28,12 +28,14 @@
 //! [`StreamHandle`] reads the published view under the stream's read lock and returns
 //! zero-copy `Bytes` of whole messages, checked to start at a message boundary.
 
+pub mod binary;
 pub mod chain;
 pub mod config;
 pub mod content_type;
 pub mod engine;
 pub mod limits;
 pub mod live;
+pub mod logread;
 pub mod memory;
 pub mod name;
 pub mod offset;
@@ -47,6 +49,7 @@ pub(crate) mod storage;
 pub mod stream;
 pub mod time;
 pub mod vfs;
+pub mod wal;
 
 pub use config::{EngineConfig, EngineError, StorageMode};
 pub use content_type::ContentType;

@@ -96,6 +96,19 @@ impl Payload {
         }
     }
 
+    /// The body, when it is stored as received (one plain message).
+    pub fn as_whole(&self) -> Option<&Bytes> {
+        match self.framing {
+            Framing::Whole => Some(&self.body),
+            Framing::Json(_) => None,
+        }
+    }
+
+    /// Whether the payload holds JSON messages.
+    pub fn is_json(&self) -> bool {
+        matches!(self.framing, Framing::Json(_))
+    }
+
     /// Whether nothing would be stored.
     pub fn is_empty(&self) -> bool {
         self.message_count() == 0
@@ -128,6 +141,34 @@ impl Payload {
         });
         out
     }
+}
+
+/// Where each message of stored JSON data ends (just after its `,`).
+///
+/// Stored JSON is `m1,m2,…,mk,` with every `mi` valid JSON, so the messages end at the
+/// commas outside strings and at nesting depth zero.
+pub fn stored_json_message_ends(stored: &[u8]) -> Vec<usize> {
+    let mut ends = Vec::new();
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (index, byte) in stored.iter().enumerate() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' if depth == 0 => ends.push(index + 1),
+            _ => {}
+        }
+    }
+    ends
 }
 
 fn json_spans(body: &[u8]) -> Result<Vec<Span>, JsonError> {
@@ -195,6 +236,24 @@ mod tests {
     fn message_count_is_bounded() {
         let many = format!("[{}0]", "0,".repeat(MESSAGES_PER_APPEND_MAX));
         assert_eq!(stored(&many, false), Err(JsonError::TooManyMessages));
+    }
+
+    #[test]
+    fn stored_json_splits_at_top_level_commas_only() {
+        let payload =
+            Payload::json(Bytes::from_static(br#"[{"a":[1,2]},"x,\"y\"",[[3,4],5],null]"#), false).unwrap();
+        let stored = payload.stored_bytes();
+        let ends = stored_json_message_ends(&stored);
+        let messages: Vec<&str> = ends
+            .iter()
+            .scan(0, |start, end| {
+                let message = std::str::from_utf8(&stored[*start..*end]).unwrap();
+                *start = *end;
+                Some(message)
+            })
+            .collect();
+        assert_eq!(messages, [r#"{"a":[1,2]},"#, r#""x,\"y\"","#, "[[3,4],5],", "null,"]);
+        assert_eq!(stored_json_message_ends(b""), Vec::<usize>::new());
     }
 
     #[test]

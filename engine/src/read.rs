@@ -56,11 +56,16 @@ impl Message {
 pub enum ReadError {
     /// The offset is well formed but not a message boundary of this stream.
     NotBoundary,
+    /// Stored data could not be read (an I/O error, or data that fails its checks).
+    Storage,
 }
 
 impl std::fmt::Display for ReadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("offset is not a message boundary of this stream")
+        f.write_str(match self {
+            ReadError::NotBoundary => "offset is not a message boundary of this stream",
+            ReadError::Storage => "stored data could not be read",
+        })
     }
 }
 

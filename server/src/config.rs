@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use ds_engine::config::{segment_bytes_for, SEGMENT_OVERHEAD_BYTES};
 use ds_engine::limits::Limits;
 use ds_engine::{EngineConfig, StorageMode};
 
@@ -51,6 +52,9 @@ pub struct Args {
     /// Number of shards (power of two, 1 to 256)
     #[arg(long, env = "DS_STORAGE__ACID_SHARD_COUNT", default_value = "16")]
     pub acid_shard_count: String,
+    /// Size of each acid WAL segment in bytes [default: 32 MiB, or enough for the largest record]
+    #[arg(long, env = "DS_STORAGE__SEGMENT_BYTES")]
+    pub segment_bytes: Option<String>,
     /// PEM certificate chain; with --tls-key-path, serve HTTPS
     #[arg(long, env = "DS_TLS__CERT_PATH")]
     pub tls_cert_path: Option<PathBuf>,
@@ -129,11 +133,26 @@ impl Args {
                 "a power of two from 1 to 256",
             ));
         }
+        let segment_bytes = match &self.segment_bytes {
+            None => segment_bytes_for(stream_bytes_max),
+            Some(text) => {
+                let needed = stream_bytes_max + SEGMENT_OVERHEAD_BYTES;
+                let segment_bytes = number("DS_STORAGE__SEGMENT_BYTES", text, 1, (1 << 32) - 1)?;
+                if segment_bytes < needed {
+                    return Err(ConfigError(format!(
+                        "DS_STORAGE__SEGMENT_BYTES: {segment_bytes} cannot hold the largest record \
+                         (DS_LIMITS__MAX_STREAM_BYTES plus {SEGMENT_OVERHEAD_BYTES}); use at least {needed}"
+                    )));
+                }
+                segment_bytes
+            }
+        };
         let engine = EngineConfig {
             mode,
             data_dir: self.data_dir,
             shard_count,
             limits: Limits { total_bytes_max, stream_bytes_max },
+            segment_bytes,
             ..EngineConfig::default()
         };
         Ok(Config {

@@ -67,6 +67,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         config.engine.mode,
         config.engine.shard_count
     );
+    log_recovery(&engine);
     tokio::spawn(trigger_on_signal(Arc::clone(&app)));
     serve::serve(listener, app).await;
     let stats = engine.stats();
@@ -79,6 +80,36 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         stats.batches
     );
     Ok(())
+}
+
+/// One line per recovered shard that had something to replay or found damage.
+fn log_recovery(engine: &Engine) {
+    let reports = engine.recovery_reports();
+    if reports.is_empty() {
+        return;
+    }
+    let records: u64 = reports.iter().map(|r| r.records_replayed).sum();
+    let bytes: u64 = reports.iter().map(|r| r.bytes_replayed).sum();
+    let clean = reports.iter().all(|r| r.clean_shutdown);
+    tracing::info!(records, bytes, clean, "recovered {} shards", reports.len());
+    for (shard, report) in reports.iter().enumerate() {
+        if let Some(damage) = &report.damage {
+            tracing::warn!(
+                shard,
+                segment = %damage.segment.display(),
+                position = damage.position,
+                reason = %damage.reason,
+                quarantined = damage.quarantined.len(),
+                "recovery dropped everything after damaged data"
+            );
+        } else if report.stale_bytes > 0 {
+            tracing::info!(
+                shard,
+                stale_bytes = report.stale_bytes,
+                "an unfinished write was left behind a seal"
+            );
+        }
+    }
 }
 
 /// Fires the shutdown signal on SIGINT or SIGTERM.

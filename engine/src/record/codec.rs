@@ -23,12 +23,16 @@
 use crate::content_type::ContentType;
 use crate::offset::Offset;
 use crate::producer::ProducerTag;
+use crate::stream::StreamConfig;
 
 pub const HEADER_BYTES: usize = 64;
 /// Magic and format version: "DSR1".
 pub const MAGIC: u32 = u32::from_le_bytes(*b"DSR1");
 /// Records start at multiples of this.
 pub const RECORD_ALIGN: usize = 8;
+/// Most meta bytes a record carries: a full chain, a name of 1024 bytes, a content type, a
+/// producer id and a `Stream-Seq` of 256 bytes each, with their lengths, fit well inside.
+pub const META_BYTES_MAX: usize = 4096;
 /// Most jump pointers one record holds (records up to 2^62 per chain).
 pub const JUMPS_MAX: usize = 63;
 
@@ -130,6 +134,22 @@ impl std::fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 impl Header {
+    /// The record that ends a segment.
+    pub fn seal(lsn: u64, time_ms: u64) -> Header {
+        Header {
+            kind: Kind::Seal,
+            flags: 0,
+            meta_len: 0,
+            payload_len: 0,
+            payload_crc: payload_crc(&[], &[]),
+            lsn,
+            stream: 0,
+            offset: Offset::ZERO,
+            time_ms,
+            messages: 0,
+        }
+    }
+
     pub fn data_len(&self) -> u32 {
         self.payload_len - u32::from(self.meta_len)
     }
@@ -220,13 +240,11 @@ pub struct Chain {
     pub jumps: Vec<u64>,
 }
 
-/// A stream's configuration as a create record carries it.
+/// A stream's name and configuration as a create record carries them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CreateMeta {
     pub name: Box<str>,
-    pub content_type: ContentType,
-    pub ttl_secs: Option<u64>,
-    pub expires_at_ms: Option<i64>,
+    pub config: StreamConfig,
 }
 
 /// Everything a record's meta may hold.
@@ -238,10 +256,20 @@ pub struct Meta {
     pub stream_seq: Option<Box<str>>,
 }
 
-/// Encodes the meta of a record of `kind` with `flags`.
-pub fn encode_meta(kind: Kind, flags: u8, meta: &Meta, out: &mut Vec<u8>) {
+/// The parts of a meta to encode, borrowed from the record being written.
+#[derive(Clone, Copy, Default)]
+pub struct MetaRef<'a> {
+    pub chain: Option<&'a Chain>,
+    /// Name and configuration (create records).
+    pub create: Option<(&'a str, &'a StreamConfig)>,
+    pub producer: Option<&'a ProducerTag>,
+    pub stream_seq: Option<&'a str>,
+}
+
+/// Encodes the meta of a record of `kind`; the flags follow from which parts are present.
+pub fn encode_meta(kind: Kind, meta: MetaRef<'_>, out: &mut Vec<u8>) {
     if matches!(kind, Kind::Create | Kind::Append) {
-        let chain = meta.chain.as_ref().expect("create and append records are chained");
+        let chain = meta.chain.expect("create and append records are chained");
         debug_assert!(chain.jumps.len() <= JUMPS_MAX);
         out.extend_from_slice(&chain.n.to_le_bytes());
         out.push(chain.jumps.len() as u8);
@@ -249,20 +277,19 @@ pub fn encode_meta(kind: Kind, flags: u8, meta: &Meta, out: &mut Vec<u8>) {
             out.extend_from_slice(&jump.to_le_bytes());
         }
     }
-    if let (Kind::Create, Some(create)) = (kind, &meta.create) {
-        put_text(out, &create.name);
-        put_text(out, create.content_type.as_str());
-        out.extend_from_slice(&create.ttl_secs.unwrap_or(u64::MAX).to_le_bytes());
-        out.extend_from_slice(&create.expires_at_ms.unwrap_or(i64::MIN).to_le_bytes());
+    if let (Kind::Create, Some((name, config))) = (kind, meta.create) {
+        put_text(out, name);
+        put_text(out, config.content_type.as_str());
+        out.extend_from_slice(&config.ttl_secs.unwrap_or(u64::MAX).to_le_bytes());
+        out.extend_from_slice(&config.expires_at_ms.unwrap_or(i64::MIN).to_le_bytes());
     }
-    if kind == Kind::Append && flags & flags::PRODUCER != 0 {
-        let producer = meta.producer.as_ref().expect("flag says producer");
+    if let (Kind::Append, Some(producer)) = (kind, meta.producer) {
         put_text(out, &producer.id);
         out.extend_from_slice(&producer.epoch.to_le_bytes());
         out.extend_from_slice(&producer.seq.to_le_bytes());
     }
-    if kind == Kind::Append && flags & flags::STREAM_SEQ != 0 {
-        put_text(out, meta.stream_seq.as_deref().expect("flag says stream seq"));
+    if let (Kind::Append, Some(stream_seq)) = (kind, meta.stream_seq) {
+        put_text(out, stream_seq);
     }
 }
 
@@ -278,12 +305,12 @@ pub fn decode_meta(header: &Header, bytes: &[u8]) -> Result<Meta, DecodeError> {
         let content_type = ContentType::parse(&reader.text()?).map_err(|_| DecodeError::BadMeta)?;
         let ttl = reader.u64()?;
         let expires = reader.u64()? as i64;
-        meta.create = Some(CreateMeta {
-            name,
+        let config = StreamConfig {
             content_type,
             ttl_secs: (ttl != u64::MAX).then_some(ttl),
             expires_at_ms: (expires != i64::MIN).then_some(expires),
-        });
+        };
+        meta.create = Some(CreateMeta { name, config });
     }
     if header.kind == Kind::Append && header.has(flags::PRODUCER) {
         let id = reader.text()?.into();
@@ -407,14 +434,16 @@ mod tests {
 
     fn append_record(data: &[u8], producer: bool) -> Vec<u8> {
         let mut record_flags = flags::JSON;
-        let mut meta = Meta { chain: Some(Chain { n: 4, jumps: vec![100, 200, 400] }), ..Meta::default() };
+        let chain = Chain { n: 4, jumps: vec![100, 200, 400] };
+        let tag = ProducerTag { id: "p-1".into(), epoch: 3, seq: 9 };
+        let mut meta = MetaRef { chain: Some(&chain), ..MetaRef::default() };
         if producer {
             record_flags |= flags::PRODUCER | flags::STREAM_SEQ | flags::CLOSE;
-            meta.producer = Some(ProducerTag { id: "p-1".into(), epoch: 3, seq: 9 });
-            meta.stream_seq = Some("0042".into());
+            meta.producer = Some(&tag);
+            meta.stream_seq = Some("0042");
         }
         let mut meta_bytes = Vec::new();
-        encode_meta(Kind::Append, record_flags, &meta, &mut meta_bytes);
+        encode_meta(Kind::Append, meta, &mut meta_bytes);
         let header = Header {
             kind: Kind::Append,
             flags: record_flags,
@@ -452,16 +481,21 @@ mod tests {
 
     #[test]
     fn create_meta_round_trips() {
-        let create = CreateMeta {
-            name: "tenant/orders".into(),
+        let config = StreamConfig {
             content_type: ContentType::parse("application/json; charset=utf-8").unwrap(),
             ttl_secs: Some(60),
             expires_at_ms: None,
         };
-        let meta =
-            Meta { chain: Some(Chain { n: 0, jumps: vec![] }), create: Some(create), ..Meta::default() };
+        let chain = Chain { n: 0, jumps: vec![] };
+        let meta_ref =
+            MetaRef { chain: Some(&chain), create: Some(("tenant/orders", &config)), ..MetaRef::default() };
         let mut bytes = Vec::new();
-        encode_meta(Kind::Create, 0, &meta, &mut bytes);
+        encode_meta(Kind::Create, meta_ref, &mut bytes);
+        let meta = Meta {
+            chain: Some(chain.clone()),
+            create: Some(CreateMeta { name: "tenant/orders".into(), config: config.clone() }),
+            ..Meta::default()
+        };
         let header = Header {
             kind: Kind::Create,
             flags: 0,

@@ -28,9 +28,11 @@ pub enum Record {
         producer: Option<ProducerTag>,
         stream_seq: Option<Box<str>>,
         close: bool,
+        /// Location of the stream's last committed record (disk modes chain to it).
+        chain_tail: u64,
     },
     /// A stream and all its data are gone (deleted by a client or expired).
-    Delete { stream: u64, expired: bool },
+    Delete { stream: u64, expired: bool, chain_tail: u64 },
 }
 
 impl Record {

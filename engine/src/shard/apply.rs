@@ -13,7 +13,7 @@ use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateR
 use crate::payload::Payload;
 use crate::producer::Decision;
 use crate::record::Record;
-use crate::stream::{Stream, StreamState};
+use crate::stream::{Stream, StreamData, StreamState};
 
 use super::{Batch, Pending, Shard};
 
@@ -74,11 +74,12 @@ impl Shard {
         self.share_content_type(&mut config.content_type);
         let name: Arc<str> = Arc::from(request.name.into_boxed_str());
         let id = self.next_stream_id();
-        let stream = Arc::new(Stream::new(id, Arc::clone(&name), config.clone(), batch.now_ms));
+        let data = StreamData::new(self.in_memory);
+        let stream = Arc::new(Stream::new(id, Arc::clone(&name), config.clone(), batch.now_ms, data));
         let tail = {
             let mut state = stream.write_state();
             if let Some(payload) = &initial {
-                state.writer.tail = state.data.append(Offset::ZERO, payload);
+                state.writer.tail = Offset::ZERO.advance(payload.message_count(), payload.stored_len());
             }
             state.writer.closed = request.closed;
             mark_touched(batch, &stream, &mut state);
@@ -88,9 +89,10 @@ impl Shard {
             self.expiry.push(deadline, id, Arc::clone(&name));
         }
         batch.payload_bytes += initial_bytes as usize;
-        batch.overlay.create(stream);
+        batch.overlay.create(Arc::clone(&stream));
         let content_type = config.content_type.clone();
         batch.records.push(Record::Create { stream: id, name, config, initial, closed: request.closed });
+        batch.owners.push(stream);
         Ok(CreateOutcome { created: true, tail, closed: request.closed, content_type })
     }
 
@@ -149,11 +151,12 @@ impl Shard {
         let stored_bytes = payload.as_ref().map_or(0, Payload::stored_len);
         self.charge(state.writer.tail.bytes, stored_bytes)?;
 
-        // Everything is decided: apply.
+        // Everything is decided: apply (the data itself is published after the commit).
         let offset = state.writer.tail;
         if let Some(payload) = &payload {
-            state.writer.tail = state.data.append(offset, payload);
+            state.writer.tail = offset.advance(payload.message_count(), payload.stored_len());
         }
+        let chain_tail = state.data.chain().0;
         if let (Some(tag), Some(Decision::Accept { next })) = (&request.producer, decision) {
             state.writer.producers.insert(&tag.id, next);
         }
@@ -177,7 +180,9 @@ impl Shard {
             producer: request.producer,
             stream_seq: request.stream_seq,
             close: request.close,
+            chain_tail,
         });
+        batch.owners.push(stream);
         Ok(outcome)
     }
 
@@ -236,9 +241,11 @@ impl Shard {
         state.writer.gone = true;
         self.budget.release(state.writer.tail.bytes);
         mark_touched(batch, stream, &mut state);
+        let chain_tail = state.data.chain().0;
         drop(state);
         batch.overlay.delete(Arc::clone(&stream.name));
-        batch.records.push(Record::Delete { stream: stream.id, expired });
+        batch.records.push(Record::Delete { stream: stream.id, expired, chain_tail });
+        batch.owners.push(Arc::clone(stream));
     }
 
     /// Removes streams whose deadline has passed; re-queues those whose TTL was renewed.

@@ -26,6 +26,13 @@ impl Directory {
         self.streams.read().expect("directory lock").len()
     }
 
+    /// Calls `visit` with every published stream (holds the read lock: keep it short).
+    pub fn for_each(&self, mut visit: impl FnMut(&Arc<Stream>)) {
+        for stream in self.streams.read().expect("directory lock").values() {
+            visit(stream);
+        }
+    }
+
     /// Applies a committed batch's creates and deletes.
     pub fn apply(&self, overlay: &mut Overlay) {
         if overlay.changes.is_empty() {

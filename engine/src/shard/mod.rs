@@ -13,23 +13,26 @@
 //! failure in step 3 is fatal to the process: it never acknowledges what it could not store.
 
 mod apply;
+mod commit;
 pub(crate) mod directory;
 mod doorbell;
 mod expiry;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 
+use crate::config::IoErrorPolicy;
 use crate::content_type::ContentType;
 use crate::limits::{ByteBudget, Limits};
 use crate::live::LiveRegistry;
 use crate::op::{AppendOutcome, CreateOutcome, Op, OpError, Reply};
 use crate::record::Record;
-use crate::storage::Persist;
-use crate::stream::{Published, Stream};
+use crate::storage::open::OpenedShard;
+use crate::storage::{LogStore, Persist, Place};
+use crate::stream::{Published, Stream, StreamSnapshot};
 use crate::time::Clock;
 use directory::{Directory, Overlay};
 use doorbell::Doorbell;
@@ -45,6 +48,8 @@ pub(crate) struct ShardShared {
     pub directory: Directory,
     pub live: Arc<LiveRegistry>,
     pub counters: ShardCounters,
+    /// How readers reach stored bytes in the disk modes.
+    pub log: Option<Arc<dyn LogStore>>,
     ops: Sender<Op>,
     doorbell: Doorbell,
 }
@@ -91,6 +96,7 @@ pub(crate) struct ShardSettings {
     pub batch_ops_max: usize,
     pub batch_bytes_max: usize,
     pub clock: Clock,
+    pub io_error_policy: IoErrorPolicy,
 }
 
 pub(crate) struct Shard {
@@ -105,6 +111,10 @@ pub(crate) struct Shard {
     batch_number: u64,
     /// The last batch's buffers, emptied, to be filled again without allocating.
     recycled: Option<Batch>,
+    /// Streams keep their bytes in memory (memory mode) rather than in a log.
+    in_memory: bool,
+    /// A commit failed (under `IoErrorPolicy::Fail`): the shard takes no more ops.
+    failed: bool,
 }
 
 /// One group commit's worth of applied ops.
@@ -113,6 +123,10 @@ pub(crate) struct Batch {
     number: u64,
     now_ms: u64,
     records: Vec<Record>,
+    /// The stream of each record.
+    owners: Vec<Arc<Stream>>,
+    /// Where each record went, once committed.
+    places: Vec<Place>,
     touched: Vec<Arc<Stream>>,
     /// The touched streams' new published states, for the live readers' wake.
     published: Vec<(u64, Published)>,
@@ -140,12 +154,13 @@ impl Pending {
 }
 
 impl Shard {
-    /// Builds a shard and the handle other threads use to reach it.
+    /// Builds a shard over its opened storage (installing its recovered streams) and the
+    /// handle other threads use to reach it.
     pub fn new(
         queue_capacity: usize,
         budget: Arc<ByteBudget>,
         settings: ShardSettings,
-        persist: Box<dyn Persist>,
+        opened: OpenedShard,
     ) -> (Shard, Arc<ShardShared>) {
         let (sender, receiver) = crossbeam_channel::bounded(queue_capacity);
         let shared = Arc::new(ShardShared {
@@ -154,20 +169,41 @@ impl Shard {
             ops: sender,
             doorbell: Doorbell::default(),
             counters: ShardCounters::default(),
+            log: opened.log,
         });
-        let shard = Shard {
+        let mut shard = Shard {
+            in_memory: shared.log.is_none(),
             shared: Arc::clone(&shared),
             ops: receiver,
             budget,
             settings,
-            persist,
+            persist: opened.persist,
             expiry: ExpiryQueue::default(),
             content_types: Vec::new(),
-            stream_id_next: 1,
+            stream_id_next: opened.stream_id_next,
             batch_number: 0,
             recycled: None,
+            failed: false,
         };
+        shard.install(opened.streams);
         (shard, shared)
+    }
+
+    /// Makes recovered streams readable and writable, charging their bytes to the budget.
+    fn install(&mut self, streams: Vec<StreamSnapshot>) {
+        let mut overlay = Overlay::default();
+        for snapshot in streams {
+            self.budget.charge_unchecked(snapshot.tail.bytes);
+            self.stream_id_next = self.stream_id_next.max(snapshot.id + 1);
+            let mut config = snapshot.config.clone();
+            self.share_content_type(&mut config.content_type);
+            let stream = Arc::new(Stream::from_snapshot(StreamSnapshot { config, ..snapshot }));
+            if let Some(deadline) = stream.deadline_ms() {
+                self.expiry.push(deadline, stream.id, Arc::clone(&stream.name));
+            }
+            overlay.create(stream);
+        }
+        self.shared.directory.apply(&mut overlay);
     }
 
     /// Runs the loop until asked to stop. Never returns early on an error: errors that
@@ -187,9 +223,30 @@ impl Shard {
                     self.ops.try_recv().ok()
                 }
             };
-            if !self.run_batch(first) {
+            if !self.run_batch(first) || self.failed {
                 break;
             }
+        }
+        self.finish();
+    }
+
+    /// Runs one batch of whatever is queued (and any due expiries) without waiting; for
+    /// engines whose caller drives the shards. Returns whether an op was taken.
+    pub fn step(&mut self) -> bool {
+        if self.failed {
+            return false;
+        }
+        let first = self.ops.try_recv().ok();
+        let took_op = first.is_some();
+        self.run_batch(first);
+        took_op
+    }
+
+    /// The clean end: a final checkpoint (disk modes, unless a commit failed), and every
+    /// live reader woken to see the shard go.
+    pub fn finish(mut self) {
+        if !self.failed && !self.in_memory {
+            self.checkpoint(true);
         }
         self.shared.live.wake_all();
     }
@@ -228,38 +285,6 @@ impl Shard {
         (batch, keep_running)
     }
 
-    /// Steps 3 and 4: make the batch durable, then publish it.
-    fn commit(&mut self, mut batch: Batch) {
-        if !batch.records.is_empty() || !batch.replies.is_empty() {
-            if let Err(error) = self.persist.commit(&batch.records) {
-                tracing::error!(%error, "commit failed; stopping before acknowledging anything");
-                std::process::abort();
-            }
-            self.publish(&mut batch);
-        }
-        batch.records.clear();
-        batch.touched.clear();
-        self.recycled = Some(batch);
-    }
-
-    /// Step 4: readers see the batch, requesters get their answers, live readers wake.
-    fn publish(&self, batch: &mut Batch) {
-        for stream in &batch.touched {
-            let mut state = stream.write_state();
-            debug_assert!(state.published.tail <= state.writer.tail, "the published tail never moves back");
-            state.published =
-                Published { tail: state.writer.tail, closed: state.writer.closed, gone: state.writer.gone };
-            batch.published.push((stream.id, state.published));
-        }
-        self.shared.directory.apply(&mut batch.overlay);
-        self.shared.counters.batches.fetch_add(1, Ordering::Relaxed);
-        self.shared.counters.ops.fetch_add(batch.replies.len() as u64, Ordering::Relaxed);
-        for reply in batch.replies.drain(..) {
-            reply.send();
-        }
-        self.shared.live.wake(batch.published.drain(..));
-    }
-
     fn next_stream_id(&mut self) -> u64 {
         let id = self.stream_id_next;
         self.stream_id_next += 1;
@@ -283,7 +308,6 @@ mod tests {
     use crate::name::StreamName;
     use crate::op::{AppendRequest, CreateRequest};
     use crate::payload::Payload;
-    use crate::storage::MemoryPersist;
     use crate::stream::StreamConfig;
     use bytes::Bytes;
     use tokio::sync::oneshot;
@@ -295,9 +319,10 @@ mod tests {
             batch_ops_max: 64,
             batch_bytes_max: 1 << 20,
             clock: Clock::manual(1_000),
+            io_error_policy: IoErrorPolicy::Abort,
         };
         let budget = Arc::new(ByteBudget::new(Limits::default().total_bytes_max));
-        Shard::new(queue_capacity, budget, settings, Box::new(MemoryPersist))
+        Shard::new(queue_capacity, budget, settings, OpenedShard::memory())
     }
 
     fn create(name: &str) -> (Op, oneshot::Receiver<Result<CreateOutcome, OpError>>) {

@@ -12,7 +12,8 @@ use crate::offset::{Offset, StartAt};
 use crate::op::Op;
 use crate::read::{Chunk, Message, ReadError};
 use crate::shard::ShardShared;
-use crate::stream::{Published, Stream, StreamConfig};
+use crate::storage::{LogStore, LogView};
+use crate::stream::{Published, Stream, StreamConfig, StreamData};
 use crate::time::Clock;
 
 /// A reader's handle on one stream incarnation.
@@ -101,8 +102,14 @@ impl StreamHandle {
             StartAt::Tail => published.tail,
             StartAt::At(offset) => offset,
         };
-        let chunk = state.data.read(from, published.tail, bytes_max)?;
-        drop(state);
+        let chunk = match &state.data {
+            StreamData::Memory(log) => log.read(from, published.tail, bytes_max)?,
+            StreamData::Log { tail, .. } => {
+                let tail = *tail;
+                drop(state);
+                self.log()?.chunk(self.view(tail, published.tail), from, bytes_max)?
+            }
+        };
         self.touch();
         Ok(Some(ReadResult { start: from, chunk, tail: published.tail, closed: published.closed }))
     }
@@ -114,13 +121,32 @@ impl StreamHandle {
         if !self.alive(published) {
             return Ok(None);
         }
-        let messages = state.data.read_messages(from, published.tail, bytes_max)?;
+        let messages = match &state.data {
+            StreamData::Memory(log) => log.read_messages(from, published.tail, bytes_max)?,
+            StreamData::Log { tail, .. } => {
+                let tail = *tail;
+                drop(state);
+                self.log()?.messages(self.view(tail, published.tail), from, bytes_max)?
+            }
+        };
         Ok(Some(MessagesResult { messages, tail: published.tail, closed: published.closed }))
     }
 
     /// Registers for tail-advance wakes of this stream.
     pub fn subscribe(&self) -> Subscription {
         self.shard.live.subscribe(self.stream.id, || self.stream.read_state().published)
+    }
+
+    fn view(&self, tail_location: u64, until: Offset) -> LogView {
+        LogView { tail_location, until, json: self.is_json() }
+    }
+
+    fn is_json(&self) -> bool {
+        self.stream.config.content_type.is_json()
+    }
+
+    fn log(&self) -> Result<&dyn LogStore, ReadError> {
+        self.shard.log.as_deref().ok_or(ReadError::Storage)
     }
 
     fn alive(&self, published: Published) -> bool {

@@ -15,13 +15,15 @@ use std::sync::{Arc, RwLock};
 use crate::content_type::ContentType;
 use crate::memory::MemLog;
 use crate::offset::Offset;
-use crate::producer::ProducerTable;
+use crate::producer::{ProducerState, ProducerTable};
+use crate::record::Record;
+use crate::storage::Place;
 
 /// Longest accepted `Stream-Seq` value, in bytes.
 pub const STREAM_SEQ_BYTES_MAX: usize = 256;
 
 /// What a stream is created with; never changes afterwards.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamConfig {
     pub content_type: ContentType,
     /// Sliding time-to-live: the stream expires this long after its last read or append.
@@ -39,6 +41,23 @@ impl StreamConfig {
     }
 }
 
+/// A stream's durable state: what recovery rebuilds and a checkpoint stores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamSnapshot {
+    pub id: u64,
+    pub name: Arc<str>,
+    pub config: StreamConfig,
+    pub last_access_ms: u64,
+    pub tail: Offset,
+    pub closed: bool,
+    pub stream_seq: Option<Box<str>>,
+    pub producers: Vec<(Box<str>, ProducerState)>,
+    /// Location of the stream's last record (disk modes).
+    pub chain_tail: u64,
+    /// Index of that record in the stream's chain.
+    pub chain_n: u64,
+}
+
 /// A stream shared by its shard and its readers.
 pub struct Stream {
     /// Unique per shard and per incarnation: a stream recreated under the same name differs.
@@ -54,7 +73,58 @@ pub struct Stream {
 pub(crate) struct StreamState {
     pub published: Published,
     pub writer: WriterState,
-    pub data: MemLog,
+    pub data: StreamData,
+}
+
+/// Where a stream's published bytes are.
+pub(crate) enum StreamData {
+    /// In memory (memory mode).
+    Memory(MemLog),
+    /// In a log of chained records (disk modes): the published last record.
+    Log { tail: u64, n: u64 },
+}
+
+impl StreamData {
+    /// Empty data for a stream of a mode that keeps bytes in memory (`true`) or a log.
+    pub fn new(in_memory: bool) -> StreamData {
+        if in_memory {
+            StreamData::Memory(MemLog::default())
+        } else {
+            StreamData::Log { tail: 0, n: 0 }
+        }
+    }
+
+    /// Makes a committed record's data part of the stream (before its tail is published).
+    pub fn apply(&mut self, record: &Record, place: Place) {
+        let (offset, payload) = match record {
+            Record::Create { initial, .. } => (Offset::ZERO, initial.as_ref()),
+            Record::Append { offset, payload, .. } => (*offset, payload.as_ref()),
+            Record::Delete { .. } => return,
+        };
+        match self {
+            StreamData::Memory(log) => {
+                if let Some(payload) = payload {
+                    log.append(offset, payload);
+                }
+            }
+            StreamData::Log { tail, n } => {
+                debug_assert!(
+                    matches!(record, Record::Create { .. }) || place.n == *n + 1,
+                    "chains grow by one"
+                );
+                *tail = place.location;
+                *n = place.n;
+            }
+        }
+    }
+
+    /// The chain tail (location, index) of a log-backed stream.
+    pub fn chain(&self) -> (u64, u64) {
+        match self {
+            StreamData::Memory(_) => (0, 0),
+            StreamData::Log { tail, n } => (*tail, *n),
+        }
+    }
 }
 
 /// What readers may see.
@@ -80,7 +150,13 @@ pub(crate) struct WriterState {
 }
 
 impl Stream {
-    pub(crate) fn new(id: u64, name: Arc<str>, config: StreamConfig, now_ms: u64) -> Stream {
+    pub(crate) fn new(
+        id: u64,
+        name: Arc<str>,
+        config: StreamConfig,
+        now_ms: u64,
+        data: StreamData,
+    ) -> Stream {
         Stream {
             id,
             name,
@@ -89,8 +165,51 @@ impl Stream {
             state: RwLock::new(StreamState {
                 published: Published::default(),
                 writer: WriterState::default(),
-                data: MemLog::default(),
+                data,
             }),
+        }
+    }
+
+    /// A recovered stream, published as its snapshot says.
+    pub(crate) fn from_snapshot(snapshot: StreamSnapshot) -> Stream {
+        let mut producers = ProducerTable::default();
+        for (id, state) in &snapshot.producers {
+            producers.insert(id, *state);
+        }
+        let published = Published { tail: snapshot.tail, closed: snapshot.closed, gone: false };
+        let writer = WriterState {
+            tail: snapshot.tail,
+            closed: snapshot.closed,
+            gone: false,
+            producers,
+            stream_seq: snapshot.stream_seq,
+            batch: 0,
+        };
+        let data = StreamData::Log { tail: snapshot.chain_tail, n: snapshot.chain_n };
+        Stream {
+            id: snapshot.id,
+            name: snapshot.name,
+            config: snapshot.config,
+            last_access_ms: AtomicU64::new(snapshot.last_access_ms),
+            state: RwLock::new(StreamState { published, writer, data }),
+        }
+    }
+
+    /// The stream's durable state (call between batches, when writer and published agree).
+    pub(crate) fn snapshot(&self) -> StreamSnapshot {
+        let state = self.read_state();
+        let (chain_tail, chain_n) = state.data.chain();
+        StreamSnapshot {
+            id: self.id,
+            name: Arc::clone(&self.name),
+            config: self.config.clone(),
+            last_access_ms: self.last_access_ms.load(Ordering::Acquire),
+            tail: state.published.tail,
+            closed: state.published.closed,
+            stream_seq: state.writer.stream_seq.clone(),
+            producers: state.writer.producers.iter().map(|(id, producer)| (id.into(), *producer)).collect(),
+            chain_tail,
+            chain_n,
         }
     }
 
@@ -154,7 +273,7 @@ mod tests {
 
     #[test]
     fn ttl_slides_with_access_and_expiry_does_not() {
-        let stream = Stream::new(1, "s".into(), config(Some(2), None), 10_000);
+        let stream = Stream::new(1, "s".into(), config(Some(2), None), 10_000, StreamData::new(true));
         assert_eq!(stream.ttl_remaining_secs(10_000), Some(2));
         assert_eq!(stream.ttl_remaining_secs(10_001), Some(2), "rounded up");
         assert!(!stream.is_expired(11_999));
@@ -164,14 +283,14 @@ mod tests {
         stream.touch(100);
         assert_eq!(stream.deadline_ms(), Some(13_500), "touch never moves the window back");
 
-        let fixed = Stream::new(2, "s".into(), config(None, Some(20_000)), 0);
+        let fixed = Stream::new(2, "s".into(), config(None, Some(20_000)), 0, StreamData::new(true));
         fixed.touch(19_000);
         assert!(fixed.is_expired(20_000));
         assert_eq!(fixed.ttl_remaining_secs(0), None);
 
-        let both = Stream::new(3, "s".into(), config(Some(100), Some(5_000)), 0);
+        let both = Stream::new(3, "s".into(), config(Some(100), Some(5_000)), 0, StreamData::new(true));
         assert_eq!(both.deadline_ms(), Some(5_000));
-        let never = Stream::new(4, "s".into(), config(None, None), 0);
+        let never = Stream::new(4, "s".into(), config(None, None), 0, StreamData::new(true));
         assert!(!never.is_expired(u64::MAX));
     }
 

@@ -58,7 +58,13 @@ pub fn op_problem(error: OpError) -> Problem {
 
 /// The HTTP answer to a read that cannot start where asked.
 pub fn read_problem(error: ReadError) -> Problem {
-    Problem::bad_request("invalid-offset", error.to_string())
+    match error {
+        ReadError::NotBoundary => Problem::bad_request("invalid-offset", error.to_string()),
+        ReadError::Storage => {
+            tracing::error!("a read failed: stored data could not be read");
+            Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "storage-error", error.to_string())
+        }
+    }
 }
 
 /// The messages a request body stores for a stream of `content_type` (`None` when empty).

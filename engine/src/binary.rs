@@ -1,0 +1,158 @@
+//! Little-endian encoding helpers for the engine's own files (checkpoints, manifest).
+//!
+//! Records have a fixed header layout of their own (`record::codec`); these helpers are for
+//! the variable-length structures around them. Decoding never panics: running out of bytes
+//! or finding invalid UTF-8 is an error.
+
+/// Appends fields to a buffer.
+#[derive(Default)]
+pub struct Encoder {
+    pub bytes: Vec<u8>,
+}
+
+impl Encoder {
+    pub fn u8(&mut self, value: u8) -> &mut Self {
+        self.bytes.push(value);
+        self
+    }
+
+    pub fn u32(&mut self, value: u32) -> &mut Self {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+
+    pub fn u64(&mut self, value: u64) -> &mut Self {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+
+    pub fn i64(&mut self, value: i64) -> &mut Self {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+
+    /// A string with a u32 length.
+    pub fn text(&mut self, text: &str) -> &mut Self {
+        self.u32(text.len() as u32);
+        self.bytes.extend_from_slice(text.as_bytes());
+        self
+    }
+
+    pub fn option_u64(&mut self, value: Option<u64>) -> &mut Self {
+        match value {
+            Some(value) => self.u8(1).u64(value),
+            None => self.u8(0),
+        }
+    }
+
+    pub fn option_text(&mut self, value: Option<&str>) -> &mut Self {
+        match value {
+            Some(value) => self.u8(1).text(value),
+            None => self.u8(0),
+        }
+    }
+}
+
+/// Why bytes do not decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeFailure;
+
+impl std::fmt::Display for DecodeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("truncated or malformed data")
+    }
+}
+
+impl std::error::Error for DecodeFailure {}
+
+/// Reads fields from a buffer.
+pub struct Decoder<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Decoder<'a> {
+    pub fn new(bytes: &'a [u8]) -> Decoder<'a> {
+        Decoder { bytes, at: 0 }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+
+    fn take(&mut self, count: usize) -> Result<&'a [u8], DecodeFailure> {
+        let end = self.at.checked_add(count).ok_or(DecodeFailure)?;
+        let taken = self.bytes.get(self.at..end).ok_or(DecodeFailure)?;
+        self.at = end;
+        Ok(taken)
+    }
+
+    pub fn u8(&mut self) -> Result<u8, DecodeFailure> {
+        Ok(self.take(1)?[0])
+    }
+
+    pub fn u32(&mut self) -> Result<u32, DecodeFailure> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    pub fn u64(&mut self) -> Result<u64, DecodeFailure> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    pub fn i64(&mut self) -> Result<i64, DecodeFailure> {
+        Ok(self.u64()? as i64)
+    }
+
+    pub fn text(&mut self) -> Result<String, DecodeFailure> {
+        let len = self.u32()? as usize;
+        String::from_utf8(self.take(len)?.to_vec()).map_err(|_| DecodeFailure)
+    }
+
+    pub fn option_u64(&mut self) -> Result<Option<u64>, DecodeFailure> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => Ok(Some(self.u64()?)),
+            _ => Err(DecodeFailure),
+        }
+    }
+
+    pub fn option_text(&mut self) -> Result<Option<String>, DecodeFailure> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => Ok(Some(self.text()?)),
+            _ => Err(DecodeFailure),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_round_trip_and_truncation_fails() {
+        let mut encoder = Encoder::default();
+        encoder
+            .u8(7)
+            .u32(8)
+            .u64(9)
+            .i64(-10)
+            .text("héllo")
+            .option_u64(None)
+            .option_u64(Some(3))
+            .option_text(Some("x"));
+        let mut decoder = Decoder::new(&encoder.bytes);
+        assert_eq!(decoder.u8(), Ok(7));
+        assert_eq!(decoder.u32(), Ok(8));
+        assert_eq!(decoder.u64(), Ok(9));
+        assert_eq!(decoder.i64(), Ok(-10));
+        assert_eq!(decoder.text().as_deref(), Ok("héllo"));
+        assert_eq!(decoder.option_u64(), Ok(None));
+        assert_eq!(decoder.option_u64(), Ok(Some(3)));
+        assert_eq!(decoder.option_text(), Ok(Some("x".into())));
+        assert!(decoder.is_empty());
+        assert_eq!(Decoder::new(&encoder.bytes[..3]).u32(), Err(DecodeFailure));
+        assert_eq!(Decoder::new(&[2]).option_u64(), Err(DecodeFailure));
+        assert_eq!(Decoder::new(&[255, 255, 255, 255]).text(), Err(DecodeFailure));
+    }
+}

@@ -1,0 +1,101 @@
+//! The manifest: what a data directory holds, so it is never opened the wrong way.
+//!
+//! Written durably at first start (`MANIFEST`, text, one `key=value` per line); every later
+//! start compares it with its configuration and refuses a different storage mode or shard
+//! count with a message that says what the directory holds.
+
+use std::io;
+use std::path::Path;
+
+use crate::config::StorageMode;
+use crate::vfs::{read_file, write_file_durably, Vfs};
+
+pub const MANIFEST_NAME: &str = "MANIFEST";
+/// Version of the on-disk format this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// The name hash that places streams on shards.
+pub const HASH_NAME: &str = "xxh3-64";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    pub format: u32,
+    pub mode: StorageMode,
+    pub shards: u32,
+    pub hash: String,
+}
+
+impl Manifest {
+    pub fn new(mode: StorageMode, shards: u32) -> Manifest {
+        Manifest { format: FORMAT_VERSION, mode, shards, hash: HASH_NAME.to_string() }
+    }
+
+    pub fn encode(&self) -> String {
+        format!("format={}\nmode={}\nshards={}\nhash={}\n", self.format, self.mode, self.shards, self.hash)
+    }
+
+    pub fn decode(text: &str) -> Option<Manifest> {
+        let field = |key: &str| text.lines().find_map(|line| line.strip_prefix(key)?.strip_prefix('='));
+        Some(Manifest {
+            format: field("format")?.parse().ok()?,
+            mode: StorageMode::parse(field("mode")?)?,
+            shards: field("shards")?.parse().ok()?,
+            hash: field("hash")?.to_string(),
+        })
+    }
+
+    /// Reads the manifest of `dir`, writing `expected` if there is none yet; refuses a
+    /// directory whose manifest differs.
+    pub fn check_or_create(vfs: &dyn Vfs, dir: &Path, expected: &Manifest) -> io::Result<Manifest> {
+        let path = dir.join(MANIFEST_NAME);
+        if !vfs.exists(&path) {
+            write_file_durably(vfs, &path, expected.encode().as_bytes())?;
+            return Ok(expected.clone());
+        }
+        let bytes = read_file(vfs, &path)?;
+        let found = std::str::from_utf8(&bytes).ok().and_then(Manifest::decode).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{} is not a ds manifest", path.display()))
+        })?;
+        if found.format != FORMAT_VERSION || found.hash != HASH_NAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} holds format {} with hash {}; this build reads format {FORMAT_VERSION} with {HASH_NAME}", dir.display(), found.format, found.hash),
+            ));
+        }
+        if found.mode != expected.mode || found.shards != expected.shards {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} holds a store of mode {} with {} shards; it cannot be opened as {} with {} shards \
+                     (set DS_STORAGE__MODE and DS_STORAGE__ACID_SHARD_COUNT to match, or use another DS_STORAGE__DATA_DIR)",
+                    dir.display(),
+                    found.mode,
+                    found.shards,
+                    expected.mode,
+                    expected.shards
+                ),
+            ));
+        }
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vfs::sim::SimVfs;
+
+    #[test]
+    fn first_start_writes_it_and_later_starts_must_match() {
+        let vfs = SimVfs::new();
+        let dir = Path::new("/data");
+        vfs.create_dir_all(dir).unwrap();
+        let acid16 = Manifest::new(StorageMode::Acid, 16);
+        assert_eq!(Manifest::check_or_create(&vfs, dir, &acid16).unwrap(), acid16);
+        assert!(Manifest::check_or_create(&vfs, dir, &acid16).is_ok());
+        let error = Manifest::check_or_create(&vfs, dir, &Manifest::new(StorageMode::Acid, 8)).unwrap_err();
+        assert!(error.to_string().contains("16 shards"), "{error}");
+        assert!(Manifest::check_or_create(&vfs, dir, &Manifest::new(StorageMode::FileFast, 16)).is_err());
+        assert_eq!(Manifest::decode(&acid16.encode()), Some(acid16));
+        assert_eq!(Manifest::decode("format=1\nmode=tape\nshards=1\nhash=x\n"), None);
+    }
+}

@@ -1,0 +1,83 @@
+//! How a shard makes batches durable and how readers reach stored bytes, per mode.
+//!
+//! - [`Persist`]: step 3 of the shard loop. Memory mode has nothing to write; acid writes
+//!   the shard's WAL (`crate::wal`); the file modes write each stream's own file.
+//! - [`LogStore`]: how readers of a disk mode read a stream's chain of records.
+//! - `manifest`: the data directory's identity (format, mode, shard count, hash).
+//! - `open`: opening a data directory for a mode: lock, manifest, recovery.
+
+pub mod manifest;
+pub mod open;
+
+use crate::logread::{LogRead, RecordSource};
+use crate::offset::Offset;
+use crate::read::{Chunk, Message, ReadError};
+use crate::record::Record;
+use crate::stream::StreamSnapshot;
+
+/// Where a committed record went: its location and its index in its stream's chain.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Place {
+    pub location: u64,
+    pub n: u64,
+}
+
+/// Step 3 of the shard loop.
+pub(crate) trait Persist: Send {
+    /// Makes `records` durable in the mode's sense and says where each went (one place per
+    /// record, in order). An error is fatal: nothing of the batch is acknowledged.
+    fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> std::io::Result<()>;
+
+    /// Whether the shard should hand over a checkpoint after this batch.
+    fn checkpoint_due(&self) -> bool {
+        false
+    }
+
+    /// Takes a checkpoint of `streams` (the state after every committed record); with
+    /// `wait`, returns once it is durable.
+    fn checkpoint(
+        &mut self,
+        _streams: Vec<StreamSnapshot>,
+        _stream_id_next: u64,
+        _time_ms: u64,
+        _clean: bool,
+        _wait: bool,
+    ) {
+    }
+}
+
+/// Memory mode: nothing survives a restart, so there is nothing to write.
+pub(crate) struct MemoryPersist;
+
+impl Persist for MemoryPersist {
+    fn commit(&mut self, records: &[Record], _time_ms: u64, places: &mut Vec<Place>) -> std::io::Result<()> {
+        places.extend(records.iter().map(|_| Place::default()));
+        Ok(())
+    }
+}
+
+/// Which stream a log read is for: its published tail record and offset, and its framing.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LogView {
+    pub tail_location: u64,
+    pub until: Offset,
+    pub json: bool,
+}
+
+/// Reading streams whose bytes live in a log of chained records.
+pub(crate) trait LogStore: Send + Sync {
+    fn chunk(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError>;
+    fn messages(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError>;
+}
+
+impl<S: RecordSource + Send + Sync> LogStore for S {
+    fn chunk(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
+        LogRead { source: self, tail_location: view.tail_location, until: view.until, json: view.json }
+            .chunk(from, bytes_max)
+    }
+
+    fn messages(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
+        LogRead { source: self, tail_location: view.tail_location, until: view.until, json: view.json }
+            .messages(from, bytes_max)
+    }
+}

@@ -1,0 +1,153 @@
+//! Opening a data directory: the lock, the manifest, and each shard's recovered state.
+//!
+//! Memory mode opens nothing. acid locks `DS_STORAGE__DATA_DIR` (an exclusive fs2 lock, so
+//! a second process is refused), checks or writes the manifest, starts the housekeeper, and
+//! recovers every shard from `shard-NNN/` in parallel before any shard serves.
+
+use std::any::Any;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use super::manifest::Manifest;
+use super::{LogStore, MemoryPersist, Persist};
+use crate::config::{EngineConfig, EngineError, StorageMode, Threading};
+use crate::record::codec::{HEADER_BYTES, META_BYTES_MAX, RECORD_ALIGN};
+use crate::stream::StreamSnapshot;
+use crate::vfs::Vfs;
+use crate::wal::housekeeper::{Housekeeper, Task};
+use crate::wal::ledger::Ledger;
+use crate::wal::recovery::{self, Recovered, RecoveryReport, RecoverySettings};
+use crate::wal::writer::{WalWriter, SYNC_RUN_BYTES_MAX};
+use crate::wal::ShardFiles;
+
+/// Name of the lock file at the root of a data directory.
+pub const LOCK_NAME: &str = "LOCK";
+/// A record's header, meta and padding beyond its data, at most.
+const RECORD_OVERHEAD_MAX: u64 = (HEADER_BYTES + META_BYTES_MAX + RECORD_ALIGN) as u64;
+
+/// One shard's storage, ready to serve.
+pub(crate) struct OpenedShard {
+    pub persist: Box<dyn Persist>,
+    pub log: Option<Arc<dyn LogStore>>,
+    pub streams: Vec<StreamSnapshot>,
+    pub stream_id_next: u64,
+    pub report: Option<RecoveryReport>,
+}
+
+impl OpenedShard {
+    /// A shard of memory mode: nothing to recover, nothing to write.
+    pub fn memory() -> OpenedShard {
+        OpenedShard {
+            persist: Box::new(MemoryPersist),
+            log: None,
+            streams: Vec::new(),
+            stream_id_next: 1,
+            report: None,
+        }
+    }
+}
+
+/// A data directory opened for a mode.
+pub(crate) struct OpenedStore {
+    pub shards: Vec<OpenedShard>,
+    /// Held until the engine stops: the exclusive lock on the data directory.
+    pub lock: Option<Box<dyn Any + Send + Sync>>,
+    /// The housekeeper thread (it ends once the shards' writers are gone).
+    pub housekeeper: Option<JoinHandle<()>>,
+}
+
+fn storage_error(what: String) -> impl FnOnce(std::io::Error) -> EngineError {
+    move |error| EngineError::Storage(format!("{what}: {error}"))
+}
+
+/// The directory of shard `index`.
+pub fn shard_dir(data_dir: &Path, index: u32) -> PathBuf {
+    data_dir.join(format!("shard-{index:03}"))
+}
+
+pub(crate) fn open(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
+    match config.mode {
+        StorageMode::Memory => Ok(OpenedStore {
+            shards: (0..config.shard_count).map(|_| OpenedShard::memory()).collect(),
+            lock: None,
+            housekeeper: None,
+        }),
+        StorageMode::Acid => open_acid(config),
+        mode => Err(EngineError::ModeUnavailable(mode)),
+    }
+}
+
+/// Recovers every shard: in parallel, or one after another under manual threading (so a
+/// simulated disk sees the same operations in the same order for the same seed).
+fn recover_shards(config: &EngineConfig, vfs: &dyn Vfs) -> Vec<std::io::Result<Recovered>> {
+    let stale_window_bytes = SYNC_RUN_BYTES_MAX + config.limits.stream_bytes_max + RECORD_OVERHEAD_MAX;
+    let now_ms = config.clock.now_ms();
+    let dir = &config.data_dir;
+    let recover = |shard: u32| {
+        let settings =
+            RecoverySettings { shard, segment_bytes: config.segment_bytes, stale_window_bytes, now_ms };
+        recovery::recover(vfs, &shard_dir(dir, shard), &settings)
+    };
+    if config.threading == Threading::Manual {
+        return (0..config.shard_count).map(recover).collect();
+    }
+    std::thread::scope(|scope| {
+        let recover = &recover;
+        let tasks: Vec<_> =
+            (0..config.shard_count).map(|shard| scope.spawn(move || recover(shard))).collect();
+        tasks.into_iter().map(|task| task.join().expect("recovery threads do not panic")).collect()
+    })
+}
+
+fn open_acid(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
+    let vfs = Arc::clone(&config.vfs.0);
+    let dir = &config.data_dir;
+    vfs.create_dir_all(dir).map_err(storage_error(format!("cannot create {}", dir.display())))?;
+    let lock = vfs.lock_exclusive(&dir.join(LOCK_NAME)).map_err(|error| {
+        EngineError::Storage(format!("{} is in use by another process ({error})", dir.display()))
+    })?;
+    Manifest::check_or_create(vfs.as_ref(), dir, &Manifest::new(config.mode, config.shard_count))
+        .map_err(|error| EngineError::Storage(error.to_string()))?;
+    let (housekeeper, thread) = match config.threading {
+        Threading::Threads => {
+            let (housekeeper, thread) =
+                Housekeeper::start(Arc::clone(&vfs), config.io_error_policy).map_err(EngineError::Spawn)?;
+            (housekeeper, Some(thread))
+        }
+        Threading::Manual => (Housekeeper::inline(Arc::clone(&vfs), config.io_error_policy), None),
+    };
+    let recovered = recover_shards(config, vfs.as_ref());
+    let mut shards = Vec::with_capacity(recovered.len());
+    for (shard, result) in recovered.into_iter().enumerate() {
+        let recovered = result.map_err(storage_error(format!("recovering shard {shard}")))?;
+        let ledger = Arc::new(Ledger::from_state(recovered.ledger));
+        let pending: Vec<u64> = ledger.snapshot().pending.into_iter().collect();
+        let files = ShardFiles {
+            vfs: Arc::clone(&vfs),
+            dir: shard_dir(dir, shard as u32),
+            shard: shard as u32,
+            segment_bytes: config.segment_bytes,
+        };
+        let writer = WalWriter::new(
+            files,
+            Arc::clone(&recovered.table),
+            Arc::clone(&ledger),
+            housekeeper.clone(),
+            recovered.position,
+            recovered.checkpoint_resume,
+        );
+        let source = writer.source();
+        for tail in pending {
+            housekeeper.send(Task::Reclaim { source: source.clone(), ledger: Arc::clone(&ledger), tail });
+        }
+        shards.push(OpenedShard {
+            persist: Box::new(writer),
+            log: Some(Arc::new(source)),
+            streams: recovered.streams,
+            stream_id_next: recovered.stream_id_next,
+            report: Some(recovered.report),
+        });
+    }
+    Ok(OpenedStore { shards, lock: Some(lock), housekeeper: thread })
+}

@@ -1,0 +1,175 @@
+//! The housekeeper: slow WAL work kept off the shard threads.
+//!
+//! One thread per engine takes tasks in order: preparing zero-filled segments before a shard
+//! needs them, writing the checkpoints shards encode (then removing segments they made
+//! unnecessary), and walking deleted streams' chains to subtract their records from the
+//! ledger. A failed write or sync here is as fatal as one on the commit path.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::ledger::Ledger;
+use super::source::WalSource;
+use super::{segment, split_location, SegmentTable};
+use crate::config::IoErrorPolicy;
+use crate::vfs::{write_file_durably, Vfs};
+
+/// Most tasks waiting for the housekeeper (senders wait beyond it).
+const QUEUE_CAPACITY: usize = 1024;
+
+pub enum Task {
+    /// Create a zero-filled segment file and report its path.
+    Prepare { dir: PathBuf, ordinal: u32, size: u64, done: Sender<io::Result<PathBuf>> },
+    /// Subtract the records of the deleted stream whose chain ends at `tail`.
+    Reclaim { source: WalSource, ledger: Arc<Ledger>, tail: u64 },
+    /// Write a checkpoint (keeping the last one as a fallback), then remove dead segments
+    /// below `remove_below` (where the fallback checkpoint resumes).
+    Checkpoint {
+        dir: PathBuf,
+        bytes: Vec<u8>,
+        table: Arc<SegmentTable>,
+        ledger: Arc<Ledger>,
+        remove_below: u32,
+    },
+    /// Answer once every earlier task is done (tests and shutdown).
+    Flush(Sender<()>),
+}
+
+/// A handle on the housekeeper; clones share it.
+#[derive(Clone)]
+pub enum Housekeeper {
+    /// Tasks go to the housekeeper thread.
+    Thread(Sender<Task>),
+    /// Tasks run on the sender's thread at once (deterministic tests).
+    Inline(Arc<Mutex<Worker>>),
+}
+
+/// What runs the tasks.
+pub struct Worker {
+    vfs: Arc<dyn Vfs>,
+    policy: IoErrorPolicy,
+    /// A checkpoint failed: later ones are skipped (the process is stopping).
+    failed: bool,
+}
+
+impl Housekeeper {
+    /// Starts the housekeeper thread.
+    pub fn start(vfs: Arc<dyn Vfs>, policy: IoErrorPolicy) -> io::Result<(Housekeeper, JoinHandle<()>)> {
+        let (tasks, queue) = crossbeam_channel::bounded(QUEUE_CAPACITY);
+        let mut worker = Worker { vfs, policy, failed: false };
+        let thread = std::thread::Builder::new()
+            .name("ds-housekeeper".into())
+            .spawn(move || queue.into_iter().for_each(|task| worker.handle(task)))?;
+        Ok((Housekeeper::Thread(tasks), thread))
+    }
+
+    /// A housekeeper that runs each task inside `send`.
+    pub fn inline(vfs: Arc<dyn Vfs>, policy: IoErrorPolicy) -> Housekeeper {
+        Housekeeper::Inline(Arc::new(Mutex::new(Worker { vfs, policy, failed: false })))
+    }
+
+    pub fn send(&self, task: Task) {
+        match self {
+            // The thread only ends after every handle is gone, so a send cannot fail while we hold one.
+            Housekeeper::Thread(tasks) => {
+                let _ = tasks.send(task);
+            }
+            Housekeeper::Inline(worker) => worker.lock().expect("housekeeper lock").handle(task),
+        }
+    }
+
+    /// Asks for a prepared segment; the answer arrives on the returned channel.
+    pub fn prepare(&self, dir: PathBuf, ordinal: u32, size: u64) -> Receiver<io::Result<PathBuf>> {
+        let (done, answer) = crossbeam_channel::bounded(1);
+        self.send(Task::Prepare { dir, ordinal, size, done });
+        answer
+    }
+
+    /// Waits until every task sent so far is done.
+    pub fn flush(&self) {
+        let (done, finished) = crossbeam_channel::bounded(1);
+        self.send(Task::Flush(done));
+        let _ = finished.recv();
+    }
+}
+
+impl Worker {
+    fn handle(&mut self, task: Task) {
+        let vfs = self.vfs.as_ref();
+        match task {
+            Task::Prepare { dir, ordinal, size, done } => {
+                let _ = done.send(segment::prepare(vfs, &dir, ordinal, size));
+            }
+            Task::Reclaim { source, ledger, tail } => reclaim(&source, &ledger, tail),
+            Task::Checkpoint { .. } if self.failed => {}
+            Task::Checkpoint { dir, bytes, table, ledger, remove_below } => {
+                let written = write_checkpoint(vfs, &dir, &bytes)
+                    .and_then(|()| remove_dead(vfs, &dir, &table, &ledger, remove_below));
+                if let Err(error) = written {
+                    self.failed = true;
+                    self.policy.fatal("checkpoint", &error);
+                }
+            }
+            Task::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// Replaces the checkpoint, keeping the one it replaces as `checkpoint.previous`.
+fn write_checkpoint(vfs: &dyn Vfs, dir: &std::path::Path, bytes: &[u8]) -> io::Result<()> {
+    let current = super::checkpoint::checkpoint_path(dir);
+    if vfs.exists(&current) {
+        vfs.rename(&current, &dir.join(super::recovery::PREVIOUS_CHECKPOINT_NAME))?;
+    }
+    write_file_durably(vfs, &current, bytes)
+}
+
+/// Walks a deleted chain back to its create and subtracts its records from the ledger.
+fn reclaim(source: &WalSource, ledger: &Ledger, tail: u64) {
+    let mut removed: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut location = tail;
+    loop {
+        let head = match source.head(location) {
+            Ok(head) => head,
+            Err(_) => {
+                tracing::warn!(location, "cannot walk a deleted stream's records; its segments stay");
+                return;
+            }
+        };
+        *removed.entry(split_location(location).0).or_default() += head.header.record_len() as u64;
+        if head.node.n == 0 {
+            break;
+        }
+        location = head.node.jumps[0];
+    }
+    ledger.reclaimed(tail, &removed);
+}
+
+/// Removes segments below `remove_below` that hold no live record.
+fn remove_dead(
+    vfs: &dyn Vfs,
+    dir: &std::path::Path,
+    table: &SegmentTable,
+    ledger: &Ledger,
+    remove_below: u32,
+) -> io::Result<()> {
+    let dead = ledger.dead_below(remove_below);
+    if dead.is_empty() {
+        return Ok(());
+    }
+    for ordinal in &dead {
+        if let Some(segment) = table.remove(*ordinal) {
+            vfs.remove_file(&segment.path)?;
+            tracing::debug!(path = %segment.path.display(), "removed a dead segment");
+        }
+        ledger.forget(*ordinal);
+    }
+    vfs.sync_dir(dir)
+}

@@ -1,0 +1,488 @@
+//! The commit step of an acid shard: a batch of records becomes one vectored write and one
+//! fdatasync at the end of the shard's active segment.
+//!
+//! Each record is encoded (header and meta into a reused staging buffer; plain payloads are
+//! written from the request's own buffer, JSON payloads are laid out in staging) and chained
+//! to its stream's previous record. When a record does not fit, the pending run is written,
+//! the segment is sealed (a seal record, then fdatasync), and the next segment — prepared by
+//! the housekeeper while this one filled — becomes active. The ledger learns each batch's
+//! live bytes, and deleted streams go to the housekeeper to be reclaimed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crossbeam_channel::Receiver;
+
+use super::checkpoint::Checkpoint;
+use super::housekeeper::{Housekeeper, Task};
+use super::ledger::Ledger;
+use super::segment::{self, Segment, SegmentHeader};
+use super::source::WalSource;
+use super::{location, SegmentTable, ShardFiles};
+use crate::chain::Levels;
+use crate::offset::Offset;
+use crate::payload::Payload;
+use crate::record::codec::{self, flags, Header, Kind, MetaRef, HEADER_BYTES};
+use crate::record::Record;
+use crate::storage::{Persist, Place};
+use crate::stream::StreamSnapshot;
+
+/// Chains whose levels are kept in memory (the rest are rebuilt from their tail when written).
+const CHAINS_CACHED_MAX: usize = 16_384;
+/// Most bytes written past the durable end of the log before a sync, even inside one batch:
+/// with the largest record, this bounds where a crash can leave stale bytes (recovery
+/// checks that window).
+pub const SYNC_RUN_BYTES_MAX: u64 = 4 << 20;
+
+/// Where a shard's log continues.
+pub struct WalPosition {
+    pub active: Arc<Segment>,
+    pub position: u64,
+    pub next_lsn: u64,
+}
+
+pub struct WalWriter {
+    files: ShardFiles,
+    table: Arc<SegmentTable>,
+    ledger: Arc<Ledger>,
+    source: WalSource,
+    housekeeper: Housekeeper,
+    active: Arc<Segment>,
+    position: u64,
+    next_lsn: u64,
+    spare: Option<Receiver<io::Result<PathBuf>>>,
+    chains: HashMap<u64, Levels>,
+    /// Header, meta and JSON data of the records of the current run.
+    staging: Vec<u8>,
+    meta: Vec<u8>,
+    parts: Vec<Part>,
+    /// Where the current run starts in the active segment.
+    run_start: u64,
+    /// Everything before this position of the active segment is durable.
+    synced_to: u64,
+    /// This batch's live bytes per segment, and its deleted chains.
+    added: BTreeMap<u32, u64>,
+    deleted: Vec<u64>,
+    /// A segment was sealed since the last checkpoint.
+    checkpoint_due: bool,
+    /// Where the last checkpoint resumes: segments below it may go once the next is written.
+    checkpoint_resume: u32,
+}
+
+/// A piece of the current run: staged bytes, or the body of record `i` of the batch.
+enum Part {
+    Staged(usize, usize),
+    Body(usize),
+}
+
+/// What a record looks like on disk, before its place is known.
+struct Layout<'a> {
+    kind: Kind,
+    flags: u8,
+    stream: u64,
+    offset: Offset,
+    messages: u32,
+    data_len: usize,
+    /// Index of the record in the batch when its body is written as is.
+    body: Option<usize>,
+    json: Option<&'a Payload>,
+}
+
+impl WalWriter {
+    pub fn new(
+        files: ShardFiles,
+        table: Arc<SegmentTable>,
+        ledger: Arc<Ledger>,
+        housekeeper: Housekeeper,
+        at: WalPosition,
+        checkpoint_resume: u32,
+    ) -> WalWriter {
+        let source = WalSource { table: Arc::clone(&table) };
+        let mut writer = WalWriter {
+            files,
+            table,
+            ledger,
+            source,
+            housekeeper,
+            run_start: at.position,
+            synced_to: at.position,
+            active: at.active,
+            position: at.position,
+            next_lsn: at.next_lsn,
+            spare: None,
+            chains: HashMap::new(),
+            staging: Vec::new(),
+            meta: Vec::new(),
+            parts: Vec::new(),
+            added: BTreeMap::new(),
+            deleted: Vec::new(),
+            checkpoint_due: false,
+            checkpoint_resume,
+        };
+        writer.request_spare_when_due();
+        writer
+    }
+
+    pub fn source(&self) -> WalSource {
+        self.source.clone()
+    }
+
+    /// Asks the housekeeper for the next segment once the active one is half full.
+    fn request_spare_when_due(&mut self) {
+        if self.spare.is_none() && self.position > self.active.size() / 2 {
+            let ordinal = self.active.ordinal() + 1;
+            self.spare =
+                Some(self.housekeeper.prepare(self.files.dir.clone(), ordinal, self.files.segment_bytes));
+        }
+    }
+
+    /// Writes and syncs the run so far (the batch goes on).
+    fn sync_run(&mut self, records: &[Record]) -> io::Result<()> {
+        self.write_run(records)?;
+        self.active.file.sync_data()?;
+        self.synced_to = self.position;
+        Ok(())
+    }
+
+    /// Encodes `record` (number `index` of the batch) into the current run.
+    fn stage(&mut self, records: &[Record], index: usize, time_ms: u64) -> io::Result<Place> {
+        let record = &records[index];
+        let layout = layout(record, index);
+        let chain = match record {
+            Record::Create { .. } => Some(codec::Chain { n: 0, jumps: Vec::new() }),
+            Record::Append { stream, chain_tail, .. } => {
+                Some(self.levels(*stream, *chain_tail)?.next_chain())
+            }
+            Record::Delete { .. } => None,
+        };
+        self.meta.clear();
+        codec::encode_meta(layout.kind, meta_of(record, chain.as_ref()), &mut self.meta);
+        if self.meta.len() > codec::META_BYTES_MAX {
+            // The front checks every field's length; this is a bug, not bad input.
+            return Err(io::Error::other(format!(
+                "record meta of {} bytes exceeds its limit",
+                self.meta.len()
+            )));
+        }
+        let record_len = codec::align(HEADER_BYTES + self.meta.len() + layout.data_len);
+        self.ensure_room(record_len, records, time_ms)?;
+
+        let place_location = location(self.active.ordinal(), self.position);
+        let staged_from = self.staging.len();
+        self.staging.extend_from_slice(&[0; HEADER_BYTES]);
+        self.staging.extend_from_slice(&self.meta);
+        if let Some(payload) = layout.json {
+            payload.for_each_message(|text, separator| {
+                self.staging.extend_from_slice(text);
+                self.staging.extend_from_slice(separator);
+            });
+        }
+        let data = match layout.body {
+            Some(body) => body_of(records, body).as_ref(),
+            None => &self.staging[staged_from + HEADER_BYTES + self.meta.len()..],
+        };
+        let header = Header {
+            kind: layout.kind,
+            flags: layout.flags,
+            meta_len: self.meta.len() as u16,
+            payload_len: (self.meta.len() + layout.data_len) as u32,
+            payload_crc: codec::payload_crc(&self.meta, &[data]),
+            lsn: self.next_lsn,
+            stream: layout.stream,
+            offset: layout.offset,
+            time_ms,
+            messages: layout.messages,
+        };
+        self.staging[staged_from..staged_from + HEADER_BYTES].copy_from_slice(&header.encode());
+        self.parts.push(Part::Staged(staged_from, self.staging.len()));
+        if let Some(body) = layout.body {
+            self.parts.push(Part::Body(body));
+        }
+        let padding_from = self.staging.len();
+        self.staging.extend_from_slice(codec::padding(HEADER_BYTES + header.payload_len as usize));
+        self.parts.push(Part::Staged(padding_from, self.staging.len()));
+        self.next_lsn += 1;
+        self.position += record_len as u64;
+        self.after_staged(record, place_location, record_len as u64, chain.as_ref().map_or(0, |c| c.n));
+        Ok(Place { location: place_location, n: chain.map_or(0, |c| c.n) })
+    }
+
+    /// Updates the chains, the batch's live bytes and its deleted chains for a staged record.
+    fn after_staged(&mut self, record: &Record, at: u64, record_len: u64, n: u64) {
+        match record {
+            Record::Create { stream, .. } => {
+                self.chains.insert(*stream, Levels::started_at(at));
+            }
+            Record::Append { stream, .. } => {
+                let levels = self.chains.get_mut(stream).expect("levels were loaded when staging");
+                debug_assert_eq!(levels.next_index(), n);
+                levels.push(at);
+            }
+            Record::Delete { stream, chain_tail, .. } => {
+                let tail = self.chains.remove(stream).map_or(*chain_tail, |levels| levels.last());
+                self.deleted.push(tail);
+                return;
+            }
+        }
+        *self.added.entry(self.active.ordinal()).or_default() += record_len;
+    }
+
+    /// The levels of `stream`'s chain, rebuilt from `chain_tail` when not cached.
+    fn levels(&mut self, stream: u64, chain_tail: u64) -> io::Result<&mut Levels> {
+        if !self.chains.contains_key(&stream) {
+            let tail = self
+                .source
+                .head(chain_tail)
+                .map_err(|e| io::Error::other(format!("reading a chain tail: {e}")))?;
+            let levels = Levels::rebuild(&self.source, &tail.node)
+                .map_err(|e| io::Error::other(format!("rebuilding a chain: {e}")))?;
+            self.chains.insert(stream, levels);
+        }
+        Ok(self.chains.get_mut(&stream).expect("just inserted"))
+    }
+
+    /// Makes sure `record_len` more bytes and a seal fit in the active segment.
+    fn ensure_room(&mut self, record_len: usize, records: &[Record], time_ms: u64) -> io::Result<()> {
+        let needed = self.position + record_len as u64 + HEADER_BYTES as u64;
+        if needed <= self.active.size() {
+            return Ok(());
+        }
+        if Segment::records_start() + record_len as u64 + HEADER_BYTES as u64 > self.files.segment_bytes {
+            return Err(io::Error::other("a record is larger than a segment can hold"));
+        }
+        self.write_run(records)?;
+        self.seal(time_ms)?;
+        self.rotate(time_ms)
+    }
+
+    /// Writes the current run at its place in the active segment (no sync).
+    fn write_run(&mut self, records: &[Record]) -> io::Result<()> {
+        if self.parts.is_empty() {
+            return Ok(());
+        }
+        let slices: Vec<&[u8]> = self
+            .parts
+            .iter()
+            .map(|part| match part {
+                Part::Staged(from, to) => &self.staging[*from..*to],
+                Part::Body(index) => body_of(records, *index).as_ref(),
+            })
+            .collect();
+        self.active.file.write_all_at(self.run_start, &slices)?;
+        self.parts.clear();
+        self.staging.clear();
+        self.run_start = self.position;
+        Ok(())
+    }
+
+    /// Ends the active segment with a seal record and syncs it.
+    fn seal(&mut self, time_ms: u64) -> io::Result<()> {
+        let header = Header::seal(self.next_lsn, time_ms);
+        self.active.file.write_all_at(self.position, &[&header.encode()])?;
+        self.active.file.sync_data()?;
+        self.next_lsn += 1;
+        Ok(())
+    }
+
+    /// Makes the prepared segment active (preparing one now if it is not ready).
+    fn rotate(&mut self, time_ms: u64) -> io::Result<()> {
+        let ordinal = self.active.ordinal() + 1;
+        let prepared = match self.spare.take() {
+            Some(answer) => answer.recv().map_err(|_| io::Error::other("the housekeeper is gone"))??,
+            None => {
+                segment::prepare(self.files.vfs.as_ref(), &self.files.dir, ordinal, self.files.segment_bytes)?
+            }
+        };
+        let header = SegmentHeader {
+            shard: self.files.shard,
+            ordinal,
+            first_lsn: self.next_lsn,
+            size: self.files.segment_bytes,
+            created_ms: time_ms,
+        };
+        let active =
+            Arc::new(segment::activate(self.files.vfs.as_ref(), &prepared, &self.files.dir, header)?);
+        self.table.insert(Arc::clone(&active));
+        self.ledger.track(ordinal);
+        self.active = active;
+        self.position = Segment::records_start();
+        self.run_start = self.position;
+        self.synced_to = self.position;
+        self.checkpoint_due = true;
+        Ok(())
+    }
+
+    /// Encodes a checkpoint of `streams` (the state after every committed record) and hands
+    /// it to the housekeeper; with `wait`, returns once it is durable.
+    fn write_checkpoint(
+        &mut self,
+        streams: Vec<StreamSnapshot>,
+        stream_id_next: u64,
+        time_ms: u64,
+        clean: bool,
+        wait: bool,
+    ) {
+        let checkpoint = Checkpoint {
+            shard: self.files.shard,
+            clean,
+            lsn: self.next_lsn - 1,
+            resume_ordinal: self.active.ordinal(),
+            resume_position: self.position,
+            next_lsn: self.next_lsn,
+            stream_id_next,
+            written_ms: time_ms,
+            ledger: self.ledger.snapshot(),
+            streams,
+        };
+        self.housekeeper.send(Task::Checkpoint {
+            dir: self.files.dir.clone(),
+            bytes: checkpoint.encode(),
+            table: Arc::clone(&self.table),
+            ledger: Arc::clone(&self.ledger),
+            remove_below: self.checkpoint_resume,
+        });
+        self.checkpoint_resume = checkpoint.resume_ordinal;
+        self.checkpoint_due = false;
+        if wait {
+            self.housekeeper.flush();
+        }
+    }
+
+    /// Keeps the chain cache within its bound (between batches).
+    fn trim_chains(&mut self) {
+        if self.chains.len() > CHAINS_CACHED_MAX {
+            let mut keep = false;
+            self.chains.retain(|_, _| {
+                keep = !keep;
+                keep
+            });
+        }
+    }
+}
+
+impl Persist for WalWriter {
+    fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> io::Result<()> {
+        debug_assert!(self.parts.is_empty() && self.staging.is_empty());
+        self.run_start = self.position;
+        for index in 0..records.len() {
+            let place = self.stage(records, index, time_ms)?;
+            places.push(place);
+            if self.position - self.synced_to >= SYNC_RUN_BYTES_MAX {
+                self.sync_run(records)?;
+            }
+        }
+        self.sync_run(records)?;
+        self.request_spare_when_due();
+        self.ledger.record_batch(&self.added, &self.deleted);
+        self.added.clear();
+        for tail in self.deleted.drain(..) {
+            let (source, ledger) = (self.source.clone(), Arc::clone(&self.ledger));
+            self.housekeeper.send(Task::Reclaim { source, ledger, tail });
+        }
+        self.trim_chains();
+        Ok(())
+    }
+
+    fn checkpoint_due(&self) -> bool {
+        self.checkpoint_due
+    }
+
+    fn checkpoint(
+        &mut self,
+        streams: Vec<StreamSnapshot>,
+        stream_id_next: u64,
+        time_ms: u64,
+        clean: bool,
+        wait: bool,
+    ) {
+        self.write_checkpoint(streams, stream_id_next, time_ms, clean, wait);
+    }
+}
+
+/// The layout of a record: kind, flags, what it says about its stream, and its data.
+fn layout(record: &Record, index: usize) -> Layout<'_> {
+    let payload_layout = |payload| payload_layout(payload, index);
+    match record {
+        Record::Create { stream, initial, closed, .. } => {
+            let (data_len, body, json, json_flag) = payload_layout(initial);
+            let messages = initial.as_ref().map_or(0, |p| p.message_count()) as u32;
+            let close = if *closed { flags::CLOSE } else { 0 };
+            Layout {
+                kind: Kind::Create,
+                flags: close | json_flag,
+                stream: *stream,
+                offset: Offset::ZERO,
+                messages,
+                data_len,
+                body,
+                json,
+            }
+        }
+        Record::Append { stream, offset, payload, producer, stream_seq, close, .. } => {
+            let (data_len, body, json, json_flag) = payload_layout(payload);
+            let mut record_flags = json_flag;
+            record_flags |= if *close { flags::CLOSE } else { 0 };
+            record_flags |= if producer.is_some() { flags::PRODUCER } else { 0 };
+            record_flags |= if stream_seq.is_some() { flags::STREAM_SEQ } else { 0 };
+            let messages = payload.as_ref().map_or(0, |p| p.message_count()) as u32;
+            Layout {
+                kind: Kind::Append,
+                flags: record_flags,
+                stream: *stream,
+                offset: *offset,
+                messages,
+                data_len,
+                body,
+                json,
+            }
+        }
+        Record::Delete { stream, expired, .. } => Layout {
+            kind: Kind::Delete,
+            flags: if *expired { flags::EXPIRED } else { 0 },
+            stream: *stream,
+            offset: Offset::ZERO,
+            messages: 0,
+            data_len: 0,
+            body: None,
+            json: None,
+        },
+    }
+}
+
+/// Data length, plain body index, JSON payload and flag of a record's payload.
+fn payload_layout(payload: &Option<Payload>, index: usize) -> (usize, Option<usize>, Option<&Payload>, u8) {
+    match payload {
+        Some(payload) if payload.as_whole().is_some() => {
+            (payload.stored_len() as usize, Some(index), None, 0)
+        }
+        Some(payload) => (payload.stored_len() as usize, None, Some(payload), flags::JSON),
+        None => (0, None, None, 0),
+    }
+}
+
+fn meta_of<'a>(record: &'a Record, chain: Option<&'a codec::Chain>) -> MetaRef<'a> {
+    match record {
+        Record::Create { name, config, .. } => {
+            MetaRef { chain, create: Some((name, config)), ..MetaRef::default() }
+        }
+        Record::Append { producer, stream_seq, .. } => MetaRef {
+            chain,
+            producer: producer.as_ref(),
+            stream_seq: stream_seq.as_deref(),
+            ..MetaRef::default()
+        },
+        Record::Delete { .. } => MetaRef::default(),
+    }
+}
+
+/// The as-received body of record `index` (which the layout said has one).
+fn body_of(records: &[Record], index: usize) -> &bytes::Bytes {
+    let payload = match &records[index] {
+        Record::Create { initial, .. } => initial.as_ref(),
+        Record::Append { payload, .. } => payload.as_ref(),
+        Record::Delete { .. } => None,
+    };
+    payload.and_then(|p| p.as_whole()).expect("the layout found a plain body")
+}

@@ -1,0 +1,212 @@
+//! The oracle's model: what a stream holds, and what each operation does to it.
+//!
+//! The model follows the protocol's rules for the operations the workload sends (creates
+//! with a fixed configuration per name, plain and JSON appends, producer appends that are in
+//! sequence, retried or start a new epoch, closes, deletes) and predicts, for each one,
+//! whether it succeeds and whether it writes a record. The simulation checks every
+//! acknowledged answer against the prediction.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use ds_engine::Payload;
+
+/// Producer state: epoch and last sequence number.
+pub type ProducerState = (u64, u64);
+
+/// A stream as the model knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelStream {
+    pub json: bool,
+    pub ttl_secs: Option<u64>,
+    /// The stored bytes: plain bodies, or each JSON message followed by `,`.
+    pub data: Vec<u8>,
+    pub messages: u64,
+    pub closed: bool,
+    pub producers: BTreeMap<String, ProducerState>,
+}
+
+/// A stream's state: absent, or present.
+pub type State = Option<ModelStream>;
+
+/// One operation of the workload.
+#[derive(Clone, Debug)]
+pub enum SimOp {
+    Create { name: String, initial: Option<Vec<u8>> },
+    Append { name: String, body: Vec<u8>, close: bool, producer: Option<(String, u64, u64)> },
+    Delete { name: String },
+}
+
+impl SimOp {
+    pub fn name(&self) -> &str {
+        match self {
+            SimOp::Create { name, .. } | SimOp::Append { name, .. } | SimOp::Delete { name } => name,
+        }
+    }
+}
+
+/// What an operation is expected to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prediction {
+    /// The answer is a success (2xx).
+    pub ok: bool,
+    /// A success that is a producer duplicate (nothing written).
+    pub duplicate: bool,
+    /// The state after the operation, when it writes a record.
+    pub written: Option<State>,
+}
+
+impl Prediction {
+    fn refused() -> Prediction {
+        Prediction { ok: false, duplicate: false, written: None }
+    }
+
+    fn accepted(written: Option<State>) -> Prediction {
+        Prediction { ok: true, duplicate: false, written }
+    }
+}
+
+/// Streams whose name starts with `j` hold JSON; with `t`, they have a TTL.
+pub fn is_json_name(name: &str) -> bool {
+    name.starts_with('j')
+}
+
+pub fn ttl_of_name(name: &str) -> Option<u64> {
+    name.starts_with('t').then_some(3600)
+}
+
+/// The engine's payload for `body` on a stream of this kind.
+pub fn payload(json: bool, body: &[u8]) -> Payload {
+    let bytes = Bytes::copy_from_slice(body);
+    if json {
+        Payload::json(bytes, true).expect("the workload sends valid JSON")
+    } else {
+        Payload::raw(bytes)
+    }
+}
+
+/// The bytes `body` adds to a stream's stored data.
+fn stored_bytes(json: bool, body: &[u8]) -> (Vec<u8>, u64) {
+    if !json {
+        return (body.to_vec(), 1);
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).expect("valid JSON");
+    let messages = match value {
+        serde_json::Value::Array(items) => items,
+        single => vec![single],
+    };
+    let mut stored = Vec::new();
+    for message in &messages {
+        stored.extend_from_slice(serde_json::to_string(message).expect("serializes").as_bytes());
+        stored.push(b',');
+    }
+    (stored, messages.len() as u64)
+}
+
+/// Predicts `op` against `state` with the stream byte limit `stream_bytes_max`.
+pub fn predict(state: &State, op: &SimOp, stream_bytes_max: u64) -> Prediction {
+    match op {
+        SimOp::Create { name, initial } => match state {
+            Some(stream) if stream.closed => Prediction::refused(),
+            Some(_) => Prediction::accepted(None),
+            None => {
+                let json = is_json_name(name);
+                let (data, messages) =
+                    initial.as_deref().map_or((Vec::new(), 0), |body| stored_bytes(json, body));
+                let created = ModelStream {
+                    json,
+                    ttl_secs: ttl_of_name(name),
+                    data,
+                    messages,
+                    closed: false,
+                    producers: BTreeMap::new(),
+                };
+                Prediction::accepted(Some(Some(created)))
+            }
+        },
+        SimOp::Delete { .. } => match state {
+            Some(_) => Prediction::accepted(Some(None)),
+            None => Prediction::refused(),
+        },
+        SimOp::Append { body, close, producer, .. } => match state {
+            None => Prediction::refused(),
+            Some(stream) => predict_append(stream, body, *close, producer.as_ref(), stream_bytes_max),
+        },
+    }
+}
+
+fn predict_append(
+    stream: &ModelStream,
+    body: &[u8],
+    close: bool,
+    producer: Option<&(String, u64, u64)>,
+    stream_bytes_max: u64,
+) -> Prediction {
+    if let Some((id, epoch, seq)) = producer {
+        match stream.producers.get(id) {
+            Some((current, _)) if epoch < current => return Prediction::refused(),
+            Some((current, last)) if epoch == current && *seq <= *last => {
+                return Prediction { ok: true, duplicate: true, written: None };
+            }
+            Some((current, last)) if epoch == current && *seq != last + 1 => return Prediction::refused(),
+            None if *seq != 0 => return Prediction::refused(),
+            Some((current, _)) if epoch > current && *seq != 0 => return Prediction::refused(),
+            _ => {}
+        }
+    }
+    if stream.closed {
+        let idempotent_close = body.is_empty() && producer.is_none();
+        return if idempotent_close { Prediction::accepted(None) } else { Prediction::refused() };
+    }
+    let (stored, messages) = if body.is_empty() { (Vec::new(), 0) } else { stored_bytes(stream.json, body) };
+    if (stream.data.len() + stored.len()) as u64 > stream_bytes_max {
+        return Prediction::refused();
+    }
+    let mut after = stream.clone();
+    after.data.extend_from_slice(&stored);
+    after.messages += messages;
+    after.closed |= close;
+    if let Some((id, epoch, seq)) = producer {
+        after.producers.insert(id.clone(), (*epoch, *seq));
+    }
+    Prediction::accepted(Some(Some(after)))
+}
+
+/// What can be observed of a stream through the engine (everything but producer state,
+/// which later answers check).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub json: bool,
+    pub ttl_secs: Option<u64>,
+    pub data: Vec<u8>,
+    pub messages: u64,
+    pub closed: bool,
+}
+
+impl std::fmt::Debug for Observed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tail = &self.data[self.data.len().saturating_sub(12)..];
+        write!(
+            f,
+            "{{json {}, ttl {:?}, {} messages, {} bytes ending {:?}, closed {}}}",
+            self.json,
+            self.ttl_secs,
+            self.messages,
+            self.data.len(),
+            String::from_utf8_lossy(tail),
+            self.closed
+        )
+    }
+}
+
+impl ModelStream {
+    pub fn observed(&self) -> Observed {
+        Observed {
+            json: self.json,
+            ttl_secs: self.ttl_secs,
+            data: self.data.clone(),
+            messages: self.messages,
+            closed: self.closed,
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! An acid engine on a simulated disk, driven step by step: for restart and corruption tests.
+//!
+//! Shards run only when the harness drives a request (manual threading), the clock is
+//! manual, and the disk is a `SimVfs`, so a test can stop the engine without its clean
+//! shutdown, damage exactly the bytes it means to, and start again on what is left.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use ds_engine::config::{IoErrorPolicy, Threading, VfsHandle, SEGMENT_OVERHEAD_BYTES};
+use ds_engine::limits::Limits;
+use ds_engine::time::Clock;
+use ds_engine::vfs::sim::SimVfs;
+use ds_engine::vfs::Vfs;
+use ds_engine::wal::recovery::RecoveryReport;
+use ds_engine::{
+    AppendOutcome, AppendRequest, ContentType, CreateOutcome, CreateRequest, Engine, EngineConfig, OpError,
+    Payload, ProducerTag, StartAt, StorageMode, StreamConfig, StreamName,
+};
+
+pub const T0: u64 = 1_700_000_000_000;
+pub const SHARD_DIR: &str = "/data/shard-000";
+
+pub struct Harness {
+    pub disk: SimVfs,
+    pub clock: Clock,
+    pub segment_bytes: u64,
+    engine: Option<Engine>,
+}
+
+pub fn name(text: &str) -> StreamName {
+    StreamName::new(text).unwrap()
+}
+
+pub fn plain_config() -> StreamConfig {
+    StreamConfig {
+        content_type: ContentType::parse("text/plain").unwrap(),
+        ttl_secs: None,
+        expires_at_ms: None,
+    }
+}
+
+pub fn append_request(stream: &str, body: &str) -> AppendRequest {
+    AppendRequest {
+        name: name(stream),
+        content_type: Some(ContentType::parse("text/plain").unwrap()),
+        payload: Some(Payload::raw(Bytes::copy_from_slice(body.as_bytes()))),
+        close: false,
+        producer: None,
+        stream_seq: None,
+    }
+}
+
+pub fn tagged(stream: &str, body: &str, producer: &str, epoch: u64, seq: u64) -> AppendRequest {
+    AppendRequest {
+        producer: Some(ProducerTag { id: producer.into(), epoch, seq }),
+        ..append_request(stream, body)
+    }
+}
+
+impl Harness {
+    /// A one-shard acid engine on a new simulated disk, with segments of `segment_bytes`.
+    pub fn new(segment_bytes: u64) -> Harness {
+        let mut harness =
+            Harness { disk: SimVfs::new(), clock: Clock::manual(T0), segment_bytes, engine: None };
+        harness.start();
+        harness
+    }
+
+    pub fn config(&self) -> EngineConfig {
+        EngineConfig {
+            mode: StorageMode::Acid,
+            data_dir: PathBuf::from("/data"),
+            shard_count: 1,
+            limits: Limits { total_bytes_max: 1 << 30, stream_bytes_max: self.stream_bytes_max() },
+            segment_bytes: self.segment_bytes,
+            io_error_policy: IoErrorPolicy::Fail,
+            threading: Threading::Manual,
+            vfs: VfsHandle(Arc::new(self.disk.clone())),
+            clock: self.clock.clone(),
+            ..EngineConfig::default()
+        }
+    }
+
+    /// Starts (recovers) the engine on the disk as it is; returns the recovery report.
+    pub fn start(&mut self) -> RecoveryReport {
+        let engine = Engine::start(self.config()).unwrap_or_else(|error| panic!("recovery failed: {error}"));
+        let report = engine.recovery_reports()[0].clone();
+        self.engine = Some(engine);
+        report
+    }
+
+    /// As much as a segment can hold, at most 1 MiB.
+    pub fn stream_bytes_max(&self) -> u64 {
+        (self.segment_bytes - SEGMENT_OVERHEAD_BYTES).min(1 << 20)
+    }
+
+    pub fn engine(&self) -> &Engine {
+        self.engine.as_ref().expect("the engine is running")
+    }
+
+    /// Stops without the clean shutdown (no final checkpoint), as a crash would.
+    pub fn stop_abruptly(&mut self) {
+        self.engine.take().expect("running").stop_abruptly();
+    }
+
+    /// Stops cleanly (final checkpoint).
+    pub fn shutdown(&mut self) {
+        self.engine.take().expect("running").shutdown();
+    }
+
+    /// Runs the shards until `future` (a request to the engine) is answered.
+    pub fn drive<T>(&self, future: impl Future<Output = T>) -> T {
+        let mut future = pin!(future);
+        let mut context = Context::from_waker(Waker::noop());
+        for _ in 0..1000 {
+            if let Poll::Ready(value) = future.as_mut().poll(&mut context) {
+                return value;
+            }
+            self.engine().run_pending();
+        }
+        panic!("a request was never answered");
+    }
+
+    pub fn create(&self, stream: &str, config: StreamConfig) -> Result<CreateOutcome, OpError> {
+        let request = CreateRequest { name: name(stream), config, initial: None, closed: false };
+        self.drive(self.engine().create(request))
+    }
+
+    pub fn append(&self, request: AppendRequest) -> Result<AppendOutcome, OpError> {
+        self.drive(self.engine().append(request))
+    }
+
+    pub fn delete(&self, stream: &str) -> Result<(), OpError> {
+        self.drive(self.engine().delete(name(stream)))
+    }
+
+    /// Appends every body in one batch (one commit).
+    pub fn append_in_one_batch(&self, stream: &str, bodies: &[&str]) {
+        let engine = self.engine();
+        let mut pending: Vec<_> =
+            bodies.iter().map(|body| Box::pin(engine.append(append_request(stream, body)))).collect();
+        let mut context = Context::from_waker(Waker::noop());
+        for future in &mut pending {
+            assert!(
+                future.as_mut().poll(&mut context).is_pending(),
+                "nothing is answered before the shard runs"
+            );
+        }
+        engine.run_pending();
+        for future in &mut pending {
+            match future.as_mut().poll(&mut context) {
+                Poll::Ready(result) => {
+                    result.expect("the append is stored");
+                }
+                Poll::Pending => panic!("the batch did not take every append"),
+            }
+        }
+    }
+
+    /// Every stored byte of `stream`, or `None` if it does not exist.
+    pub fn read(&self, stream: &str) -> Option<String> {
+        let handle = self.engine().open(&name(stream))?;
+        let tail = handle.status()?.tail;
+        let mut text = String::new();
+        let mut at = ds_engine::Offset::ZERO;
+        while at < tail {
+            let read =
+                handle.read(StartAt::At(at), usize::MAX).expect("stored data reads back").expect("exists");
+            read.chunk.slices.iter().for_each(|slice| text.push_str(&String::from_utf8_lossy(slice)));
+            at = read.chunk.next;
+        }
+        Some(text)
+    }
+
+    /// The shard's segment files, oldest first.
+    pub fn segments(&self) -> Vec<PathBuf> {
+        let mut names: Vec<String> = self
+            .disk
+            .list(Path::new(SHARD_DIR))
+            .unwrap()
+            .into_iter()
+            .filter(|n| n.ends_with(".wal"))
+            .collect();
+        names.sort();
+        names.into_iter().map(|n| Path::new(SHARD_DIR).join(n)).collect()
+    }
+
+    pub fn file_bytes(&self, path: &Path) -> Vec<u8> {
+        ds_engine::vfs::read_file(&self.disk, path).expect("file reads")
+    }
+
+    /// Where `needle` first occurs in the file at `path`.
+    pub fn find(&self, path: &Path, needle: &str) -> usize {
+        let bytes = self.file_bytes(path);
+        bytes
+            .windows(needle.len())
+            .position(|window| window == needle.as_bytes())
+            .unwrap_or_else(|| panic!("{needle:?} is not in {}", path.display()))
+    }
+}
