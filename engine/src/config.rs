@@ -122,6 +122,8 @@ pub struct EngineConfig {
     pub limits: Limits,
     /// Size of each WAL segment (acid).
     pub segment_bytes: u64,
+    /// Stream files kept open across all shards (file modes).
+    pub file_handles_max: usize,
     pub io_error_policy: IoErrorPolicy,
     pub threading: Threading,
     pub vfs: VfsHandle,
@@ -142,6 +144,7 @@ impl Default for EngineConfig {
             shard_count: 16,
             limits: Limits::default(),
             segment_bytes: SEGMENT_BYTES_DEFAULT,
+            file_handles_max: 1024,
             io_error_policy: IoErrorPolicy::Abort,
             threading: Threading::Threads,
             vfs: VfsHandle::default(),

@@ -25,8 +25,8 @@ use crate::op::{AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, 
 use crate::producer::PRODUCER_IDLE_MS_MAX;
 use crate::shard::{Shard, ShardSettings, ShardShared};
 use crate::storage::open::{self, OpenedStore};
+use crate::storage::RecoveryReport;
 use crate::stream::handle::StreamHandle;
-use crate::wal::recovery::RecoveryReport;
 
 /// A running engine. Clones share it; the last one to go stops the shards.
 #[derive(Clone)]

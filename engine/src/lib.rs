@@ -9,7 +9,15 @@
 //! - [`stream`]: a stream's config, writer state and published view; `stream::handle` is the
 //!   reader's API (status, reads, live subscriptions).
 //! - [`memory`]: memory mode's bytes (append-only blocks, message boundaries).
-//! - [`record`] and [`storage`]: what a batch commits, and how each mode commits it.
+//! - [`record`]: what a batch commits — one record per accepted op — and its codec (header
+//!   and payload crc32s) shared by every disk mode.
+//! - `storage`: how each mode commits a batch (`Persist`) and how readers reach stored bytes
+//!   (`LogStore`); opening a data directory (lock, manifest, recovery).
+//! - [`wal`]: acid — a write-ahead log per shard, preallocated mmap'd segments, group
+//!   commit, checkpoints, recovery. [`files`]: file-durable and file-fast — a file per
+//!   stream. Both chain each stream's records with [`chain`] (skip links, O(1) memory per
+//!   stream) and read them with [`logread`].
+//! - [`vfs`]: every file operation of the disk modes, real or simulated (crash tests).
 //! - [`live`]: tail-advance notifications for long-poll and SSE readers.
 //! - Leaves: [`offset`], [`name`], [`content_type`], [`payload`] (JSON framing), [`producer`],
 //!   [`limits`], [`time`], [`read`], [`op`], [`config`].
@@ -20,7 +28,9 @@
 //! parsed) and calls [`Engine::append`]. The op crosses a bounded channel to its shard, which
 //! drains a batch, applies each op against the writer state (dedup, fencing, limits), writes
 //! the bytes, commits the batch's records, then publishes the new tails, replies, and wakes
-//! each touched stream's live readers once.
+//! each touched stream's live readers once. In the disk modes the commit step is one write
+//! and one fdatasync per batch (acid: at the end of the shard's WAL; file-durable: per
+//! touched file), and nothing is replied or published before it returns.
 //!
 //! # How a read flows
 //!
@@ -33,6 +43,7 @@ pub mod chain;
 pub mod config;
 pub mod content_type;
 pub mod engine;
+pub mod files;
 pub mod limits;
 pub mod live;
 pub mod logread;
@@ -59,5 +70,6 @@ pub use offset::{Offset, StartAt};
 pub use op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, OpError};
 pub use payload::Payload;
 pub use producer::ProducerTag;
+pub use storage::{Damage, RecoveryReport};
 pub use stream::handle::{MessagesResult, ReadResult, StreamHandle};
 pub use stream::StreamConfig;

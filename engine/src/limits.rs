@@ -1,4 +1,4 @@
-//! Stored-byte limits: per stream and across all streams.
+//! Stored-byte limits (per stream and across all streams), and the bound on cache maps.
 //!
 //! Every shard charges the bytes it stores to one shared [`ByteBudget`] and gives them back
 //! when a stream is deleted or expires. Charging is one atomic compare-and-swap loop, not a
@@ -68,6 +68,18 @@ impl ByteBudget {
 
     pub fn max(&self) -> u64 {
         self.max
+    }
+}
+
+/// Keeps a cache map within `max` entries: past it, drops every other entry (in no
+/// particular order). Cheap, bounded, and good enough for caches that rebuild on a miss.
+pub fn halve_when_over<K, V>(map: &mut std::collections::HashMap<K, V>, max: usize) {
+    if map.len() > max {
+        let mut keep = false;
+        map.retain(|_, _| {
+            keep = !keep;
+            keep
+        });
     }
 }
 

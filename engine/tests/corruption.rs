@@ -7,6 +7,7 @@ mod support;
 use std::path::Path;
 
 use ds_engine::vfs::Vfs;
+use ds_engine::StorageMode;
 use support::{append_request, plain_config, Harness};
 
 const SEGMENT_BYTES: u64 = 4 << 20;
@@ -14,7 +15,11 @@ const SEGMENT_BYTES: u64 = 4 << 20;
 /// A stream `s` with records `r00-…` to `r09-…`, each its own commit, left without a
 /// clean shutdown (so recovery replays every record).
 fn ten_records() -> (Harness, Vec<String>) {
-    let mut harness = Harness::new(SEGMENT_BYTES);
+    ten_records_in(StorageMode::Acid)
+}
+
+fn ten_records_in(mode: StorageMode) -> (Harness, Vec<String>) {
+    let mut harness = Harness::with_mode(mode, SEGMENT_BYTES);
     harness.create("s", plain_config()).unwrap();
     let bodies: Vec<String> = (0..10).map(|i| format!("r{i:02}-{}|", "x".repeat(40 + i))).collect();
     for body in &bodies {
@@ -33,8 +38,8 @@ fn a_flipped_byte_drops_its_record_and_everything_after() {
 
     let report = harness.start();
     assert_eq!(harness.read("s").unwrap(), bodies[..6].concat(), "every record before the damage is kept");
-    let damage = report.damage.expect("the damage is reported");
-    assert_eq!(damage.segment, segment);
+    let damage = report.damage.first().expect("the damage is reported");
+    assert_eq!(damage.file, segment);
     assert!(damage.position < at as u64 && damage.position > harness.find(&segment, "r05-") as u64);
     assert!(damage.reason.contains("checksum"), "{}", damage.reason);
     assert!(report.stale_bytes > 0, "the dropped records' bytes are reported");
@@ -43,7 +48,7 @@ fn a_flipped_byte_drops_its_record_and_everything_after() {
     harness.append(append_request("s", "after")).unwrap();
     harness.stop_abruptly();
     let report = harness.start();
-    assert_eq!(report.damage, None, "the damage stays behind a seal");
+    assert_eq!(report.damage, [], "the damage stays behind a seal");
     assert_eq!(harness.read("s").unwrap(), bodies[..6].concat() + "after");
     assert_eq!(harness.segments().len(), 2);
 }
@@ -58,7 +63,7 @@ fn a_zeroed_tail_keeps_the_records_before_it() {
 
     let report = harness.start();
     assert_eq!(harness.read("s").unwrap(), bodies[..7].concat());
-    let damage = report.damage.expect("a record cut short by zeros is damage");
+    let damage = report.damage.first().expect("a record cut short by zeros is damage");
     assert!(damage.position < at as u64);
     harness.append(append_request("s", "after")).unwrap();
     harness.stop_abruptly();
@@ -75,11 +80,11 @@ fn a_truncated_segment_keeps_the_records_before_the_cut() {
 
     let report = harness.start();
     assert_eq!(harness.read("s").unwrap(), bodies[..5].concat());
-    assert!(report.damage.is_some(), "the cut is reported");
+    assert!(!report.damage.is_empty(), "the cut is reported");
     harness.append(append_request("s", "after")).unwrap();
     harness.shutdown();
     let report = harness.start();
-    assert_eq!(report.damage, None);
+    assert_eq!(report.damage, []);
     assert_eq!(harness.read("s").unwrap(), bodies[..5].concat() + "after");
 }
 
@@ -99,7 +104,7 @@ fn a_record_left_behind_a_torn_one_is_never_replayed() {
 
     let report = harness.start();
     assert_eq!(harness.read("s").unwrap(), "");
-    assert!(report.damage.is_some());
+    assert!(!report.damage.is_empty());
     harness.append(append_request("s", "FIRST-cccc")).unwrap();
     harness.stop_abruptly();
     harness.start();
@@ -165,4 +170,54 @@ fn without_any_checkpoint_the_whole_log_is_replayed() {
     assert_eq!(report.checkpoint_lsn, None);
     assert_eq!(harness.read("kept").unwrap(), kept);
     assert_eq!(harness.read("gone"), None, "records of a deleted stream in a removed segment are skipped");
+}
+
+#[test]
+fn a_flipped_byte_in_a_stream_file_cuts_the_file_there() {
+    for mode in [StorageMode::FileDurable, StorageMode::FileFast] {
+        let (mut harness, bodies) = ten_records_in(mode);
+        let file = harness.stream_file("s");
+        let at = harness.find(&file, "r06-");
+        harness.disk.corrupt(&file, at + 10, b"X").unwrap();
+
+        let report = harness.start();
+        assert_eq!(harness.read("s").unwrap(), bodies[..6].concat(), "{mode}");
+        let damage = report.damage.first().expect("the damage is reported");
+        assert_eq!(damage.file, file);
+        assert!(damage.reason.contains("checksum"), "{}", damage.reason);
+        let kept = &damage.quarantined[0];
+        assert!(
+            String::from_utf8_lossy(&harness.file_bytes(kept)).contains("r09-"),
+            "the cut-off bytes are kept"
+        );
+
+        harness.append(append_request("s", "after")).unwrap();
+        harness.stop_abruptly();
+        let report = harness.start();
+        assert_eq!(report.damage, []);
+        assert_eq!(harness.read("s").unwrap(), bodies[..6].concat() + "after", "{mode}");
+    }
+}
+
+#[test]
+fn a_truncated_stream_file_keeps_the_records_before_the_cut() {
+    let (mut harness, bodies) = ten_records_in(StorageMode::FileDurable);
+    let file = harness.stream_file("s");
+    let cut = harness.find(&file, "r05-") + 3;
+    harness.disk.open(&file).unwrap().set_len(cut as u64).unwrap();
+    let report = harness.start();
+    assert_eq!(harness.read("s").unwrap(), bodies[..5].concat());
+    assert_eq!(report.damage.len(), 1);
+    assert!(report.stale_bytes > 0);
+}
+
+#[test]
+fn a_stream_file_without_its_create_record_is_moved_aside() {
+    let (mut harness, _) = ten_records_in(StorageMode::FileDurable);
+    let file = harness.stream_file("s");
+    harness.disk.corrupt(&file, 0, b"JUNK").unwrap();
+    let report = harness.start();
+    assert_eq!(harness.read("s"), None);
+    assert!(!harness.disk.exists(&file));
+    assert!(harness.disk.exists(&report.damage[0].file), "kept in dropped/ for inspection");
 }

@@ -93,16 +93,17 @@ fn log_recovery(engine: &Engine) {
     let clean = reports.iter().all(|r| r.clean_shutdown);
     tracing::info!(records, bytes, clean, "recovered {} shards", reports.len());
     for (shard, report) in reports.iter().enumerate() {
-        if let Some(damage) = &report.damage {
+        for damage in &report.damage {
             tracing::warn!(
                 shard,
-                segment = %damage.segment.display(),
+                file = %damage.file.display(),
                 position = damage.position,
                 reason = %damage.reason,
                 quarantined = damage.quarantined.len(),
                 "recovery dropped everything after damaged data"
             );
-        } else if report.stale_bytes > 0 {
+        }
+        if report.damage.is_empty() && report.stale_bytes > 0 {
             tracing::info!(
                 shard,
                 stale_bytes = report.stale_bytes,

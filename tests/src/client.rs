@@ -5,7 +5,7 @@
 //! `Content-Length`, chunked encoding or until the server closes. [`StreamingResponse`]
 //! reads a chunked body piece by piece, for SSE.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -52,6 +52,18 @@ impl Client {
     }
 
     pub fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+        self.try_send(method, path, headers, body).unwrap_or_else(|e| panic!("{method} {path} failed: {e}"))
+    }
+
+    /// Like [`Client::send`], but a connection that fails or ends early is an error (for
+    /// tests that kill the server under load).
+    pub fn try_send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> io::Result<Response> {
         let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
         for (name, value) in headers {
             request.push_str(&format!("{name}: {value}\r\n"));
@@ -62,18 +74,35 @@ impl Client {
         request.push_str("\r\n");
         let mut bytes = request.into_bytes();
         bytes.extend_from_slice(body);
-        self.raw(&bytes, method == "HEAD")
+        self.try_raw(&bytes, method == "HEAD")
     }
 
     /// Sends `bytes` as they are and reads one response.
     pub fn raw(&self, bytes: &[u8], head_request: bool) -> Response {
-        let mut stream = self.connect();
-        stream.write_all(bytes).expect("send request");
+        self.try_raw(bytes, head_request).unwrap_or_else(|e| panic!("request failed: {e}"))
+    }
+
+    /// [`Client::try_send`] with owned header pairs.
+    pub fn try_send_owned(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> io::Result<Response> {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.try_send(method, path, &headers, body)
+    }
+
+    fn try_raw(&self, bytes: &[u8], head_request: bool) -> io::Result<Response> {
+        let mut stream = TcpStream::connect(self.addr)?;
+        stream.set_read_timeout(Some(READ_TIMEOUT))?;
+        stream.write_all(bytes)?;
         let mut reader = BufReader::new(stream);
-        let (status, headers) = read_head(&mut reader);
+        let (status, headers) = read_head(&mut reader)?;
         let no_body = head_request || status == 204 || status == 304 || (100..200).contains(&status);
-        let body = if no_body { Vec::new() } else { read_body(&mut reader, &headers) };
-        Response { status, headers, body }
+        let body = if no_body { Vec::new() } else { read_body(&mut reader, &headers)? };
+        Ok(Response { status, headers, body })
     }
 
     pub fn get(&self, path: &str) -> Response {
@@ -106,7 +135,7 @@ impl Client {
         request.push_str("\r\n");
         stream.write_all(request.as_bytes()).expect("send request");
         let mut reader = BufReader::new(stream);
-        let (status, headers) = read_head(&mut reader);
+        let (status, headers) = read_head(&mut reader).expect("response head");
         let chunked =
             header_of(&headers, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
         StreamingResponse { status, headers, reader, chunked, received: Vec::new(), ended: false }
@@ -203,48 +232,56 @@ fn header_of<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str>
     headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
 }
 
-fn read_head(reader: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>) {
+fn malformed(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+fn read_head(reader: &mut BufReader<TcpStream>) -> io::Result<(u16, Vec<(String, String)>)> {
     let mut status_line = String::new();
-    reader.read_line(&mut status_line).expect("status line");
+    reader.read_line(&mut status_line)?;
     let status = status_line
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("malformed status line {status_line:?}"));
+        .ok_or_else(|| malformed(format!("malformed status line {status_line:?}")))?;
     let mut headers = Vec::new();
     loop {
         let mut line = String::new();
-        reader.read_line(&mut line).expect("header line");
+        if reader.read_line(&mut line)? == 0 {
+            return Err(malformed("the head ended early".into()));
+        }
         let line = line.trim_end();
         if line.is_empty() {
             break;
         }
-        let (name, value) = line.split_once(':').expect("header has a colon");
+        let (name, value) = line.split_once(':').ok_or_else(|| malformed(format!("header line {line:?}")))?;
         headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
     }
-    (status, headers)
+    Ok((status, headers))
 }
 
-fn read_body(reader: &mut BufReader<TcpStream>, headers: &[(String, String)]) -> Vec<u8> {
+fn read_body(reader: &mut BufReader<TcpStream>, headers: &[(String, String)]) -> io::Result<Vec<u8>> {
     if let Some(length) = header_of(headers, "content-length") {
-        let mut body = vec![0; length.parse().expect("content length")];
-        reader.read_exact(&mut body).expect("body");
-        return body;
+        let length = length.parse().map_err(|_| malformed(format!("content length {length:?}")))?;
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body)?;
+        return Ok(body);
     }
     let mut body = Vec::new();
     if header_of(headers, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
         loop {
             let mut size_line = String::new();
-            reader.read_line(&mut size_line).expect("chunk size line");
-            let size = usize::from_str_radix(size_line.trim(), 16).expect("chunk size");
+            reader.read_line(&mut size_line)?;
+            let size = usize::from_str_radix(size_line.trim(), 16)
+                .map_err(|_| malformed(format!("chunk size {size_line:?}")))?;
             let mut chunk = vec![0; size + 2];
-            reader.read_exact(&mut chunk).expect("chunk");
+            reader.read_exact(&mut chunk)?;
             if size == 0 {
-                return body;
+                return Ok(body);
             }
             body.extend_from_slice(&chunk[..size]);
         }
     }
-    reader.read_to_end(&mut body).expect("body until close");
-    body
+    reader.read_to_end(&mut body)?;
+    Ok(body)
 }

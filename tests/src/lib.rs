@@ -3,11 +3,13 @@
 //! - `server`: starts `ds-server` on a free loopback port with chosen `DS_*` variables and
 //!   stops it (SIGTERM or kill) when the test is done.
 //! - `client`: a small blocking HTTP/1.1 client that also reads SSE bodies incrementally.
+//! - `data_dir`: temporary data directories for servers of the disk modes.
 //!
 //! The tests themselves live in `tests/tests/`: protocol behaviour, configuration, and the
 //! public conformance suite.
 
 pub mod client;
+pub mod data_dir;
 pub mod server;
 
 pub use client::{Client, Response, StreamingResponse};

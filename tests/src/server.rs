@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
+use crate::data_dir::DataDir;
 
 /// How long a server may take to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -21,7 +22,15 @@ pub struct Server {
     child: Option<Child>,
     pub addr: SocketAddr,
     log: Arc<Mutex<String>>,
+    /// What it was started with, to start it again on the same data.
+    env: Vec<(String, String)>,
+    data_dir: Option<Arc<DataDir>>,
 }
+
+/// Storage settings for a test server of `mode`: a small shard count and small segments, so
+/// that starting one stays cheap.
+const TEST_STORAGE: [(&str, &str); 2] =
+    [("DS_STORAGE__ACID_SHARD_COUNT", "4"), ("DS_STORAGE__SEGMENT_BYTES", "12582912")];
 
 /// Path of a workspace binary, built (once per test process) in this test's profile so a
 /// test never runs a stale build.
@@ -46,6 +55,33 @@ pub fn binary(name: &str) -> PathBuf {
 impl Server {
     /// Starts `ds-server` with `env` on top of loopback defaults.
     pub fn start(env: &[(&str, &str)]) -> Server {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Server::spawn(env, None)
+    }
+
+    /// Starts `ds-server` in storage `mode` (memory, acid, file-durable, file-fast) with a
+    /// new temporary data directory, plus `env`.
+    pub fn start_in(mode: &str, env: &[(&str, &str)]) -> Server {
+        if mode == "memory" {
+            return Server::start(env);
+        }
+        let data_dir = Arc::new(DataDir::new(mode));
+        let mut all: Vec<(String, String)> = vec![
+            ("DS_STORAGE__MODE".into(), mode.into()),
+            ("DS_STORAGE__DATA_DIR".into(), data_dir.path().display().to_string()),
+        ];
+        all.extend(TEST_STORAGE.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Server::spawn(all, Some(data_dir))
+    }
+
+    /// Starts the server again on the same data, after it stopped.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the server before starting it again");
+        *self = Server::spawn(self.env.clone(), self.data_dir.clone());
+    }
+
+    fn spawn(env: Vec<(String, String)>, data_dir: Option<Arc<DataDir>>) -> Server {
         let mut command = Command::new(binary("ds-server"));
         command
             .env_clear()
@@ -53,7 +89,7 @@ impl Server {
             .env("RUST_LOG", "info")
             .env("DS_SERVER__HOST", "127.0.0.1")
             .env("DS_SERVER__PORT", "0")
-            .envs(env.iter().copied())
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = command.spawn().expect("ds-server starts");
@@ -78,7 +114,7 @@ impl Server {
             let _ = child.kill();
             panic!("ds-server did not start listening; log:\n{}", log.lock().unwrap())
         });
-        Server { child: Some(child), addr: address.parse().expect("socket address"), log }
+        Server { child: Some(child), addr: address.parse().expect("socket address"), log, env, data_dir }
     }
 
     pub fn client(&self) -> Client {
@@ -92,6 +128,13 @@ impl Server {
     /// Everything the server logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// Kills the process at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("server still running");
+        child.kill().expect("kill ds-server");
+        child.wait().expect("wait for ds-server");
     }
 
     /// Sends SIGTERM and waits for the process to exit.

@@ -6,8 +6,16 @@ use std::time::Duration;
 
 use ds_tests::{Client, Server};
 
-fn server() -> Server {
-    Server::start(&[])
+/// The storage modes every case runs in.
+macro_rules! in_every_mode {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $( #[test] fn $case() { super::$case("memory") } )*
+        }
+        mod acid {
+            $( #[test] fn $case() { super::$case("acid") } )*
+        }
+    };
 }
 
 fn create(client: &Client, path: &str, content_type: &str, body: &[u8]) {
@@ -15,9 +23,8 @@ fn create(client: &Client, path: &str, content_type: &str, body: &[u8]) {
     assert_eq!(response.status, 201, "create {path}: {}", response.text());
 }
 
-#[test]
-fn offsets_are_fixed_width_and_must_be_message_boundaries() {
-    let server = server();
+fn offsets_are_fixed_width_and_must_be_message_boundaries(mode: &str) {
+    let server = Server::start_in(mode, &[]);
     let client = server.client();
     create(&client, "/v1/stream/o", "text/plain", b"abc");
     let tail = client.post("/v1/stream/o", "text/plain", b"defg").next_offset();
@@ -37,9 +44,8 @@ fn offsets_are_fixed_width_and_must_be_message_boundaries() {
     }
 }
 
-#[test]
-fn errors_are_problem_documents_and_routes_are_strict() {
-    let server = server();
+fn errors_are_problem_documents_and_routes_are_strict(mode: &str) {
+    let server = Server::start_in(mode, &[]);
     let client = server.client();
     let missing = client.get("/v1/stream/nope");
     assert_eq!(missing.status, 404);
@@ -61,9 +67,8 @@ fn errors_are_problem_documents_and_routes_are_strict() {
     assert_eq!((health.status, health.text()), (200, "ok".to_string()));
 }
 
-#[test]
-fn stream_names_follow_the_naming_rules() {
-    let server = server();
+fn stream_names_follow_the_naming_rules(mode: &str) {
+    let server = Server::start_in(mode, &[]);
     let client = server.client();
     create(&client, "/v1/stream/tenant/orders/2024", "text/plain", b"nested");
     assert_eq!(
@@ -91,9 +96,8 @@ fn stream_names_follow_the_naming_rules() {
     assert_eq!(client.put(&longest, "text/plain", b"").status, 201);
 }
 
-#[test]
-fn json_messages_keep_their_exact_text() {
-    let server = server();
+fn json_messages_keep_their_exact_text(mode: &str) {
+    let server = Server::start_in(mode, &[]);
     let client = server.client();
     create(&client, "/v1/stream/j", "application/json", b"");
     let body = br#"[ {"z":1,"a":[1,2]} , 12345678901234567890123456789 , 1.50E+3, "x,\"y\"" ]"#;
@@ -111,9 +115,8 @@ fn json_messages_keep_their_exact_text() {
     assert_eq!(from_middle.text(), r#"[1.50E+3,"x,\"y\"",{"k" : true}]"#);
 }
 
-#[test]
-fn catch_up_reads_are_capped_and_resume_at_the_next_offset() {
-    let server = Server::start(&[("DS_LIMITS__MAX_READ_BYTES", "1024")]);
+fn catch_up_reads_are_capped_and_resume_at_the_next_offset(mode: &str) {
+    let server = Server::start_in(mode, &[("DS_LIMITS__MAX_READ_BYTES", "1024")]);
     let client = server.client();
     create(&client, "/v1/stream/big", "application/octet-stream", b"");
     let message: Vec<u8> = (0..300).map(|i| (i % 251) as u8).collect();
@@ -139,9 +142,8 @@ fn catch_up_reads_are_capped_and_resume_at_the_next_offset() {
     assert_eq!(collected, message.repeat(10));
 }
 
-#[test]
-fn etags_follow_start_and_end_and_mark_closed_tails() {
-    let server = server();
+fn etags_follow_start_and_end_and_mark_closed_tails(mode: &str) {
+    let server = Server::start_in(mode, &[]);
     let client = server.client();
     create(&client, "/v1/stream/e", "text/plain", b"hi");
     let read = client.get("/v1/stream/e");
@@ -162,9 +164,8 @@ fn etags_follow_start_and_end_and_mark_closed_tails() {
     );
 }
 
-#[test]
-fn head_reports_remaining_ttl_and_expiry_without_renewing() {
-    let server = server();
+fn head_reports_remaining_ttl_and_expiry_without_renewing(mode: &str) {
+    let server = Server::start_in(mode, &[]);
     let client = server.client();
     let response = client.send("PUT", "/v1/stream/t", &[("Stream-TTL", "120")], b"");
     assert_eq!(response.status, 201);
@@ -182,9 +183,8 @@ fn head_reports_remaining_ttl_and_expiry_without_renewing() {
     assert_eq!(same.status, 200, "the same instant in another spelling is the same config");
 }
 
-#[test]
-fn put_compares_the_closed_state() {
-    let server = server();
+fn put_compares_the_closed_state(mode: &str) {
+    let server = Server::start_in(mode, &[]);
     let client = server.client();
     let closed = [("Content-Type", "text/plain"), ("Stream-Closed", "true")];
     assert_eq!(client.send("PUT", "/v1/stream/c", &closed, b"").status, 201);
@@ -194,9 +194,8 @@ fn put_compares_the_closed_state() {
     assert_eq!(open.json()["status"], 409);
 }
 
-#[test]
-fn long_poll_wakes_on_append_and_times_out_with_204() {
-    let server = Server::start(&[("DS_SERVER__LONG_POLL_TIMEOUT_SECS", "1")]);
+fn long_poll_wakes_on_append_and_times_out_with_204(mode: &str) {
+    let server = Server::start_in(mode, &[("DS_SERVER__LONG_POLL_TIMEOUT_SECS", "1")]);
     let client = server.client();
     create(&client, "/v1/stream/lp", "text/plain", b"");
     let tail = client.head("/v1/stream/lp").next_offset();
@@ -214,9 +213,8 @@ fn long_poll_wakes_on_append_and_times_out_with_204() {
     assert_eq!(timeout.header("stream-up-to-date"), Some("true"));
 }
 
-#[test]
-fn sse_events_carry_ids_and_last_event_id_resumes() {
-    let server = server();
+fn sse_events_carry_ids_and_last_event_id_resumes(mode: &str) {
+    let server = Server::start_in(mode, &[]);
     let client = server.client();
     create(&client, "/v1/stream/s", "text/plain", b"one");
     let first_offset = client.get("/v1/stream/s").next_offset();
@@ -246,9 +244,8 @@ fn sse_events_carry_ids_and_last_event_id_resumes() {
     assert!(text.contains("data:three") && text.contains("\"streamClosed\":true"), "{text}");
 }
 
-#[test]
-fn sse_connections_close_when_idle() {
-    let server = Server::start(&[("DS_SERVER__SSE_RECONNECT_INTERVAL_SECS", "1")]);
+fn sse_connections_close_when_idle(mode: &str) {
+    let server = Server::start_in(mode, &[("DS_SERVER__SSE_RECONNECT_INTERVAL_SECS", "1")]);
     let client = server.client();
     create(&client, "/v1/stream/idle", "application/json", b"[1]");
     let mut events = client.open_stream("/v1/stream/idle?offset=-1&live=sse", &[]);
@@ -257,10 +254,11 @@ fn sse_connections_close_when_idle() {
     assert!(events.read_to_end(Duration::from_secs(10)), "closed after the idle interval");
 }
 
-#[test]
-fn bodies_and_streams_are_bounded_with_413() {
-    let server =
-        Server::start(&[("DS_LIMITS__MAX_STREAM_BYTES", "1000"), ("DS_LIMITS__MAX_MEMORY_BYTES", "1500")]);
+fn bodies_and_streams_are_bounded_with_413(mode: &str) {
+    let server = Server::start_in(
+        mode,
+        &[("DS_LIMITS__MAX_STREAM_BYTES", "1000"), ("DS_LIMITS__MAX_MEMORY_BYTES", "1500")],
+    );
     let client = server.client();
     create(&client, "/v1/stream/a", "application/octet-stream", &[1; 900]);
     assert_eq!(
@@ -289,9 +287,8 @@ fn bodies_and_streams_are_bounded_with_413() {
     );
 }
 
-#[test]
-fn oversized_request_heads_are_refused() {
-    let server = server();
+fn oversized_request_heads_are_refused(mode: &str) {
+    let server = Server::start_in(mode, &[]);
     let client = server.client();
     let big = "x".repeat(100 * 1024);
     let response = client.send("GET", "/v1/stream/a", &[("X-Big", &big)], b"");
@@ -301,9 +298,9 @@ fn oversized_request_heads_are_refused() {
     assert_eq!(client.send("GET", "/v1/stream/a", &many, b"").status, 431);
 }
 
-#[test]
-fn cors_follows_the_configured_origins() {
-    let server = Server::start(&[("DS_HTTP__CORS_ORIGINS", "https://app.example,https://other.example")]);
+fn cors_follows_the_configured_origins(mode: &str) {
+    let server =
+        Server::start_in(mode, &[("DS_HTTP__CORS_ORIGINS", "https://app.example,https://other.example")]);
     let client = server.client();
     let allowed = client.send("GET", "/healthz", &[("Origin", "https://app.example")], b"");
     assert_eq!(allowed.header("access-control-allow-origin"), Some("https://app.example"));
@@ -321,9 +318,8 @@ fn cors_follows_the_configured_origins() {
     assert!(preflight.header("access-control-allow-methods").unwrap().contains("DELETE"));
 }
 
-#[test]
-fn sigterm_ends_live_reads_and_exits_cleanly() {
-    let mut server = server();
+fn sigterm_ends_live_reads_and_exits_cleanly(mode: &str) {
+    let mut server = Server::start_in(mode, &[]);
     let client = server.client();
     create(&client, "/v1/stream/bye", "text/plain", b"x");
     let mut events = client.open_stream("/v1/stream/bye?offset=now&live=sse", &[]);
@@ -333,3 +329,21 @@ fn sigterm_ends_live_reads_and_exits_cleanly() {
     assert!(events.read_to_end(Duration::from_secs(10)), "the SSE body ended");
     assert!(server.log().contains("ds-server stopped"));
 }
+
+in_every_mode!(
+    offsets_are_fixed_width_and_must_be_message_boundaries,
+    errors_are_problem_documents_and_routes_are_strict,
+    stream_names_follow_the_naming_rules,
+    json_messages_keep_their_exact_text,
+    catch_up_reads_are_capped_and_resume_at_the_next_offset,
+    etags_follow_start_and_end_and_mark_closed_tails,
+    head_reports_remaining_ttl_and_expiry_without_renewing,
+    put_compares_the_closed_state,
+    long_poll_wakes_on_append_and_times_out_with_204,
+    sse_events_carry_ids_and_last_event_id_resumes,
+    sse_connections_close_when_idle,
+    bodies_and_streams_are_bounded_with_413,
+    oversized_request_heads_are_refused,
+    cors_follows_the_configured_origins,
+    sigterm_ends_live_reads_and_exits_cleanly,
+);

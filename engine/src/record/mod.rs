@@ -7,6 +7,7 @@
 //! Memory mode commits records by dropping them; the disk modes encode and write them.
 
 pub mod codec;
+pub mod encode;
 
 use std::sync::Arc;
 
@@ -23,6 +24,8 @@ pub enum Record {
     /// Messages were stored at `offset` (and maybe the stream closed), by `producer` if tagged.
     Append {
         stream: u64,
+        /// The stream's name (the file modes find its file by it).
+        name: Arc<str>,
         offset: Offset,
         payload: Option<Payload>,
         producer: Option<ProducerTag>,
@@ -32,7 +35,7 @@ pub enum Record {
         chain_tail: u64,
     },
     /// A stream and all its data are gone (deleted by a client or expired).
-    Delete { stream: u64, expired: bool, chain_tail: u64 },
+    Delete { stream: u64, name: Arc<str>, expired: bool, chain_tail: u64 },
 }
 
 impl Record {

@@ -175,6 +175,7 @@ impl Shard {
         batch.payload_bytes += stored_bytes as usize;
         batch.records.push(Record::Append {
             stream: stream.id,
+            name: Arc::clone(&stream.name),
             offset,
             payload,
             producer: request.producer,
@@ -244,7 +245,12 @@ impl Shard {
         let chain_tail = state.data.chain().0;
         drop(state);
         batch.overlay.delete(Arc::clone(&stream.name));
-        batch.records.push(Record::Delete { stream: stream.id, expired, chain_tail });
+        batch.records.push(Record::Delete {
+            stream: stream.id,
+            name: Arc::clone(&stream.name),
+            expired,
+            chain_tail,
+        });
         batch.owners.push(Arc::clone(stream));
     }
 

@@ -40,6 +40,7 @@ impl Shard {
         for stream in &batch.touched {
             let mut state = stream.write_state();
             debug_assert!(state.published.tail <= state.writer.tail, "the published tail never moves back");
+            state.data.publish();
             state.published =
                 Published { tail: state.writer.tail, closed: state.writer.closed, gone: state.writer.gone };
             batch.published.push((stream.id, state.published));

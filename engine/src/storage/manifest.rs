@@ -61,7 +61,7 @@ impl Manifest {
                 format!("{} holds format {} with hash {}; this build reads format {FORMAT_VERSION} with {HASH_NAME}", dir.display(), found.format, found.hash),
             ));
         }
-        if found.mode != expected.mode || found.shards != expected.shards {
+        if !same_format(found.mode, expected.mode) || found.shards != expected.shards {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
@@ -77,6 +77,13 @@ impl Manifest {
         }
         Ok(found)
     }
+}
+
+/// file-fast and file-durable write the same files (they differ only in when they sync), so
+/// a directory of one opens as the other.
+fn same_format(found: StorageMode, expected: StorageMode) -> bool {
+    let file_mode = |mode| matches!(mode, StorageMode::FileFast | StorageMode::FileDurable);
+    found == expected || (file_mode(found) && file_mode(expected))
 }
 
 #[cfg(test)]
@@ -95,6 +102,11 @@ mod tests {
         let error = Manifest::check_or_create(&vfs, dir, &Manifest::new(StorageMode::Acid, 8)).unwrap_err();
         assert!(error.to_string().contains("16 shards"), "{error}");
         assert!(Manifest::check_or_create(&vfs, dir, &Manifest::new(StorageMode::FileFast, 16)).is_err());
+        let files = Path::new("/files");
+        vfs.create_dir_all(files).unwrap();
+        Manifest::check_or_create(&vfs, files, &Manifest::new(StorageMode::FileFast, 4)).unwrap();
+        assert!(Manifest::check_or_create(&vfs, files, &Manifest::new(StorageMode::FileDurable, 4)).is_ok());
+        assert!(Manifest::check_or_create(&vfs, files, &Manifest::new(StorageMode::Acid, 4)).is_err());
         assert_eq!(Manifest::decode(&acid16.encode()), Some(acid16));
         assert_eq!(Manifest::decode("format=1\nmode=tape\nshards=1\nhash=x\n"), None);
     }

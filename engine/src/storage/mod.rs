@@ -9,11 +9,44 @@
 pub mod manifest;
 pub mod open;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use crate::logread::{LogRead, RecordSource};
 use crate::offset::Offset;
 use crate::read::{Chunk, Message, ReadError};
 use crate::record::Record;
 use crate::stream::StreamSnapshot;
+
+/// What recovery found and did (per shard in acid, for the whole store in the file modes).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The checkpoint replay started from (acid).
+    pub checkpoint_lsn: Option<u64>,
+    /// The checkpoint was written by a clean shutdown and nothing followed it (acid).
+    pub clean_shutdown: bool,
+    /// Stream files read (file modes).
+    pub files: u64,
+    pub records_replayed: u64,
+    pub bytes_replayed: u64,
+    /// Each place where recovery stopped before the end of a log, dropping what followed.
+    pub damage: Vec<Damage>,
+    /// Bytes found after the last good record: behind a seal in acid, cut off in the file
+    /// modes.
+    pub stale_bytes: u64,
+}
+
+/// Where recovery stopped before the end of a log, and what it dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The segment (acid) or stream file (file modes).
+    pub file: PathBuf,
+    pub position: u64,
+    pub reason: String,
+    /// Later segments moved to `dropped/` (acid), or the bytes cut off a stream file, kept
+    /// in `dropped/` (file modes).
+    pub quarantined: Vec<PathBuf>,
+}
 
 /// Where a committed record went: its location and its index in its stream's chain.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,9 +89,12 @@ impl Persist for MemoryPersist {
     }
 }
 
-/// Which stream a log read is for: its published tail record and offset, and its framing.
-#[derive(Clone, Copy, Debug)]
+/// Which stream a log read is for: its id and name (the file modes find its file by them),
+/// its published tail record and offset, and its framing.
+#[derive(Clone, Debug)]
 pub(crate) struct LogView {
+    pub stream: u64,
+    pub name: Arc<str>,
     pub tail_location: u64,
     pub until: Offset,
     pub json: bool,

@@ -10,14 +10,19 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::manifest::Manifest;
+use super::RecoveryReport;
 use super::{LogStore, MemoryPersist, Persist};
 use crate::config::{EngineConfig, EngineError, StorageMode, Threading};
+use crate::files;
+use crate::files::handles::Handles;
+use crate::files::source::FileStore;
+use crate::files::writer::FileWriter;
 use crate::record::codec::{HEADER_BYTES, META_BYTES_MAX, RECORD_ALIGN};
 use crate::stream::StreamSnapshot;
 use crate::vfs::Vfs;
 use crate::wal::housekeeper::{Housekeeper, Task};
 use crate::wal::ledger::Ledger;
-use crate::wal::recovery::{self, Recovered, RecoveryReport, RecoverySettings};
+use crate::wal::recovery::{self, Recovered, RecoverySettings};
 use crate::wal::writer::{WalWriter, SYNC_RUN_BYTES_MAX};
 use crate::wal::ShardFiles;
 
@@ -74,8 +79,60 @@ pub(crate) fn open(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
             housekeeper: None,
         }),
         StorageMode::Acid => open_acid(config),
-        mode => Err(EngineError::ModeUnavailable(mode)),
+        StorageMode::FileFast | StorageMode::FileDurable => open_files(config),
     }
+}
+
+/// Creates the data directory if needed, takes its exclusive lock and checks (or writes)
+/// its manifest.
+fn lock_data_dir(config: &EngineConfig) -> Result<Box<dyn Any + Send + Sync>, EngineError> {
+    let vfs = config.vfs.0.as_ref();
+    let dir = &config.data_dir;
+    vfs.create_dir_all(dir).map_err(storage_error(format!("cannot create {}", dir.display())))?;
+    let lock = vfs.lock_exclusive(&dir.join(LOCK_NAME)).map_err(|error| {
+        EngineError::Storage(format!("{} is in use by another process ({error})", dir.display()))
+    })?;
+    Manifest::check_or_create(vfs, dir, &Manifest::new(config.mode, config.shard_count))
+        .map_err(|error| EngineError::Storage(error.to_string()))?;
+    Ok(lock)
+}
+
+/// file-fast and file-durable: every stream file read back, then one writer and one reader
+/// view per shard over a shared cache of open files.
+fn open_files(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
+    let lock = lock_data_dir(config)?;
+    let vfs = Arc::clone(&config.vfs.0);
+    let durable = config.mode == StorageMode::FileDurable;
+    let threads = match config.threading {
+        Threading::Manual => 1,
+        Threading::Threads => std::thread::available_parallelism().map_or(1, |n| n.get()).min(8),
+    };
+    let recovered =
+        files::recovery::recover(vfs.as_ref(), &config.data_dir, config.shard_count, durable, threads)
+            .map_err(storage_error("recovering stream files".into()))?;
+    let handles_per_shard = (config.file_handles_max / config.shard_count as usize).max(16);
+    let mut report = Some(recovered.report);
+    let mut shards = Vec::with_capacity(recovered.shards.len());
+    for streams in recovered.shards {
+        let handles = Arc::new(Handles::new(handles_per_shard));
+        let writer = FileWriter::new(
+            Arc::clone(&vfs),
+            config.data_dir.clone(),
+            durable,
+            Arc::clone(&handles),
+            recovered.dirs.clone(),
+        );
+        let store = FileStore { vfs: Arc::clone(&vfs), root: config.data_dir.clone(), handles };
+        let stream_id_next = streams.iter().map(|s| s.id + 1).max().unwrap_or(1);
+        shards.push(OpenedShard {
+            persist: Box::new(writer),
+            log: Some(Arc::new(store)),
+            streams,
+            stream_id_next,
+            report: report.take(),
+        });
+    }
+    Ok(OpenedStore { shards, lock: Some(lock), housekeeper: None })
 }
 
 /// Recovers every shard: in parallel, or one after another under manual threading (so a
@@ -101,14 +158,9 @@ fn recover_shards(config: &EngineConfig, vfs: &dyn Vfs) -> Vec<std::io::Result<R
 }
 
 fn open_acid(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
+    let lock = lock_data_dir(config)?;
     let vfs = Arc::clone(&config.vfs.0);
     let dir = &config.data_dir;
-    vfs.create_dir_all(dir).map_err(storage_error(format!("cannot create {}", dir.display())))?;
-    let lock = vfs.lock_exclusive(&dir.join(LOCK_NAME)).map_err(|error| {
-        EngineError::Storage(format!("{} is in use by another process ({error})", dir.display()))
-    })?;
-    Manifest::check_or_create(vfs.as_ref(), dir, &Manifest::new(config.mode, config.shard_count))
-        .map_err(|error| EngineError::Storage(error.to_string()))?;
     let (housekeeper, thread) = match config.threading {
         Threading::Threads => {
             let (housekeeper, thread) =

@@ -105,9 +105,12 @@ impl StreamHandle {
         let chunk = match &state.data {
             StreamData::Memory(log) => log.read(from, published.tail, bytes_max)?,
             StreamData::Log { tail, .. } => {
-                let tail = *tail;
+                let view = self.view(*tail, published.tail);
                 drop(state);
-                self.log()?.chunk(self.view(tail, published.tail), from, bytes_max)?
+                let Some(chunk) = self.read_log(|log| log.chunk(view, from, bytes_max))? else {
+                    return Ok(None);
+                };
+                chunk
             }
         };
         self.touch();
@@ -124,9 +127,12 @@ impl StreamHandle {
         let messages = match &state.data {
             StreamData::Memory(log) => log.read_messages(from, published.tail, bytes_max)?,
             StreamData::Log { tail, .. } => {
-                let tail = *tail;
+                let view = self.view(*tail, published.tail);
                 drop(state);
-                self.log()?.messages(self.view(tail, published.tail), from, bytes_max)?
+                let Some(messages) = self.read_log(|log| log.messages(view, from, bytes_max))? else {
+                    return Ok(None);
+                };
+                messages
             }
         };
         Ok(Some(MessagesResult { messages, tail: published.tail, closed: published.closed }))
@@ -138,15 +144,31 @@ impl StreamHandle {
     }
 
     fn view(&self, tail_location: u64, until: Offset) -> LogView {
-        LogView { tail_location, until, json: self.is_json() }
+        LogView {
+            stream: self.stream.id,
+            name: Arc::clone(&self.stream.name),
+            tail_location,
+            until,
+            json: self.is_json(),
+        }
     }
 
     fn is_json(&self) -> bool {
         self.stream.config.content_type.is_json()
     }
 
-    fn log(&self) -> Result<&dyn LogStore, ReadError> {
-        self.shard.log.as_deref().ok_or(ReadError::Storage)
+    /// A read of the stream's log. The stream may be deleted while the read runs (and its
+    /// records go); a read that then fails finds it gone.
+    fn read_log<T>(
+        &self,
+        read: impl FnOnce(&dyn LogStore) -> Result<T, ReadError>,
+    ) -> Result<Option<T>, ReadError> {
+        let log = self.shard.log.as_deref().ok_or(ReadError::Storage)?;
+        match read(log) {
+            Ok(value) => Ok(Some(value)),
+            Err(ReadError::Storage) if self.stream.read_state().published.gone => Ok(None),
+            Err(error) => Err(error),
+        }
     }
 
     fn alive(&self, published: Published) -> bool {

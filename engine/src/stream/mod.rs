@@ -8,6 +8,7 @@
 //! shard holds the lock for microseconds, never across I/O.
 
 pub mod handle;
+pub mod replay;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -80,8 +81,9 @@ pub(crate) struct StreamState {
 pub(crate) enum StreamData {
     /// In memory (memory mode).
     Memory(MemLog),
-    /// In a log of chained records (disk modes): the published last record.
-    Log { tail: u64, n: u64 },
+    /// In a log of chained records (disk modes): the published last record (location and
+    /// chain index), and the last committed one, which becomes visible with the tail.
+    Log { tail: u64, n: u64, committed_tail: u64, committed_n: u64 },
 }
 
 impl StreamData {
@@ -90,11 +92,17 @@ impl StreamData {
         if in_memory {
             StreamData::Memory(MemLog::default())
         } else {
-            StreamData::Log { tail: 0, n: 0 }
+            StreamData::Log { tail: 0, n: 0, committed_tail: 0, committed_n: 0 }
         }
     }
 
-    /// Makes a committed record's data part of the stream (before its tail is published).
+    /// A log-backed stream whose last record is `tail`, number `n` of its chain.
+    pub fn log_at(tail: u64, n: u64) -> StreamData {
+        StreamData::Log { tail, n, committed_tail: tail, committed_n: n }
+    }
+
+    /// Makes a committed record's data part of the stream, not yet visible: readers see it
+    /// once [`StreamData::publish`] runs with the new tail, under the same lock.
     pub fn apply(&mut self, record: &Record, place: Place) {
         let (offset, payload) = match record {
             Record::Create { initial, .. } => (Offset::ZERO, initial.as_ref()),
@@ -107,22 +115,29 @@ impl StreamData {
                     log.append(offset, payload);
                 }
             }
-            StreamData::Log { tail, n } => {
+            StreamData::Log { committed_tail, committed_n, .. } => {
                 debug_assert!(
-                    matches!(record, Record::Create { .. }) || place.n == *n + 1,
+                    matches!(record, Record::Create { .. }) || place.n == *committed_n + 1,
                     "chains grow by one"
                 );
-                *tail = place.location;
-                *n = place.n;
+                *committed_tail = place.location;
+                *committed_n = place.n;
             }
         }
     }
 
-    /// The chain tail (location, index) of a log-backed stream.
+    /// Makes the committed records visible (with the published tail that ends at them).
+    pub fn publish(&mut self) {
+        if let StreamData::Log { tail, n, committed_tail, committed_n } = self {
+            (*tail, *n) = (*committed_tail, *committed_n);
+        }
+    }
+
+    /// The last committed record (location, chain index) of a log-backed stream.
     pub fn chain(&self) -> (u64, u64) {
         match self {
             StreamData::Memory(_) => (0, 0),
-            StreamData::Log { tail, n } => (*tail, *n),
+            StreamData::Log { committed_tail, committed_n, .. } => (*committed_tail, *committed_n),
         }
     }
 }
@@ -185,7 +200,7 @@ impl Stream {
             stream_seq: snapshot.stream_seq,
             batch: 0,
         };
-        let data = StreamData::Log { tail: snapshot.chain_tail, n: snapshot.chain_n };
+        let data = StreamData::log_at(snapshot.chain_tail, snapshot.chain_n);
         Stream {
             id: snapshot.id,
             name: snapshot.name,
@@ -306,5 +321,28 @@ mod tests {
         assert!(json(Some(5)).same_as(&upper));
         assert!(!json(Some(5)).same_as(&json(Some(6))));
         assert!(!json(None).same_as(&config(None, None)));
+    }
+
+    #[test]
+    fn committed_log_records_stay_invisible_until_published() {
+        let mut data = StreamData::log_at(100, 1);
+        let record = Record::Append {
+            stream: 1,
+            name: Arc::from("s"),
+            offset: Offset::ZERO,
+            payload: None,
+            producer: None,
+            stream_seq: None,
+            close: true,
+            chain_tail: 100,
+        };
+        data.apply(&record, Place { location: 200, n: 2 });
+        assert_eq!(data.chain(), (200, 2), "the writer chains to the committed record");
+        assert!(
+            matches!(data, StreamData::Log { tail: 100, n: 1, .. }),
+            "readers still see the published one"
+        );
+        data.publish();
+        assert!(matches!(data, StreamData::Log { tail: 200, n: 2, .. }));
     }
 }

@@ -109,6 +109,11 @@ impl SimVfs {
         self.lock().operations_left = Some(operations);
     }
 
+    /// Lets operations succeed again (the disk was fine; the process that saw it fail is gone).
+    pub fn recover_from_failure(&self) {
+        self.lock().operations_left = None;
+    }
+
     /// Whether the disk has stopped answering.
     pub fn has_failed(&self) -> bool {
         self.lock().operations_left == Some(0)

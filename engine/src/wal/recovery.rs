@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::checkpoint::{checkpoint_path, Checkpoint};
@@ -19,8 +19,9 @@ use super::ledger::LedgerState;
 use super::segment::{self, is_prepared_name, parse_segment_name, Segment, SegmentHeader};
 use super::writer::WalPosition;
 use super::{location, SegmentTable};
-use crate::producer::ProducerState;
-use crate::record::codec::{decode_record, flags, DecodeError, Decoded, Header, Kind};
+use crate::record::codec::{decode_record, DecodeError, Decoded, Header, Kind};
+use crate::storage::{Damage, RecoveryReport};
+use crate::stream::replay;
 use crate::stream::StreamSnapshot;
 use crate::vfs::{read_file, Vfs};
 
@@ -49,29 +50,6 @@ pub struct Recovered {
     pub stream_id_next: u64,
     pub streams: Vec<StreamSnapshot>,
     pub report: RecoveryReport,
-}
-
-/// What recovery found and did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RecoveryReport {
-    pub checkpoint_lsn: Option<u64>,
-    /// The checkpoint was written by a clean shutdown.
-    pub clean_shutdown: bool,
-    pub records_replayed: u64,
-    pub bytes_replayed: u64,
-    pub damage: Option<Damage>,
-    /// Non-zero bytes found after the last good record (now behind a seal).
-    pub stale_bytes: u64,
-}
-
-/// Where replay stopped before the end of the log, and what it dropped.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Damage {
-    pub segment: PathBuf,
-    pub position: u64,
-    pub reason: String,
-    /// Later segments moved to `dropped/`.
-    pub quarantined: Vec<PathBuf>,
 }
 
 /// Recovers the shard in `dir`, creating its first segment when the directory is new.
@@ -105,9 +83,9 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
                 replay.damage = Some(damage_at(segment, position, reason));
             }
             if let Some(damage) = replay.damage.take() {
-                report.damage = Some(quarantine(vfs, dir, &segments[index + 1..], &table, damage)?);
+                report.damage.push(quarantine(vfs, dir, &segments[index + 1..], &table, damage)?);
             }
-            if report.damage.is_none() && report.stale_bytes == 0 {
+            if report.damage.is_empty() && report.stale_bytes == 0 {
                 WalPosition { active: Arc::clone(segment), position, next_lsn: replay.next_lsn }
             } else {
                 let seal = Header::seal(replay.next_lsn, settings.now_ms).encode();
@@ -341,56 +319,18 @@ impl Replay {
         }
         match header.kind {
             Kind::Create => {
-                let create = record.meta.create.as_ref().ok_or("create without configuration")?;
-                let chain = record.meta.chain.as_ref().ok_or("create without chain")?;
-                let name: Arc<str> = Arc::from(&*create.name);
-                if chain.n != 0 || self.streams.contains_key(&header.stream) || self.names.contains_key(&name)
-                {
+                let snapshot = replay::created(record, at)?;
+                if self.streams.contains_key(&header.stream) || self.names.contains_key(&snapshot.name) {
                     return Err("create of a stream that exists".into());
                 }
-                let snapshot = StreamSnapshot {
-                    id: header.stream,
-                    name: Arc::clone(&name),
-                    config: create.config.clone(),
-                    last_access_ms: header.time_ms,
-                    tail: header.end_offset(),
-                    closed: header.has(flags::CLOSE),
-                    stream_seq: None,
-                    producers: Vec::new(),
-                    chain_tail: at,
-                    chain_n: 0,
-                };
-                self.names.insert(name, header.stream);
+                self.names.insert(Arc::clone(&snapshot.name), header.stream);
                 self.streams.insert(header.stream, snapshot);
                 self.stream_id_next = self.stream_id_next.max(header.stream + 1);
                 *self.ledger.live.entry(ordinal).or_default() += record_len;
             }
             Kind::Append => {
                 let stream = self.streams.get_mut(&header.stream).ok_or("append to an unknown stream")?;
-                let chain = record.meta.chain.as_ref().ok_or("append without chain")?;
-                let continues = header.offset == stream.tail
-                    && chain.n == stream.chain_n + 1
-                    && chain.jumps.first() == Some(&stream.chain_tail)
-                    && !stream.closed;
-                if !continues {
-                    return Err("append does not continue its stream".into());
-                }
-                stream.tail = header.end_offset();
-                stream.closed |= header.has(flags::CLOSE);
-                stream.last_access_ms = stream.last_access_ms.max(header.time_ms);
-                stream.chain_tail = at;
-                stream.chain_n = chain.n;
-                if let Some(seq) = &record.meta.stream_seq {
-                    stream.stream_seq = Some(seq.clone());
-                }
-                if let Some(tag) = &record.meta.producer {
-                    let state =
-                        ProducerState { epoch: tag.epoch, last_seq: tag.seq, last_used_ms: header.time_ms };
-                    match stream.producers.iter_mut().find(|(id, _)| *id == tag.id) {
-                        Some((_, existing)) => *existing = state,
-                        None => stream.producers.push((tag.id.clone(), state)),
-                    }
-                }
+                replay::append(stream, record, at)?;
                 *self.ledger.live.entry(ordinal).or_default() += record_len;
             }
             Kind::Delete => {
@@ -412,7 +352,7 @@ enum SegmentEnd {
 }
 
 fn damage_at(segment: &Segment, position: u64, reason: String) -> Damage {
-    Damage { segment: segment.path.clone(), position, reason, quarantined: Vec::new() }
+    Damage { file: segment.path.clone(), position, reason, quarantined: Vec::new() }
 }
 
 /// How far non-zero bytes reach into the window after `position` (0: all zeros).

@@ -10,9 +10,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use crossbeam_channel::Receiver;
 
 use super::checkpoint::Checkpoint;
@@ -22,10 +24,9 @@ use super::segment::{self, Segment, SegmentHeader};
 use super::source::WalSource;
 use super::{location, SegmentTable, ShardFiles};
 use crate::chain::Levels;
-use crate::offset::Offset;
-use crate::payload::Payload;
-use crate::record::codec::{self, flags, Header, Kind, MetaRef, HEADER_BYTES};
-use crate::record::Record;
+use crate::limits::halve_when_over;
+use crate::record::codec::{Chain, Header, HEADER_BYTES};
+use crate::record::{encode, Record};
 use crate::storage::{Persist, Place};
 use crate::stream::StreamSnapshot;
 
@@ -71,23 +72,10 @@ pub struct WalWriter {
     checkpoint_resume: u32,
 }
 
-/// A piece of the current run: staged bytes, or the body of record `i` of the batch.
+/// A piece of the current run: staged bytes, or a plain body written from its own buffer.
 enum Part {
-    Staged(usize, usize),
-    Body(usize),
-}
-
-/// What a record looks like on disk, before its place is known.
-struct Layout<'a> {
-    kind: Kind,
-    flags: u8,
-    stream: u64,
-    offset: Offset,
-    messages: u32,
-    data_len: usize,
-    /// Index of the record in the batch when its body is written as is.
-    body: Option<usize>,
-    json: Option<&'a Payload>,
+    Staged(Range<usize>),
+    Body(Bytes),
 }
 
 impl WalWriter {
@@ -139,74 +127,41 @@ impl WalWriter {
     }
 
     /// Writes and syncs the run so far (the batch goes on).
-    fn sync_run(&mut self, records: &[Record]) -> io::Result<()> {
-        self.write_run(records)?;
+    fn sync_run(&mut self) -> io::Result<()> {
+        self.write_run()?;
         self.active.file.sync_data()?;
         self.synced_to = self.position;
         Ok(())
     }
 
-    /// Encodes `record` (number `index` of the batch) into the current run.
-    fn stage(&mut self, records: &[Record], index: usize, time_ms: u64) -> io::Result<Place> {
-        let record = &records[index];
-        let layout = layout(record, index);
+    /// Encodes `record` into the current run.
+    fn stage(&mut self, record: &Record, time_ms: u64) -> io::Result<Place> {
         let chain = match record {
-            Record::Create { .. } => Some(codec::Chain { n: 0, jumps: Vec::new() }),
+            Record::Create { .. } => Some(Chain { n: 0, jumps: Vec::new() }),
             Record::Append { stream, chain_tail, .. } => {
                 Some(self.levels(*stream, *chain_tail)?.next_chain())
             }
             Record::Delete { .. } => None,
         };
-        self.meta.clear();
-        codec::encode_meta(layout.kind, meta_of(record, chain.as_ref()), &mut self.meta);
-        if self.meta.len() > codec::META_BYTES_MAX {
-            // The front checks every field's length; this is a bug, not bad input.
-            return Err(io::Error::other(format!(
-                "record meta of {} bytes exceeds its limit",
-                self.meta.len()
-            )));
-        }
-        let record_len = codec::align(HEADER_BYTES + self.meta.len() + layout.data_len);
-        self.ensure_room(record_len, records, time_ms)?;
-
+        let mut meta = std::mem::take(&mut self.meta);
+        let prepared = encode::prepare(record, chain.as_ref(), &mut meta)?;
+        let room = self.ensure_room(prepared.record_len, time_ms);
+        self.meta = meta;
+        room?;
         let place_location = location(self.active.ordinal(), self.position);
-        let staged_from = self.staging.len();
-        self.staging.extend_from_slice(&[0; HEADER_BYTES]);
-        self.staging.extend_from_slice(&self.meta);
-        if let Some(payload) = layout.json {
-            payload.for_each_message(|text, separator| {
-                self.staging.extend_from_slice(text);
-                self.staging.extend_from_slice(separator);
-            });
-        }
-        let data = match layout.body {
-            Some(body) => body_of(records, body).as_ref(),
-            None => &self.staging[staged_from + HEADER_BYTES + self.meta.len()..],
-        };
-        let header = Header {
-            kind: layout.kind,
-            flags: layout.flags,
-            meta_len: self.meta.len() as u16,
-            payload_len: (self.meta.len() + layout.data_len) as u32,
-            payload_crc: codec::payload_crc(&self.meta, &[data]),
-            lsn: self.next_lsn,
-            stream: layout.stream,
-            offset: layout.offset,
-            time_ms,
-            messages: layout.messages,
-        };
-        self.staging[staged_from..staged_from + HEADER_BYTES].copy_from_slice(&header.encode());
-        self.parts.push(Part::Staged(staged_from, self.staging.len()));
-        if let Some(body) = layout.body {
-            self.parts.push(Part::Body(body));
+        let staged = encode::stage(&prepared, &self.meta, self.next_lsn, time_ms, &mut self.staging);
+        self.parts.push(Part::Staged(staged.head));
+        if let Some(body) = staged.body {
+            self.parts.push(Part::Body(body.clone()));
         }
         let padding_from = self.staging.len();
-        self.staging.extend_from_slice(codec::padding(HEADER_BYTES + header.payload_len as usize));
-        self.parts.push(Part::Staged(padding_from, self.staging.len()));
+        self.staging.extend_from_slice(staged.padding);
+        self.parts.push(Part::Staged(padding_from..self.staging.len()));
         self.next_lsn += 1;
-        self.position += record_len as u64;
-        self.after_staged(record, place_location, record_len as u64, chain.as_ref().map_or(0, |c| c.n));
-        Ok(Place { location: place_location, n: chain.map_or(0, |c| c.n) })
+        self.position += prepared.record_len as u64;
+        let n = chain.as_ref().map_or(0, |c| c.n);
+        self.after_staged(record, place_location, prepared.record_len as u64, n);
+        Ok(Place { location: place_location, n })
     }
 
     /// Updates the chains, the batch's live bytes and its deleted chains for a staged record.
@@ -244,7 +199,7 @@ impl WalWriter {
     }
 
     /// Makes sure `record_len` more bytes and a seal fit in the active segment.
-    fn ensure_room(&mut self, record_len: usize, records: &[Record], time_ms: u64) -> io::Result<()> {
+    fn ensure_room(&mut self, record_len: usize, time_ms: u64) -> io::Result<()> {
         let needed = self.position + record_len as u64 + HEADER_BYTES as u64;
         if needed <= self.active.size() {
             return Ok(());
@@ -252,13 +207,13 @@ impl WalWriter {
         if Segment::records_start() + record_len as u64 + HEADER_BYTES as u64 > self.files.segment_bytes {
             return Err(io::Error::other("a record is larger than a segment can hold"));
         }
-        self.write_run(records)?;
+        self.write_run()?;
         self.seal(time_ms)?;
         self.rotate(time_ms)
     }
 
     /// Writes the current run at its place in the active segment (no sync).
-    fn write_run(&mut self, records: &[Record]) -> io::Result<()> {
+    fn write_run(&mut self) -> io::Result<()> {
         if self.parts.is_empty() {
             return Ok(());
         }
@@ -266,8 +221,8 @@ impl WalWriter {
             .parts
             .iter()
             .map(|part| match part {
-                Part::Staged(from, to) => &self.staging[*from..*to],
-                Part::Body(index) => body_of(records, *index).as_ref(),
+                Part::Staged(range) => &self.staging[range.clone()],
+                Part::Body(body) => body.as_ref(),
             })
             .collect();
         self.active.file.write_all_at(self.run_start, &slices)?;
@@ -349,31 +304,20 @@ impl WalWriter {
             self.housekeeper.flush();
         }
     }
-
-    /// Keeps the chain cache within its bound (between batches).
-    fn trim_chains(&mut self) {
-        if self.chains.len() > CHAINS_CACHED_MAX {
-            let mut keep = false;
-            self.chains.retain(|_, _| {
-                keep = !keep;
-                keep
-            });
-        }
-    }
 }
 
 impl Persist for WalWriter {
     fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> io::Result<()> {
         debug_assert!(self.parts.is_empty() && self.staging.is_empty());
         self.run_start = self.position;
-        for index in 0..records.len() {
-            let place = self.stage(records, index, time_ms)?;
+        for record in records {
+            let place = self.stage(record, time_ms)?;
             places.push(place);
             if self.position - self.synced_to >= SYNC_RUN_BYTES_MAX {
-                self.sync_run(records)?;
+                self.sync_run()?;
             }
         }
-        self.sync_run(records)?;
+        self.sync_run()?;
         self.request_spare_when_due();
         self.ledger.record_batch(&self.added, &self.deleted);
         self.added.clear();
@@ -381,7 +325,7 @@ impl Persist for WalWriter {
             let (source, ledger) = (self.source.clone(), Arc::clone(&self.ledger));
             self.housekeeper.send(Task::Reclaim { source, ledger, tail });
         }
-        self.trim_chains();
+        halve_when_over(&mut self.chains, CHAINS_CACHED_MAX);
         Ok(())
     }
 
@@ -399,90 +343,4 @@ impl Persist for WalWriter {
     ) {
         self.write_checkpoint(streams, stream_id_next, time_ms, clean, wait);
     }
-}
-
-/// The layout of a record: kind, flags, what it says about its stream, and its data.
-fn layout(record: &Record, index: usize) -> Layout<'_> {
-    let payload_layout = |payload| payload_layout(payload, index);
-    match record {
-        Record::Create { stream, initial, closed, .. } => {
-            let (data_len, body, json, json_flag) = payload_layout(initial);
-            let messages = initial.as_ref().map_or(0, |p| p.message_count()) as u32;
-            let close = if *closed { flags::CLOSE } else { 0 };
-            Layout {
-                kind: Kind::Create,
-                flags: close | json_flag,
-                stream: *stream,
-                offset: Offset::ZERO,
-                messages,
-                data_len,
-                body,
-                json,
-            }
-        }
-        Record::Append { stream, offset, payload, producer, stream_seq, close, .. } => {
-            let (data_len, body, json, json_flag) = payload_layout(payload);
-            let mut record_flags = json_flag;
-            record_flags |= if *close { flags::CLOSE } else { 0 };
-            record_flags |= if producer.is_some() { flags::PRODUCER } else { 0 };
-            record_flags |= if stream_seq.is_some() { flags::STREAM_SEQ } else { 0 };
-            let messages = payload.as_ref().map_or(0, |p| p.message_count()) as u32;
-            Layout {
-                kind: Kind::Append,
-                flags: record_flags,
-                stream: *stream,
-                offset: *offset,
-                messages,
-                data_len,
-                body,
-                json,
-            }
-        }
-        Record::Delete { stream, expired, .. } => Layout {
-            kind: Kind::Delete,
-            flags: if *expired { flags::EXPIRED } else { 0 },
-            stream: *stream,
-            offset: Offset::ZERO,
-            messages: 0,
-            data_len: 0,
-            body: None,
-            json: None,
-        },
-    }
-}
-
-/// Data length, plain body index, JSON payload and flag of a record's payload.
-fn payload_layout(payload: &Option<Payload>, index: usize) -> (usize, Option<usize>, Option<&Payload>, u8) {
-    match payload {
-        Some(payload) if payload.as_whole().is_some() => {
-            (payload.stored_len() as usize, Some(index), None, 0)
-        }
-        Some(payload) => (payload.stored_len() as usize, None, Some(payload), flags::JSON),
-        None => (0, None, None, 0),
-    }
-}
-
-fn meta_of<'a>(record: &'a Record, chain: Option<&'a codec::Chain>) -> MetaRef<'a> {
-    match record {
-        Record::Create { name, config, .. } => {
-            MetaRef { chain, create: Some((name, config)), ..MetaRef::default() }
-        }
-        Record::Append { producer, stream_seq, .. } => MetaRef {
-            chain,
-            producer: producer.as_ref(),
-            stream_seq: stream_seq.as_deref(),
-            ..MetaRef::default()
-        },
-        Record::Delete { .. } => MetaRef::default(),
-    }
-}
-
-/// The as-received body of record `index` (which the layout said has one).
-fn body_of(records: &[Record], index: usize) -> &bytes::Bytes {
-    let payload = match &records[index] {
-        Record::Create { initial, .. } => initial.as_ref(),
-        Record::Append { payload, .. } => payload.as_ref(),
-        Record::Delete { .. } => None,
-    };
-    payload.and_then(|p| p.as_whole()).expect("the layout found a plain body")
 }

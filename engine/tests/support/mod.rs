@@ -1,4 +1,5 @@
-//! An acid engine on a simulated disk, driven step by step: for restart and corruption tests.
+//! An engine of a disk mode on a simulated disk, driven step by step: for restart and
+//! corruption tests.
 //!
 //! Shards run only when the harness drives a request (manual threading), the clock is
 //! manual, and the disk is a `SimVfs`, so a test can stop the engine without its clean
@@ -18,7 +19,7 @@ use ds_engine::limits::Limits;
 use ds_engine::time::Clock;
 use ds_engine::vfs::sim::SimVfs;
 use ds_engine::vfs::Vfs;
-use ds_engine::wal::recovery::RecoveryReport;
+use ds_engine::RecoveryReport;
 use ds_engine::{
     AppendOutcome, AppendRequest, ContentType, CreateOutcome, CreateRequest, Engine, EngineConfig, OpError,
     Payload, ProducerTag, StartAt, StorageMode, StreamConfig, StreamName,
@@ -28,6 +29,7 @@ pub const T0: u64 = 1_700_000_000_000;
 pub const SHARD_DIR: &str = "/data/shard-000";
 
 pub struct Harness {
+    pub mode: StorageMode,
     pub disk: SimVfs,
     pub clock: Clock,
     pub segment_bytes: u64,
@@ -67,15 +69,20 @@ pub fn tagged(stream: &str, body: &str, producer: &str, epoch: u64, seq: u64) ->
 impl Harness {
     /// A one-shard acid engine on a new simulated disk, with segments of `segment_bytes`.
     pub fn new(segment_bytes: u64) -> Harness {
+        Harness::with_mode(StorageMode::Acid, segment_bytes)
+    }
+
+    /// A one-shard engine of `mode` on a new simulated disk.
+    pub fn with_mode(mode: StorageMode, segment_bytes: u64) -> Harness {
         let mut harness =
-            Harness { disk: SimVfs::new(), clock: Clock::manual(T0), segment_bytes, engine: None };
+            Harness { mode, disk: SimVfs::new(), clock: Clock::manual(T0), segment_bytes, engine: None };
         harness.start();
         harness
     }
 
     pub fn config(&self) -> EngineConfig {
         EngineConfig {
-            mode: StorageMode::Acid,
+            mode: self.mode,
             data_dir: PathBuf::from("/data"),
             shard_count: 1,
             limits: Limits { total_bytes_max: 1 << 30, stream_bytes_max: self.stream_bytes_max() },
@@ -108,6 +115,13 @@ impl Harness {
     /// Stops without the clean shutdown (no final checkpoint), as a crash would.
     pub fn stop_abruptly(&mut self) {
         self.engine.take().expect("running").stop_abruptly();
+    }
+
+    /// A power loss: the engine stops without its clean shutdown and the disk keeps only
+    /// what was synced, plus a seeded choice of the rest.
+    pub fn lose_power(&mut self, seed: u64) {
+        self.stop_abruptly();
+        self.disk = self.disk.crash(&mut ds_engine::vfs::sim::SimRng::new(seed));
     }
 
     /// Stops cleanly (final checkpoint).
@@ -190,6 +204,11 @@ impl Harness {
             .collect();
         names.sort();
         names.into_iter().map(|n| Path::new(SHARD_DIR).join(n)).collect()
+    }
+
+    /// The file of stream `stream` (file modes).
+    pub fn stream_file(&self, stream: &str) -> PathBuf {
+        ds_engine::files::stream_path(Path::new("/data"), stream, 0)
     }
 
     pub fn file_bytes(&self, path: &Path) -> Vec<u8> {

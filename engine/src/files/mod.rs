@@ -1,0 +1,117 @@
+//! file-durable and file-fast: one append-only file of records per stream.
+//!
+//! - `writer`: the shard's commit step — each record appended to its stream's file (one
+//!   positional write per record), then, in file-durable, one fdatasync per touched file
+//!   and one fsync per touched directory before anything is acknowledged.
+//! - `source`: reading a stream's records from its file (positional reads, crc-checked).
+//! - `handles`: the bounded cache of open files that the writer and readers share.
+//! - `recovery`: scanning every stream file at start, cutting torn tails off.
+//!
+//! A stream's file is named by the 128-bit xxh3 hash of its name, never by the name itself
+//! (no path traversal, no length or character limits from the file system):
+//! `streams/ab/cd/abcd…(32 hex digits).log`, with `-k` before the extension for the rare
+//! second name with the same hash (the create record inside names its stream, so recovery
+//! and collision checks read it from there). Records use the WAL's codec, so producer
+//! state and closing travel inside the records; a record's location is its position in the
+//! file, with the collision suffix in the top byte.
+
+pub mod handles;
+pub mod recovery;
+pub mod source;
+pub mod writer;
+
+use std::path::{Path, PathBuf};
+
+use xxhash_rust::xxh3::xxh3_128;
+
+/// The directory under the data directory that holds stream files.
+pub const STREAMS_DIR: &str = "streams";
+const EXTENSION: &str = "log";
+/// Most streams whose names share one hash (far beyond any real collision).
+pub const SUFFIX_MAX: u8 = 255;
+
+/// The location of `position` in the file with collision suffix `suffix`.
+pub fn location(suffix: u8, position: u64) -> u64 {
+    debug_assert!(position < 1 << 56, "stream files are smaller than 2^56 bytes");
+    u64::from(suffix) << 56 | position
+}
+
+/// The collision suffix and position of a location.
+pub fn split_location(location: u64) -> (u8, u64) {
+    ((location >> 56) as u8, location & ((1 << 56) - 1))
+}
+
+/// The hash a stream's file is named by, as 32 hex digits.
+fn name_hash(name: &str) -> String {
+    format!("{:032x}", xxh3_128(name.as_bytes()))
+}
+
+/// The directory that holds the files of streams whose name hashes like `name`'s.
+pub fn stream_dir(root: &Path, name: &str) -> PathBuf {
+    let hash = name_hash(name);
+    root.join(STREAMS_DIR).join(&hash[0..2]).join(&hash[2..4])
+}
+
+/// The file of stream `name` with collision suffix `suffix`.
+pub fn stream_path(root: &Path, name: &str, suffix: u8) -> PathBuf {
+    let hash = name_hash(name);
+    let file = match suffix {
+        0 => format!("{hash}.{EXTENSION}"),
+        k => format!("{hash}-{k}.{EXTENSION}"),
+    };
+    root.join(STREAMS_DIR).join(&hash[0..2]).join(&hash[2..4]).join(file)
+}
+
+/// The hash and collision suffix a stream file's name stands for, if it is one.
+pub fn parse_file_name(file: &str) -> Option<(String, u8)> {
+    let stem = file.strip_suffix(&format!(".{EXTENSION}"))?;
+    let (hash, suffix) = match stem.split_once('-') {
+        Some((hash, suffix)) => (hash, suffix.parse::<u8>().ok().filter(|k| *k > 0)?),
+        None => (stem, 0),
+    };
+    let hex = hash.len() == 32 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    hex.then(|| (hash.to_string(), suffix))
+}
+
+/// Whether `path` is where the file of stream `name` with suffix `suffix` belongs.
+pub fn belongs_at(name: &str, suffix: u8, path: &Path, root: &Path) -> bool {
+    stream_path(root, name, suffix) == path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_become_hashed_paths_whatever_they_contain() {
+        let root = Path::new("/data");
+        for name in ["a", "../../etc/passwd", "x/y/z", &"n".repeat(1024), "ünïcødé"] {
+            let path = stream_path(root, name, 0);
+            assert!(path.starts_with("/data/streams"));
+            assert_eq!(path.components().count(), 6, "{path:?}");
+            let file = path.file_name().unwrap().to_str().unwrap();
+            assert_eq!(file.len(), 36);
+            assert_eq!(parse_file_name(file).map(|(_, k)| k), Some(0));
+            assert!(belongs_at(name, 0, &path, root));
+        }
+        let second = stream_path(root, "a", 3);
+        assert!(second.to_str().unwrap().ends_with("-3.log"));
+        assert_eq!(parse_file_name(second.file_name().unwrap().to_str().unwrap()).map(|(_, k)| k), Some(3));
+        assert_eq!(stream_dir(root, "a"), second.parent().unwrap());
+    }
+
+    #[test]
+    fn other_files_are_not_stream_files() {
+        for file in
+            ["x.log", "0123.log", &format!("{}.tmp", "a".repeat(32)), &format!("{}-0.log", "a".repeat(32))]
+        {
+            assert_eq!(parse_file_name(file), None, "{file}");
+        }
+    }
+
+    #[test]
+    fn locations_carry_the_suffix() {
+        assert_eq!(split_location(location(7, 12345)), (7, 12345));
+        assert_eq!(split_location(location(0, 0)), (0, 0));
+    }
+}

@@ -1,0 +1,124 @@
+//! Reading a stream's records from its file, and the readers' way to a stream's file.
+//!
+//! Headers (with the chain part of the meta) and records are read with positional reads and
+//! checked on every read — header crc, then payload crc — before any byte is served; a
+//! record that fails is never handed out ([`ReadError::Storage`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+
+use super::handles::Handles;
+use super::{split_location, stream_path};
+use crate::chain::{Node, NodeSource};
+use crate::logread::{LogRead, RecordSource};
+use crate::offset::Offset;
+use crate::read::{Chunk, Message, ReadError};
+use crate::record::codec::{
+    chain_bytes, decode_chain, payload_crc, Header, HEADER_BYTES, JUMPS_MAX, META_BYTES_MAX,
+};
+use crate::storage::{LogStore, LogView};
+use crate::vfs::{read_exact_at, Vfs, VfsFile};
+
+/// One stream file as a source of records.
+pub struct FileSource {
+    pub file: Arc<dyn VfsFile>,
+    /// The stream the file must belong to (a file found by name may already hold a newer
+    /// stream of that name).
+    pub stream: u64,
+}
+
+/// A record's header and its place in the chain.
+pub struct FileHead {
+    pub header: Header,
+    pub node: Node,
+}
+
+impl FileSource {
+    /// Reads and checks the header and chain of the record at `location`.
+    pub fn head(&self, location: u64) -> Result<FileHead, ReadError> {
+        let (_, position) = split_location(location);
+        let mut raw = [0u8; HEADER_BYTES + 9 + 8 * JUMPS_MAX];
+        let read = self.file.read_at(position, &mut raw).map_err(|_| ReadError::Storage)?;
+        if read < HEADER_BYTES + 9 {
+            return Err(ReadError::Storage);
+        }
+        let header_raw: &[u8; HEADER_BYTES] = raw[..HEADER_BYTES].try_into().expect("64 bytes");
+        let header = Header::decode(header_raw).map_err(|_| ReadError::Storage)?;
+        if header.stream != self.stream {
+            return Err(ReadError::Storage);
+        }
+        let meta_len = usize::from(header.meta_len);
+        let jumps = usize::from(raw[HEADER_BYTES + 8]);
+        let chain_len = chain_bytes(jumps);
+        if jumps > JUMPS_MAX || chain_len > meta_len || HEADER_BYTES + chain_len > read {
+            return Err(ReadError::Storage);
+        }
+        let chain =
+            decode_chain(&raw[HEADER_BYTES..HEADER_BYTES + chain_len]).map_err(|_| ReadError::Storage)?;
+        let node =
+            Node { location, n: chain.n, start: header.offset, end: header.end_offset(), jumps: chain.jumps };
+        Ok(FileHead { header, node })
+    }
+}
+
+impl NodeSource for FileSource {
+    type Error = ReadError;
+
+    fn node(&self, location: u64) -> Result<Node, ReadError> {
+        Ok(self.head(location)?.node)
+    }
+}
+
+impl RecordSource for FileSource {
+    fn data(&self, node: &Node) -> Result<Bytes, ReadError> {
+        let head = self.head(node.location)?;
+        let (_, position) = split_location(node.location);
+        let meta_len = usize::from(head.header.meta_len);
+        if meta_len > META_BYTES_MAX {
+            return Err(ReadError::Storage);
+        }
+        let mut payload = BytesMut::zeroed(head.header.payload_len as usize);
+        read_exact_at(self.file.as_ref(), position + HEADER_BYTES as u64, &mut payload)
+            .map_err(|_| ReadError::Storage)?;
+        let (meta, data) = payload.split_at(meta_len);
+        if payload_crc(meta, &[data]) != head.header.payload_crc {
+            tracing::error!(position, "stored data fails its checksum; the read is refused");
+            return Err(ReadError::Storage);
+        }
+        Ok(payload.freeze().slice(meta_len..))
+    }
+}
+
+/// How readers of a shard reach its streams' files.
+pub struct FileStore {
+    pub vfs: Arc<dyn Vfs>,
+    pub root: PathBuf,
+    pub handles: Arc<Handles>,
+}
+
+impl FileStore {
+    fn source(&self, view: &LogView) -> Result<FileSource, ReadError> {
+        let (suffix, _) = split_location(view.tail_location);
+        let file = self
+            .handles
+            .get_or_open(view.stream, || self.vfs.open(&stream_path(&self.root, &view.name, suffix)))
+            .map_err(|_| ReadError::Storage)?;
+        Ok(FileSource { file, stream: view.stream })
+    }
+}
+
+impl LogStore for FileStore {
+    fn chunk(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
+        let source = self.source(&view)?;
+        LogRead { source: &source, tail_location: view.tail_location, until: view.until, json: view.json }
+            .chunk(from, bytes_max)
+    }
+
+    fn messages(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
+        let source = self.source(&view)?;
+        LogRead { source: &source, tail_location: view.tail_location, until: view.until, json: view.json }
+            .messages(from, bytes_max)
+    }
+}

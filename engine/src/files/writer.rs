@@ -1,0 +1,244 @@
+//! The commit step of the file modes: each record appended to its stream's own file.
+//!
+//! A create makes the stream's file (its directory first, if new) and writes the create
+//! record at its start; an append writes one record (header and meta staged, a plain body
+//! from the request's own buffer) at the file's end with one positional write; a delete
+//! unlinks the file. file-durable then syncs each touched file once (fdatasync) and each
+//! touched directory once (new and removed entries) before the batch is acknowledged;
+//! file-fast acknowledges once the writes are in the page cache, so a process crash loses
+//! nothing but a power loss may.
+//!
+//! The writer remembers, for a bounded number of recently written streams, the open file,
+//! its end and the chain levels; any other stream's file is opened again and its levels
+//! rebuilt from its last record (at most 64 reads).
+
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::handles::Handles;
+use super::source::FileSource;
+use super::{location, split_location, stream_dir, stream_path, SUFFIX_MAX};
+use crate::chain::Levels;
+use crate::limits::halve_when_over;
+use crate::record::codec::{decode_record, Chain, Header, Kind, HEADER_BYTES};
+use crate::record::{encode, Record};
+use crate::storage::{Persist, Place};
+use crate::vfs::{read_exact_at, Vfs, VfsFile};
+
+/// Streams whose writer state is kept between batches.
+const STREAMS_CACHED_MAX: usize = 4096;
+
+/// What the writer knows of a stream's file.
+struct OpenStream {
+    file: Arc<dyn VfsFile>,
+    suffix: u8,
+    /// Where the next record goes.
+    end: u64,
+    levels: Levels,
+}
+
+pub struct FileWriter {
+    vfs: Arc<dyn Vfs>,
+    root: PathBuf,
+    /// file-durable: sync files and directories before acknowledging.
+    durable: bool,
+    handles: Arc<Handles>,
+    streams: HashMap<u64, OpenStream>,
+    /// Stream directories known to exist (and to be durable in file-durable).
+    dirs: BTreeSet<PathBuf>,
+    staging: Vec<u8>,
+    meta: Vec<u8>,
+    /// This batch's written files and changed directories, to sync.
+    touched_files: Vec<(u64, Arc<dyn VfsFile>)>,
+    touched_dirs: BTreeSet<PathBuf>,
+}
+
+impl FileWriter {
+    pub fn new(
+        vfs: Arc<dyn Vfs>,
+        root: PathBuf,
+        durable: bool,
+        handles: Arc<Handles>,
+        dirs: BTreeSet<PathBuf>,
+    ) -> FileWriter {
+        FileWriter {
+            vfs,
+            root,
+            durable,
+            handles,
+            streams: HashMap::new(),
+            dirs,
+            staging: Vec::new(),
+            meta: Vec::new(),
+            touched_files: Vec::new(),
+            touched_dirs: BTreeSet::new(),
+        }
+    }
+
+    fn write(&mut self, record: &Record, time_ms: u64) -> io::Result<Place> {
+        match record {
+            Record::Create { stream, name, .. } => {
+                let (suffix, file) = self.create_file(name)?;
+                let mut open = OpenStream { file, suffix, end: 0, levels: Levels::default() };
+                self.append_record(&mut open, record, Chain { n: 0, jumps: Vec::new() }, time_ms)?;
+                self.touched_files.push((*stream, Arc::clone(&open.file)));
+                self.handles.insert(*stream, Arc::clone(&open.file));
+                self.streams.insert(*stream, open);
+                Ok(Place { location: location(suffix, 0), n: 0 })
+            }
+            Record::Append { stream, name, chain_tail, .. } => {
+                let mut open = match self.streams.remove(stream) {
+                    Some(open) => open,
+                    None => self.reopen(*stream, name, *chain_tail)?,
+                };
+                let chain = open.levels.next_chain();
+                let place = Place { location: location(open.suffix, open.end), n: chain.n };
+                let written = self.append_record(&mut open, record, chain, time_ms);
+                self.touched_files.push((*stream, Arc::clone(&open.file)));
+                self.streams.insert(*stream, open);
+                written.map(|()| place)
+            }
+            Record::Delete { stream, name, chain_tail, .. } => {
+                let suffix =
+                    self.streams.remove(stream).map_or(split_location(*chain_tail).0, |open| open.suffix);
+                self.handles.remove(*stream);
+                self.touched_files.retain(|(touched, _)| touched != stream);
+                let path = stream_path(&self.root, name, suffix);
+                self.vfs.remove_file(&path)?;
+                self.touched_dirs.insert(parent(&path));
+                Ok(Place::default())
+            }
+        }
+    }
+
+    /// Encodes `record` with `chain` and appends it to `open`'s file (one write).
+    fn append_record(
+        &mut self,
+        open: &mut OpenStream,
+        record: &Record,
+        chain: Chain,
+        time_ms: u64,
+    ) -> io::Result<()> {
+        let prepared = encode::prepare(record, Some(&chain), &mut self.meta)?;
+        self.staging.clear();
+        let staged = encode::stage(&prepared, &self.meta, chain.n, time_ms, &mut self.staging);
+        let head = &self.staging[staged.head];
+        match staged.body {
+            Some(body) => open.file.write_all_at(open.end, &[head, body, staged.padding])?,
+            None => open.file.write_all_at(open.end, &[head, staged.padding])?,
+        }
+        let at = location(open.suffix, open.end);
+        if chain.n == 0 {
+            open.levels = Levels::started_at(at);
+        } else {
+            open.levels.push(at);
+        }
+        open.end += prepared.record_len as u64;
+        debug_assert_eq!(open.levels.next_index(), chain.n + 1, "the chain grows by one");
+        Ok(())
+    }
+
+    /// The writer state of a stream it does not remember: its file, end and chain levels.
+    fn reopen(&mut self, stream: u64, name: &str, chain_tail: u64) -> io::Result<OpenStream> {
+        let (suffix, _) = split_location(chain_tail);
+        let path = stream_path(&self.root, name, suffix);
+        let file = self.handles.get_or_open(stream, || self.vfs.open(&path))?;
+        let end = file.size()?;
+        let source = FileSource { file: Arc::clone(&file), stream };
+        let tail =
+            source.head(chain_tail).map_err(|e| io::Error::other(format!("reading a chain tail: {e}")))?;
+        let levels = Levels::rebuild(&source, &tail.node)
+            .map_err(|e| io::Error::other(format!("rebuilding a chain: {e}")))?;
+        Ok(OpenStream { file, suffix, end, levels })
+    }
+
+    /// Creates the file of a new stream `name`: the first free suffix whose file does not
+    /// belong to another name (a hash collision).
+    fn create_file(&mut self, name: &str) -> io::Result<(u8, Arc<dyn VfsFile>)> {
+        self.ensure_dir(&stream_dir(&self.root, name))?;
+        for suffix in 0..=SUFFIX_MAX {
+            let path = stream_path(&self.root, name, suffix);
+            match self.vfs.create_new(&path) {
+                Ok(file) => {
+                    self.touched_dirs.insert(parent(&path));
+                    return Ok((suffix, file));
+                }
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                    if stream_name_in(self.vfs.as_ref(), &path).as_deref() == Some(name) {
+                        // A leftover of this name (no live stream has it): replace it.
+                        self.vfs.remove_file(&path)?;
+                        let file = self.vfs.create_new(&path)?;
+                        self.touched_dirs.insert(parent(&path));
+                        return Ok((suffix, file));
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Err(io::Error::other(format!("more than {SUFFIX_MAX} stream names share one hash")))
+    }
+
+    /// Creates a stream directory (and its parent) if needed; new entries are synced with
+    /// the batch.
+    fn ensure_dir(&mut self, dir: &Path) -> io::Result<()> {
+        if self.dirs.contains(dir) {
+            return Ok(());
+        }
+        let upper = parent(dir);
+        for (path, holder) in [(upper.clone(), parent(&upper)), (dir.to_path_buf(), upper.clone())] {
+            if !self.vfs.exists(&path) {
+                self.vfs.create_dir_all(&path)?;
+                self.touched_dirs.insert(holder);
+            }
+        }
+        self.dirs.insert(dir.to_path_buf());
+        Ok(())
+    }
+
+    /// file-durable: each touched file's data, then each changed directory.
+    fn sync_touched(&mut self) -> io::Result<()> {
+        if self.durable {
+            self.touched_files.sort_by_key(|(stream, _)| *stream);
+            self.touched_files.dedup_by_key(|(stream, _)| *stream);
+            for (_, file) in &self.touched_files {
+                file.sync_data()?;
+            }
+            // Deepest first: a new directory's own entries before its parent's entry for it.
+            for dir in self.touched_dirs.iter().rev() {
+                self.vfs.sync_dir(dir)?;
+            }
+        }
+        self.touched_files.clear();
+        self.touched_dirs.clear();
+        Ok(())
+    }
+}
+
+impl Persist for FileWriter {
+    fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> io::Result<()> {
+        for record in records {
+            places.push(self.write(record, time_ms)?);
+        }
+        self.sync_touched()?;
+        halve_when_over(&mut self.streams, STREAMS_CACHED_MAX);
+        Ok(())
+    }
+}
+
+fn parent(path: &Path) -> PathBuf {
+    path.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The stream a file's create record names, if it has a readable one.
+pub fn stream_name_in(vfs: &dyn Vfs, path: &Path) -> Option<String> {
+    let file = vfs.open(path).ok()?;
+    let mut raw = [0u8; HEADER_BYTES];
+    read_exact_at(file.as_ref(), 0, &mut raw).ok()?;
+    let header = Header::decode(&raw).ok()?;
+    let mut record = vec![0u8; header.record_len()];
+    read_exact_at(file.as_ref(), 0, &mut record).ok()?;
+    let first = decode_record(&record).ok()?;
+    (first.header.kind == Kind::Create).then(|| first.meta.create.map(|c| c.name.into_string())).flatten()
+}
