@@ -1,7 +1,8 @@
--- wrk script: 256-byte appends spread over 100 streams (created by the setup step).
+-- wrk script: appends spread over 100 streams (created by the setup step), 256 bytes each
+-- unless BODY_BYTES says otherwise.
 -- Usage: wrk -t1 -c64 -d10s -s bench/wrk/append.lua http://127.0.0.1:4437
 local streams = 100
-local body = string.rep("x", 256)
+local body = string.rep("x", tonumber(os.getenv("BODY_BYTES") or "256"))
 local counter = 0
 
 request = function()

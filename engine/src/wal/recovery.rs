@@ -23,7 +23,7 @@ use crate::record::codec::{decode_record, DecodeError, Decoded, Header, Kind};
 use crate::storage::{Damage, RecoveryReport};
 use crate::stream::replay;
 use crate::stream::StreamSnapshot;
-use crate::vfs::{read_file, Vfs};
+use crate::vfs::{read_exact_at, read_file, Vfs};
 
 /// Where quarantined segments go.
 pub const DROPPED_DIR: &str = "dropped";
@@ -73,7 +73,7 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
     let position = match end {
         ReplayEnd::Continue { index, position } => {
             let segment = &segments[index];
-            report.stale_bytes = stale_extent(segment, position, settings.stale_window_bytes);
+            report.stale_bytes = stale_extent(segment, position, settings.stale_window_bytes)?;
             if replay.damage.is_none() && segment.readable_len() < segment.size() {
                 let reason = format!(
                     "segment is {} bytes, its header says {}",
@@ -355,15 +355,23 @@ fn damage_at(segment: &Segment, position: u64, reason: String) -> Damage {
     Damage { file: segment.path.clone(), position, reason, quarantined: Vec::new() }
 }
 
-/// How far non-zero bytes reach into the window after `position` (0: all zeros).
-fn stale_extent(segment: &Segment, position: u64, window: u64) -> u64 {
-    let end = segment.readable_len().min(position.saturating_add(window)) as usize;
-    let start = position as usize;
-    if start >= end {
-        return 0;
+/// How far non-zero bytes reach into the window after `position` (0: all zeros). Read with
+/// positional reads, not through the map, so the scan leaves no pages mapped in.
+fn stale_extent(segment: &Segment, position: u64, window: u64) -> io::Result<u64> {
+    const CHUNK_BYTES: usize = 256 * 1024;
+    let end = segment.readable_len().min(position.saturating_add(window));
+    let mut buffer = vec![0u8; CHUNK_BYTES];
+    let mut extent = 0;
+    let mut at = position;
+    while at < end {
+        let len = (end - at).min(CHUNK_BYTES as u64) as usize;
+        read_exact_at(segment.file.as_ref(), at, &mut buffer[..len])?;
+        if let Some(last) = buffer[..len].iter().rposition(|b| *b != 0) {
+            extent = at + last as u64 + 1 - position;
+        }
+        at += len as u64;
     }
-    let bytes = segment.map.slice(start, end);
-    bytes.iter().rposition(|b| *b != 0).map_or(0, |last| last as u64 + 1)
+    Ok(extent)
 }
 
 /// Moves segments after the damage into `dropped/`, so they can never be replayed.
