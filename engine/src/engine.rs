@@ -65,6 +65,8 @@ pub struct EngineStats {
     pub live_streams: usize,
     /// Batches committed since start (each is one commit: one write and sync in disk modes).
     pub batches: u64,
+    /// Streams compaction moved out of mostly-dead segments (acid).
+    pub moves: u64,
     /// Ops answered by those batches.
     pub ops: u64,
 }
@@ -181,6 +183,7 @@ impl Engine {
             live_streams: self.inner.shards.iter().map(|s| s.live.len()).sum(),
             batches: self.inner.shards.iter().map(|s| s.counters.batches.load(Ordering::Relaxed)).sum(),
             ops: self.inner.shards.iter().map(|s| s.counters.ops.load(Ordering::Relaxed)).sum(),
+            moves: self.inner.shards.iter().map(|s| s.counters.moves.load(Ordering::Relaxed)).sum(),
         }
     }
 

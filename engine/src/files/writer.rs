@@ -100,6 +100,7 @@ impl FileWriter {
                 self.streams.insert(*stream, open);
                 written.map(|()| place)
             }
+            Record::Move { .. } => Err(io::Error::other("stream files are not compacted")),
             Record::Delete { stream, name, chain_tail, .. } => {
                 let suffix =
                     self.streams.remove(stream).map_or(split_location(*chain_tail).0, |open| open.suffix);

@@ -80,7 +80,11 @@ pub mod flags {
     pub const EXPIRED: u8 = 8;
     /// The data is stored JSON messages (each followed by `,`).
     pub const JSON: u8 = 16;
-    pub const ALL: u8 = CLOSE | PRODUCER | STREAM_SEQ | EXPIRED | JSON;
+    /// A copy of one of the stream's records, written by compaction (acid).
+    pub const MOVED: u8 = 32;
+    /// The last copy of a move: from here on the copies are the stream's chain.
+    pub const MOVE_END: u8 = 64;
+    pub const ALL: u8 = CLOSE | PRODUCER | STREAM_SEQ | EXPIRED | JSON | MOVED | MOVE_END;
 }
 
 /// A decoded header.
@@ -220,9 +224,10 @@ impl Header {
         let consistent = u32::from(self.meta_len) <= self.payload_len
             && self.flags & !flags::ALL == 0
             && (self.messages == 0) == (self.data_len() == 0)
+            && (self.flags & flags::MOVE_END == 0 || self.flags & flags::MOVED != 0)
             && match self.kind {
                 Kind::Create | Kind::Append => true,
-                Kind::Delete | Kind::Seal => self.payload_len == 0,
+                Kind::Delete | Kind::Seal => self.payload_len == 0 && self.flags & flags::MOVED == 0,
             };
         if consistent {
             Ok(())

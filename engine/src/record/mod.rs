@@ -36,15 +36,21 @@ pub enum Record {
     },
     /// A stream and all its data are gone (deleted by a client or expired).
     Delete { stream: u64, name: Arc<str>, expired: bool, chain_tail: u64 },
+    /// Compaction (acid): the stream's records are copied to the head of the log, as a new
+    /// chain that replaces the one ending at `chain_tail`. Nothing about the stream changes.
+    /// The move is skipped when record `witness_n` of the chain is not at `witness` any more
+    /// (the stream was moved since compaction found it there).
+    Move { stream: u64, name: Arc<str>, chain_tail: u64, witness: u64, witness_n: u64 },
 }
 
 impl Record {
     /// The stream the record is about.
     pub fn stream(&self) -> u64 {
         match self {
-            Record::Create { stream, .. } | Record::Append { stream, .. } | Record::Delete { stream, .. } => {
-                *stream
-            }
+            Record::Create { stream, .. }
+            | Record::Append { stream, .. }
+            | Record::Delete { stream, .. }
+            | Record::Move { stream, .. } => *stream,
         }
     }
 
@@ -54,7 +60,7 @@ impl Record {
             Record::Create { initial: payload, .. } | Record::Append { payload, .. } => {
                 payload.as_ref().map_or(0, Payload::stored_len)
             }
-            Record::Delete { .. } => 0,
+            Record::Delete { .. } | Record::Move { .. } => 0,
         }
     }
 }

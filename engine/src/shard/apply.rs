@@ -14,6 +14,7 @@ use crate::payload::Payload;
 use crate::producer::Decision;
 use crate::record::Record;
 use crate::stream::{Stream, StreamData, StreamState};
+use crate::wal::source::Resident;
 
 use super::{Batch, Pending, Shard};
 
@@ -233,6 +234,26 @@ impl Shard {
             return None;
         }
         Some(stream)
+    }
+
+    /// Compaction: moves a stream found in a mostly-dead segment (if it is still the stream
+    /// that was found there) to the head of the log. Nothing readers see changes.
+    pub(super) fn apply_move(&mut self, batch: &mut Batch, resident: Resident) {
+        let Some(stream) = self.live_stream(batch, &resident.name).filter(|s| s.id == resident.stream) else {
+            return;
+        };
+        let mut state = stream.write_state();
+        mark_touched(batch, &stream, &mut state);
+        let chain_tail = state.data.chain().0;
+        drop(state);
+        batch.records.push(Record::Move {
+            stream: stream.id,
+            name: Arc::clone(&stream.name),
+            chain_tail,
+            witness: resident.witness,
+            witness_n: resident.witness_n,
+        });
+        batch.owners.push(stream);
     }
 
     /// Deletes a stream: its bytes go back to the budget, its name becomes free.

@@ -8,6 +8,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{Batch, Shard};
+use crate::record::Record;
 use crate::stream::{Published, StreamSnapshot};
 
 impl Shard {
@@ -26,6 +27,10 @@ impl Shard {
                 self.checkpoint(false);
             }
         }
+        if self.moves.is_empty() && !self.failed {
+            let idle = self.ops.is_empty();
+            self.moves.extend(self.persist.compaction_candidates(idle));
+        }
         batch.records.clear();
         batch.owners.clear();
         batch.touched.clear();
@@ -35,7 +40,11 @@ impl Shard {
     /// Step 4: readers see the batch, requesters get their answers, live readers wake.
     fn publish(&self, batch: &mut Batch) {
         for ((record, owner), place) in batch.records.iter().zip(&batch.owners).zip(&batch.places) {
-            owner.write_state().data.apply(record, *place);
+            let mut state = owner.write_state();
+            if matches!(record, Record::Move { .. }) && state.data.chain().0 != place.location {
+                self.shared.counters.moves.fetch_add(1, Ordering::Relaxed);
+            }
+            state.data.apply(record, *place);
         }
         for stream in &batch.touched {
             let mut state = stream.write_state();

@@ -18,6 +18,7 @@ pub(crate) mod directory;
 mod doorbell;
 mod expiry;
 
+use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,7 @@ use crate::storage::open::OpenedShard;
 use crate::storage::{LogStore, Persist, Place};
 use crate::stream::{Published, Stream, StreamSnapshot};
 use crate::time::Clock;
+use crate::wal::source::Resident;
 use directory::{Directory, Overlay};
 use doorbell::Doorbell;
 use expiry::ExpiryQueue;
@@ -85,6 +87,8 @@ impl ShardShared {
 pub(crate) struct ShardCounters {
     pub batches: AtomicU64,
     pub ops: AtomicU64,
+    /// Streams compaction moved to the head of the log.
+    pub moves: AtomicU64,
 }
 
 /// Batch limits and the clock of a shard.
@@ -115,6 +119,8 @@ pub(crate) struct Shard {
     in_memory: bool,
     /// A commit failed (under `IoErrorPolicy::Fail`): the shard takes no more ops.
     failed: bool,
+    /// Streams compaction wants moved (acid), one per batch.
+    moves: VecDeque<Resident>,
 }
 
 /// One group commit's worth of applied ops.
@@ -184,6 +190,7 @@ impl Shard {
             batch_number: 0,
             recycled: None,
             failed: false,
+            moves: VecDeque::new(),
         };
         shard.install(opened.streams);
         (shard, shared)
@@ -216,8 +223,8 @@ impl Shard {
                 Err(TryRecvError::Disconnected) => break,
                 Err(TryRecvError::Empty) => {
                     let now_ms = self.settings.clock.now_ms();
-                    let wait_ms =
-                        self.expiry.wait_ms(now_ms).unwrap_or(IDLE_WAKE_MS_MAX).min(IDLE_WAKE_MS_MAX);
+                    let idle_ms = if self.moves.is_empty() { IDLE_WAKE_MS_MAX } else { 1 };
+                    let wait_ms = self.expiry.wait_ms(now_ms).unwrap_or(idle_ms).min(idle_ms);
                     let queue = &self.ops;
                     self.shared.doorbell.sleep(Duration::from_millis(wait_ms.max(1)), || queue.is_empty());
                     self.ops.try_recv().ok()
@@ -280,6 +287,11 @@ impl Shard {
                 break;
             }
             next = self.ops.try_recv().ok();
+        }
+        if keep_running && batch.payload_bytes < self.settings.batch_bytes_max {
+            if let Some(resident) = self.moves.pop_front() {
+                self.apply_move(&mut batch, resident);
+            }
         }
         self.expire_due(&mut batch);
         (batch, keep_running)

@@ -17,6 +17,7 @@ use crate::offset::Offset;
 use crate::read::{Chunk, Message, ReadError};
 use crate::record::Record;
 use crate::stream::StreamSnapshot;
+use crate::wal::source::Resident;
 
 /// What recovery found and did (per shard in acid, for the whole store in the file modes).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -64,6 +65,12 @@ pub(crate) trait Persist: Send {
     /// Whether the shard should hand over a checkpoint after this batch.
     fn checkpoint_due(&self) -> bool {
         false
+    }
+
+    /// Streams to move out of a mostly-dead part of the log (acid compaction), when there
+    /// are; `idle` says the shard has nothing queued (a good time to look for more).
+    fn compaction_candidates(&mut self, _idle: bool) -> Vec<Resident> {
+        Vec::new()
     }
 
     /// Takes a checkpoint of `streams` (the state after every committed record); with

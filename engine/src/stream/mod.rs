@@ -108,6 +108,13 @@ impl StreamData {
             Record::Create { initial, .. } => (Offset::ZERO, initial.as_ref()),
             Record::Append { offset, payload, .. } => (*offset, payload.as_ref()),
             Record::Delete { .. } => return,
+            Record::Move { .. } => {
+                if let StreamData::Log { committed_tail, committed_n, .. } = self {
+                    debug_assert_eq!(place.n, *committed_n, "a move keeps the chain's length");
+                    *committed_tail = place.location;
+                }
+                return;
+            }
         };
         match self {
             StreamData::Memory(log) => {

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::ledger::Ledger;
-use super::source::WalSource;
+use super::source::{Resident, WalSource};
 use super::{segment, split_location, SegmentTable};
 use crate::config::IoErrorPolicy;
 use crate::vfs::{write_file_durably, Vfs};
@@ -36,6 +36,8 @@ pub enum Task {
         ledger: Arc<Ledger>,
         remove_below: u32,
     },
+    /// List the streams with records in segment `ordinal` (compaction).
+    Survey { source: WalSource, ordinal: u32, reply: Sender<Vec<Resident>> },
     /// Answer once every earlier task is done (tests and shutdown).
     Flush(Sender<()>),
 }
@@ -114,6 +116,9 @@ impl Worker {
                     self.failed = true;
                     self.policy.fatal("checkpoint", &error);
                 }
+            }
+            Task::Survey { source, ordinal, reply } => {
+                let _ = reply.send(source.streams_in(ordinal));
             }
             Task::Flush(done) => {
                 let _ = done.send(());

@@ -4,7 +4,9 @@
 //! - `writer`: the shard's commit step — one vectored write and one fdatasync per batch,
 //!   sealing and rotating segments, chaining each stream's records.
 //! - `source`: reading records and stream data straight from the mapped segments.
-//! - `recovery`: rebuilding a shard from its checkpoint and the records after it.
+//! - `recovery`: rebuilding a shard from its checkpoint and the records after it (`replay`
+//!   checks and applies each record).
+//! - `writer::compact`: moving live streams out of mostly-dead segments.
 //! - `checkpoint`: a shard's state at an LSN.
 //! - `ledger`: live bytes per segment, for removing dead ones.
 //! - `housekeeper`: a background thread that prepares segments, writes checkpoints,
@@ -16,6 +18,7 @@ pub mod checkpoint;
 pub mod housekeeper;
 pub mod ledger;
 pub mod recovery;
+mod replay;
 pub mod segment;
 pub mod source;
 pub mod writer;

@@ -5,16 +5,19 @@
 //! that point into the map, so a catch-up read copies nothing until the socket does. Bytes
 //! that fail a check are never served: the read fails with [`ReadError::Storage`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{split_location, SegmentTable};
-use crate::chain::{Node, NodeSource};
+use super::segment::Segment;
+use super::{location, split_location, SegmentTable};
+use crate::chain::{find_index, Node, NodeSource};
 use crate::logread::RecordSource;
 use crate::read::ReadError;
 use crate::record::codec::{
-    chain_bytes, decode_chain, payload_crc, Header, HEADER_BYTES, JUMPS_MAX, META_BYTES_MAX,
+    chain_bytes, decode_chain, decode_record, payload_crc, Header, Kind, Meta, HEADER_BYTES, JUMPS_MAX,
+    META_BYTES_MAX,
 };
 
 /// A shard's segments as a source of records.
@@ -75,6 +78,69 @@ fn chain_bytes_at(
     }
     map.read(at + 9, &mut buffer[9..len]);
     Ok(len)
+}
+
+impl WalSource {
+    /// The whole record at `location`, checked end to end: its header, its meta and its data
+    /// (sharing the mapped bytes).
+    pub fn record(&self, location: u64) -> Result<(Header, Meta, Bytes), ReadError> {
+        let head = self.head(location)?;
+        let (ordinal, position) = split_location(location);
+        let segment = self.table.get(ordinal).ok_or(ReadError::Storage)?;
+        let start = position as usize;
+        let bytes = segment.map.slice(start, start + HEADER_BYTES + head.header.payload_len as usize);
+        let decoded = decode_record(&bytes).map_err(|_| ReadError::Storage)?;
+        let data_start = HEADER_BYTES + usize::from(decoded.header.meta_len);
+        Ok((decoded.header, decoded.meta, bytes.slice(data_start..)))
+    }
+
+    /// The streams with records in segment `ordinal`, each with its name (read from the
+    /// create record its chain leads back to) and one of its records there (location and
+    /// chain index). Streams whose chain cannot be walked any more are left out.
+    pub fn streams_in(&self, ordinal: u32) -> Vec<Resident> {
+        let Some(segment) = self.table.get(ordinal) else {
+            return Vec::new();
+        };
+        let mut witnesses: HashMap<u64, u64> = HashMap::new();
+        let mut position = Segment::records_start() as usize;
+        let end = segment.readable_len() as usize;
+        while position + HEADER_BYTES <= end {
+            let mut raw = [0u8; HEADER_BYTES];
+            segment.map.read(position, &mut raw);
+            let Ok(header) = Header::decode(&raw) else { break };
+            if header.kind == Kind::Seal {
+                break;
+            }
+            if matches!(header.kind, Kind::Create | Kind::Append) {
+                witnesses.entry(header.stream).or_insert(location(ordinal, position as u64));
+            }
+            position += header.record_len();
+        }
+        let mut residents: Vec<Resident> = witnesses
+            .into_iter()
+            .filter_map(|(stream, witness)| self.resident(stream, witness).ok())
+            .collect();
+        residents.sort_by_key(|resident| resident.witness);
+        residents
+    }
+
+    fn resident(&self, stream: u64, witness: u64) -> Result<Resident, ReadError> {
+        let node = self.node(witness)?;
+        let create = find_index(self, &node, 0)?;
+        let (_, meta, _) = self.record(create.location)?;
+        let name = meta.create.ok_or(ReadError::Storage)?.name;
+        Ok(Resident { stream, name: Arc::from(name), witness, witness_n: node.n })
+    }
+}
+
+/// A stream with a record in a segment: see [`WalSource::streams_in`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resident {
+    pub stream: u64,
+    pub name: Arc<str>,
+    /// One of its records in the segment, and that record's index in its chain.
+    pub witness: u64,
+    pub witness_n: u64,
 }
 
 impl NodeSource for WalSource {

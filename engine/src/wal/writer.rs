@@ -21,7 +21,7 @@ use super::checkpoint::Checkpoint;
 use super::housekeeper::{Housekeeper, Task};
 use super::ledger::Ledger;
 use super::segment::{self, Segment, SegmentHeader};
-use super::source::WalSource;
+use super::source::{Resident, WalSource};
 use super::{location, SegmentTable, ShardFiles};
 use crate::chain::Levels;
 use crate::limits::halve_when_over;
@@ -29,6 +29,8 @@ use crate::record::codec::{Chain, Header, HEADER_BYTES};
 use crate::record::{encode, Record};
 use crate::storage::{Persist, Place};
 use crate::stream::StreamSnapshot;
+
+mod compact;
 
 /// Chains whose levels are kept in memory (the rest are rebuilt from their tail when written).
 const CHAINS_CACHED_MAX: usize = 16_384;
@@ -54,6 +56,10 @@ pub struct WalWriter {
     position: u64,
     next_lsn: u64,
     spare: Option<Receiver<io::Result<PathBuf>>>,
+    /// The housekeeper's listing of a segment to compact, when one was asked for.
+    survey: Option<Receiver<Vec<Resident>>>,
+    /// A rotation happened since the last look for a segment to compact.
+    compaction_due: bool,
     chains: HashMap<u64, Levels>,
     /// Header, meta and JSON data of the records of the current run.
     staging: Vec<u8>,
@@ -100,6 +106,8 @@ impl WalWriter {
             position: at.position,
             next_lsn: at.next_lsn,
             spare: None,
+            survey: None,
+            compaction_due: false,
             chains: HashMap::new(),
             staging: Vec::new(),
             meta: Vec::new(),
@@ -142,6 +150,9 @@ impl WalWriter {
                 Some(self.levels(*stream, *chain_tail)?.next_chain())
             }
             Record::Delete { .. } => None,
+            Record::Move { stream, chain_tail, witness, witness_n, .. } => {
+                return self.stage_move(*stream, *chain_tail, (*witness, *witness_n), time_ms);
+            }
         };
         let mut meta = std::mem::take(&mut self.meta);
         let prepared = encode::prepare(record, chain.as_ref(), &mut meta)?;
@@ -180,6 +191,7 @@ impl WalWriter {
                 self.deleted.push(tail);
                 return;
             }
+            Record::Move { .. } => unreachable!("moves are staged by stage_move"),
         }
         *self.added.entry(self.active.ordinal()).or_default() += record_len;
     }
@@ -266,6 +278,7 @@ impl WalWriter {
         self.run_start = self.position;
         self.synced_to = self.position;
         self.checkpoint_due = true;
+        self.compaction_due = true;
         Ok(())
     }
 
@@ -331,6 +344,10 @@ impl Persist for WalWriter {
 
     fn checkpoint_due(&self) -> bool {
         self.checkpoint_due
+    }
+
+    fn compaction_candidates(&mut self, idle: bool) -> Vec<Resident> {
+        WalWriter::compaction_candidates(self, idle)
     }
 
     fn checkpoint(

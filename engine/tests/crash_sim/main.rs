@@ -152,6 +152,8 @@ struct Coverage {
     /// Recoveries that started from a checkpoint, and records replayed after one.
     from_checkpoint: u64,
     records_replayed: u64,
+    /// Streams compaction moved (acid).
+    moves: u64,
 }
 
 struct Sim {
@@ -238,6 +240,7 @@ impl Sim {
                     self.check_exact("after a crash between rounds");
                 }
                 28..=32 => {
+                    self.coverage.moves += self.engine().stats().moves;
                     self.engine.take().expect("running").shutdown();
                     self.start();
                     self.check_exact("after a clean restart");
@@ -245,6 +248,7 @@ impl Sim {
                 _ => {}
             }
         }
+        self.coverage.moves += self.engine().stats().moves;
         self.coverage
     }
 
@@ -271,6 +275,7 @@ impl Sim {
     /// covered plus a seeded choice of the rest, and the engine recovers from it.
     fn crash(&mut self) {
         self.coverage.crashes += 1;
+        self.coverage.moves += self.engine().stats().moves;
         self.engine.take().expect("running").stop_abruptly();
         if self.mode == StorageMode::FileFast {
             self.disk.recover_from_failure();
@@ -366,6 +371,7 @@ fn acknowledged_operations_survive_every_simulated_crash() {
                 total.torn_recoveries += coverage.torn_recoveries;
                 total.from_checkpoint += coverage.from_checkpoint;
                 total.records_replayed += coverage.records_replayed;
+                total.moves += coverage.moves;
             }
             Err(panic) => {
                 eprintln!("crash simulation failed in {mode}; reproduce with: DS_SIM_SEED={seed} cargo test -p ds-engine --test crash_sim");
@@ -382,6 +388,7 @@ fn acknowledged_operations_survive_every_simulated_crash() {
             total.torn_recoveries,
             total.from_checkpoint,
             total.records_replayed,
+            total.moves,
         ];
         assert!(
             covered.iter().all(|count| *count > 0),
