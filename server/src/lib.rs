@@ -90,8 +90,14 @@ fn log_recovery(engine: &Engine) {
     }
     let records: u64 = reports.iter().map(|r| r.records_replayed).sum();
     let bytes: u64 = reports.iter().map(|r| r.bytes_replayed).sum();
+    let files: u64 = reports.iter().map(|r| r.files).sum();
     let clean = reports.iter().all(|r| r.clean_shutdown);
-    tracing::info!(records, bytes, clean, "recovered {} shards", reports.len());
+    match engine.config().mode {
+        ds_engine::StorageMode::Acid => {
+            tracing::info!(records, bytes, clean_shutdown = clean, "recovered {} shards", reports.len())
+        }
+        _ => tracing::info!(records, bytes, "recovered {files} stream files"),
+    }
     for (shard, report) in reports.iter().enumerate() {
         for damage in &report.damage {
             tracing::warn!(

@@ -27,7 +27,7 @@ const VERSION: u32 = 1;
 pub const SEGMENT_EXTENSION: &str = "wal";
 /// Prefix of prepared, not yet active segment files.
 const PREPARED_PREFIX: &str = "prepared-";
-/// Zero-filling writes this much at a time.
+/// Zero-filling writes (and syncs) this much at a time.
 const ZERO_CHUNK_BYTES: usize = 1 << 20;
 
 /// What a segment header says.
@@ -144,9 +144,11 @@ pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64) -> io::Result
     while written < size {
         let chunk = (size - written).min(ZERO_CHUNK_BYTES as u64) as usize;
         file.write_all_at(written, &[&zeros[..chunk]])?;
+        // Synced a chunk at a time: a shard's commit never waits behind more than one chunk
+        // of zeros in the device queue.
+        file.sync_data()?;
         written += chunk as u64;
     }
-    file.sync_data()?;
     Ok(path)
 }
 
