@@ -12,13 +12,15 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{belongs_at, location, parse_file_name, STREAMS_DIR};
-use crate::record::codec::decode_record;
+use crate::record::scan::{RecordScan, ScanEnd};
 use crate::storage::{Damage, RecoveryReport};
 use crate::stream::{replay, StreamSnapshot};
-use crate::vfs::{write_file_durably, Vfs};
+use crate::vfs::{write_file_durably, Vfs, VfsFile};
 
 /// Where files that cannot be streams go.
 pub const DROPPED_DIR: &str = "dropped";
@@ -150,6 +152,69 @@ fn list_stream_files(vfs: &dyn Vfs, root: &Path) -> io::Result<(BTreeSet<PathBuf
     Ok((dirs, files))
 }
 
+/// What a stream file holds, read without changing it.
+pub struct FileAnalysis {
+    /// The stream, if the file opens with a readable create record.
+    pub snapshot: Option<StreamSnapshot>,
+    pub records: u64,
+    /// Where the last good record ends.
+    pub valid_end: u64,
+    /// Why reading stopped before the end of the file, if it did.
+    pub failure: Option<String>,
+}
+
+/// Reads and checks the records of a stream file's `bytes` (its collision suffix `suffix`).
+pub fn analyze_file(bytes: &Bytes, suffix: u8) -> FileAnalysis {
+    let mut scan = RecordScan::new(bytes.clone(), 0);
+    let created = scan.next().filter(|first| first.header.lsn == 0).and_then(|first| {
+        let snapshot = replay::created(&first.header, &first.meta, location(suffix, 0)).ok()?;
+        Some((snapshot, first.header.record_len() as u64))
+    });
+    let Some((mut snapshot, mut valid_end)) = created else {
+        return FileAnalysis {
+            snapshot: None,
+            records: 0,
+            valid_end: 0,
+            failure: Some("no readable create record".into()),
+        };
+    };
+    let mut records = 1;
+    let mut failure = None;
+    for record in scan.by_ref() {
+        let at = location(suffix, record.position);
+        let applied = if record.header.lsn == snapshot.chain_n + 1 {
+            replay::append(&mut snapshot, &record.header, &record.meta, at)
+        } else {
+            Err("record out of sequence")
+        };
+        if let Err(reason) = applied {
+            failure = Some(reason.to_string());
+            break;
+        }
+        valid_end = record.position + record.header.record_len() as u64;
+        records += 1;
+    }
+    if failure.is_none() {
+        failure = match scan.end() {
+            Some(ScanEnd::Damaged(error)) => Some(error.to_string()),
+            Some(ScanEnd::Sealed) => Some("a seal record in a stream file".into()),
+            Some(ScanEnd::Unwritten) if valid_end < bytes.len() as u64 => {
+                Some("unwritten (zeroed) bytes".into())
+            }
+            _ => None,
+        };
+    }
+    FileAnalysis { snapshot: Some(snapshot), records, valid_end, failure }
+}
+
+/// The bytes of the file at `path`, shared from a map.
+pub fn file_bytes(vfs: &dyn Vfs, path: &Path) -> io::Result<(Arc<dyn VfsFile>, Bytes)> {
+    let file = vfs.open(path)?;
+    let size = file.size()?;
+    let bytes = if size == 0 { Bytes::new() } else { file.map(size)?.slice(0, size as usize) };
+    Ok((file, bytes))
+}
+
 /// Reads and checks one stream file, cutting off anything after its last good record.
 fn recover_file(
     vfs: &dyn Vfs,
@@ -158,45 +223,22 @@ fn recover_file(
     suffix: u8,
     durable: bool,
 ) -> io::Result<FileOutcome> {
-    let file = vfs.open(path)?;
-    let size = file.size()?;
-    let bytes = if size == 0 { bytes::Bytes::new() } else { file.map(size)?.slice(0, size as usize) };
-    let Some(first) = decode_record(&bytes).ok() else {
+    let (file, bytes) = file_bytes(vfs, path)?;
+    let size = bytes.len() as u64;
+    let analysis = analyze_file(&bytes, suffix);
+    let Some(snapshot) = analysis.snapshot else {
         return drop_aside(vfs, root, path);
     };
-    let Ok(mut snapshot) = replay::created(&first, location(suffix, 0)) else {
-        return drop_aside(vfs, root, path);
-    };
-    if first.header.lsn != 0 {
-        return drop_aside(vfs, root, path);
-    }
     if !belongs_at(&snapshot.name, suffix, path, root) {
         return Ok(FileOutcome::Misplaced(path.to_path_buf()));
     }
-    let mut position = first.header.record_len() as u64;
-    let mut records = 1;
-    let mut failure = None;
-    while position < size {
-        let decoded = match decode_record(&bytes[position as usize..]) {
-            Ok(decoded) if decoded.header.lsn == snapshot.chain_n + 1 => decoded,
-            Ok(_) => {
-                failure = Some("record out of sequence".to_string());
-                break;
-            }
-            Err(error) => {
-                failure = Some(error.to_string());
-                break;
-            }
-        };
-        if let Err(reason) = replay::append(&mut snapshot, &decoded, location(suffix, position)) {
-            failure = Some(reason.to_string());
-            break;
-        }
-        position += decoded.header.record_len() as u64;
-        records += 1;
-    }
-    let mut damage =
-        failure.map(|reason| Damage { file: path.to_path_buf(), position, reason, quarantined: Vec::new() });
+    let position = analysis.valid_end;
+    let mut damage = analysis.failure.map(|reason| Damage {
+        file: path.to_path_buf(),
+        position,
+        reason,
+        quarantined: Vec::new(),
+    });
     if position < size {
         let cut = &bytes[position as usize..];
         if let (Some(damage), true) = (damage.as_mut(), cut.iter().any(|b| *b != 0)) {
@@ -209,7 +251,7 @@ fn recover_file(
     }
     Ok(FileOutcome::Stream {
         snapshot: Box::new(snapshot),
-        records,
+        records: analysis.records,
         bytes: position,
         damage,
         stale_bytes: size - position,

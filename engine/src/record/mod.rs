@@ -8,6 +8,7 @@
 
 pub mod codec;
 pub mod encode;
+pub mod scan;
 
 use std::sync::Arc;
 

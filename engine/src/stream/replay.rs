@@ -10,16 +10,15 @@ use std::sync::Arc;
 
 use super::StreamSnapshot;
 use crate::producer::ProducerState;
-use crate::record::codec::{flags, Decoded, Kind};
+use crate::record::codec::{flags, Header, Kind, Meta};
 
-/// The stream a create record at `at` starts.
-pub fn created(record: &Decoded<'_>, at: u64) -> Result<StreamSnapshot, &'static str> {
-    let header = &record.header;
+/// The stream a create record (`header`, `meta`) at `at` starts.
+pub fn created(header: &Header, meta: &Meta, at: u64) -> Result<StreamSnapshot, &'static str> {
     if header.kind != Kind::Create {
         return Err("not a create record");
     }
-    let create = record.meta.create.as_ref().ok_or("create without configuration")?;
-    let chain = record.meta.chain.as_ref().ok_or("create without chain")?;
+    let create = meta.create.as_ref().ok_or("create without configuration")?;
+    let chain = meta.chain.as_ref().ok_or("create without chain")?;
     if chain.n != 0 {
         return Err("create that is not the first record of its chain");
     }
@@ -37,13 +36,17 @@ pub fn created(record: &Decoded<'_>, at: u64) -> Result<StreamSnapshot, &'static
     })
 }
 
-/// Applies the append record at `at` to `stream`, if it continues it.
-pub fn append(stream: &mut StreamSnapshot, record: &Decoded<'_>, at: u64) -> Result<(), &'static str> {
-    let header = &record.header;
+/// Applies the append record (`header`, `meta`) at `at` to `stream`, if it continues it.
+pub fn append(
+    stream: &mut StreamSnapshot,
+    header: &Header,
+    meta: &Meta,
+    at: u64,
+) -> Result<(), &'static str> {
     if header.kind != Kind::Append {
         return Err("not an append record");
     }
-    let chain = record.meta.chain.as_ref().ok_or("append without chain")?;
+    let chain = meta.chain.as_ref().ok_or("append without chain")?;
     let continues = header.stream == stream.id
         && header.offset == stream.tail
         && chain.n == stream.chain_n + 1
@@ -57,10 +60,10 @@ pub fn append(stream: &mut StreamSnapshot, record: &Decoded<'_>, at: u64) -> Res
     stream.last_access_ms = stream.last_access_ms.max(header.time_ms);
     stream.chain_tail = at;
     stream.chain_n = chain.n;
-    if let Some(seq) = &record.meta.stream_seq {
+    if let Some(seq) = &meta.stream_seq {
         stream.stream_seq = Some(seq.clone());
     }
-    if let Some(tag) = &record.meta.producer {
+    if let Some(tag) = &meta.producer {
         let state = ProducerState { epoch: tag.epoch, last_seq: tag.seq, last_used_ms: header.time_ms };
         match stream.producers.iter_mut().find(|(id, _)| *id == tag.id) {
             Some((_, existing)) => *existing = state,

@@ -13,7 +13,8 @@ use super::checkpoint::Checkpoint;
 use super::ledger::LedgerState;
 use super::location;
 use super::segment::Segment;
-use crate::record::codec::{decode_record, flags, DecodeError, Decoded, Kind};
+use crate::record::codec::{flags, Kind};
+use crate::record::scan::{RecordScan, ScanEnd, Scanned};
 use crate::storage::Damage;
 use crate::stream::replay;
 use crate::stream::StreamSnapshot;
@@ -126,31 +127,25 @@ impl Replay {
     /// Replays records of one segment from `position` (left at the first byte not replayed).
     fn replay_segment(&mut self, segment: &Segment, position: &mut u64) -> SegmentEnd {
         let size = segment.readable_len();
-        loop {
-            if *position > size {
-                return SegmentEnd::Damaged(format!("segment ends at {size}, before position {position}"));
-            }
-            let remaining = (size - *position) as usize;
-            let bytes = segment.map.slice(*position as usize, *position as usize + remaining);
-            let decoded = match decode_record(&bytes) {
-                Ok(decoded) => decoded,
-                Err(DecodeError::Zeroed) => return SegmentEnd::Unwritten,
-                Err(error) => return SegmentEnd::Damaged(format!("record {}: {error}", self.next_lsn)),
-            };
-            if decoded.header.lsn != self.next_lsn {
+        if *position > size {
+            return SegmentEnd::Damaged(format!("segment ends at {size}, before position {position}"));
+        }
+        let mut scan = RecordScan::new(segment.map.slice(0, size as usize), *position);
+        for record in scan.by_ref() {
+            if record.header.lsn != self.next_lsn {
                 return SegmentEnd::Damaged(format!(
                     "LSN {} where {} was expected",
-                    decoded.header.lsn, self.next_lsn
+                    record.header.lsn, self.next_lsn
                 ));
             }
-            let record_len = decoded.header.record_len() as u64;
-            if decoded.header.kind == Kind::Seal {
+            let record_len = record.header.record_len() as u64;
+            if record.header.kind == Kind::Seal {
                 self.next_lsn += 1;
                 *position += record_len;
                 return SegmentEnd::Sealed;
             }
             let at = location(segment.ordinal(), *position);
-            if let Err(reason) = self.apply(&decoded, at, record_len) {
+            if let Err(reason) = self.apply(&record, at, record_len) {
                 return SegmentEnd::Damaged(format!("record {}: {reason}", self.next_lsn));
             }
             self.next_lsn += 1;
@@ -158,10 +153,16 @@ impl Replay {
             self.bytes += record_len;
             *position += record_len;
         }
+        match scan.end() {
+            Some(ScanEnd::Damaged(error)) => {
+                SegmentEnd::Damaged(format!("record {}: {error}", self.next_lsn))
+            }
+            _ => SegmentEnd::Unwritten,
+        }
     }
 
     /// Applies one record's effect; refuses records that do not continue their stream.
-    fn apply(&mut self, record: &Decoded<'_>, at: u64, record_len: u64) -> Result<(), String> {
+    fn apply(&mut self, record: &Scanned, at: u64, record_len: u64) -> Result<(), String> {
         let header = &record.header;
         let ordinal = (at >> 32) as u32;
         let continues_move = header.has(flags::MOVED)
@@ -182,7 +183,7 @@ impl Replay {
         }
         match header.kind {
             Kind::Create => {
-                let snapshot = replay::created(record, at)?;
+                let snapshot = replay::created(&record.header, &record.meta, at)?;
                 if self.streams.contains_key(&header.stream) || self.names.contains_key(&snapshot.name) {
                     return Err("create of a stream that exists".into());
                 }
@@ -193,7 +194,7 @@ impl Replay {
             }
             Kind::Append => {
                 let stream = self.streams.get_mut(&header.stream).ok_or("append to an unknown stream")?;
-                replay::append(stream, record, at)?;
+                replay::append(stream, &record.header, &record.meta, at)?;
                 *self.ledger.live.entry(ordinal).or_default() += record_len;
             }
             Kind::Delete => {
@@ -209,7 +210,7 @@ impl Replay {
 
 impl Replay {
     /// Applies a copy written by compaction (see the module documentation).
-    fn apply_moved(&mut self, record: &Decoded<'_>, at: u64, record_len: u64) -> Result<(), String> {
+    fn apply_moved(&mut self, record: &Scanned, at: u64, record_len: u64) -> Result<(), String> {
         let header = &record.header;
         if !self.streams.contains_key(&header.stream) {
             if self.orphans_expected {
@@ -220,12 +221,12 @@ impl Replay {
         }
         let moving = match header.kind {
             Kind::Create => {
-                let shadow = replay::created(record, at)?;
+                let shadow = replay::created(&record.header, &record.meta, at)?;
                 self.moving.insert(Moving { stream: header.stream, shadow, bytes: BTreeMap::new() })
             }
             Kind::Append => {
                 let moving = self.moving.as_mut().ok_or("a moved record outside a move")?;
-                replay::append(&mut moving.shadow, record, at)?;
+                replay::append(&mut moving.shadow, &record.header, &record.meta, at)?;
                 moving
             }
             Kind::Delete | Kind::Seal => return Err("a kind of record that is never moved".into()),

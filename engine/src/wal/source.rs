@@ -19,6 +19,7 @@ use crate::record::codec::{
     chain_bytes, decode_chain, decode_record, payload_crc, Header, Kind, Meta, HEADER_BYTES, JUMPS_MAX,
     META_BYTES_MAX,
 };
+use crate::record::scan::RecordScan;
 
 /// A shard's segments as a source of records.
 #[derive(Clone)]
@@ -102,19 +103,11 @@ impl WalSource {
             return Vec::new();
         };
         let mut witnesses: HashMap<u64, u64> = HashMap::new();
-        let mut position = Segment::records_start() as usize;
-        let end = segment.readable_len() as usize;
-        while position + HEADER_BYTES <= end {
-            let mut raw = [0u8; HEADER_BYTES];
-            segment.map.read(position, &mut raw);
-            let Ok(header) = Header::decode(&raw) else { break };
-            if header.kind == Kind::Seal {
-                break;
+        let bytes = segment.map.slice(0, segment.readable_len() as usize);
+        for record in RecordScan::new(bytes, Segment::records_start()) {
+            if matches!(record.header.kind, Kind::Create | Kind::Append) {
+                witnesses.entry(record.header.stream).or_insert(location(ordinal, record.position));
             }
-            if matches!(header.kind, Kind::Create | Kind::Append) {
-                witnesses.entry(header.stream).or_insert(location(ordinal, position as u64));
-            }
-            position += header.record_len();
         }
         let mut residents: Vec<Resident> = witnesses
             .into_iter()

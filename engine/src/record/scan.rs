@@ -1,0 +1,152 @@
+//! Reading records in order from a run of stored bytes (a WAL segment, a stream file), each
+//! checked end to end, until the bytes end, turn to zeros, reach a seal, or fail a check.
+//!
+//! Used wherever records are read in sequence: inspection, verification, statistics and
+//! compaction's surveys. Data comes out as `Bytes` sharing the scanned bytes (a map).
+
+use bytes::Bytes;
+
+use super::codec::{decode_record, DecodeError, Header, Kind, Meta, HEADER_BYTES};
+
+/// One record read by a [`RecordScan`].
+#[derive(Clone, Debug)]
+pub struct Scanned {
+    /// Where the record starts in the scanned bytes.
+    pub position: u64,
+    pub header: Header,
+    pub meta: Meta,
+    pub data: Bytes,
+}
+
+/// Why a scan stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScanEnd {
+    /// The bytes ended exactly after a record.
+    End,
+    /// Zeros where the next record would be: unwritten space, the normal end of a log.
+    Unwritten,
+    /// A seal record (included in the scan) ends a segment.
+    Sealed,
+    /// The bytes at the position are not a valid record.
+    Damaged(DecodeError),
+}
+
+impl ScanEnd {
+    /// Whether the scan stopped at something other than a normal end.
+    pub fn is_damage(&self) -> bool {
+        matches!(self, ScanEnd::Damaged(_))
+    }
+}
+
+/// Records of `bytes` from a position on.
+pub struct RecordScan {
+    bytes: Bytes,
+    position: u64,
+    end: Option<ScanEnd>,
+}
+
+impl RecordScan {
+    pub fn new(bytes: Bytes, from: u64) -> RecordScan {
+        RecordScan { bytes, position: from, end: None }
+    }
+
+    /// Where the next record would start (after the scan: where it stopped).
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Why the scan stopped (`None` while it has not).
+    pub fn end(&self) -> Option<&ScanEnd> {
+        self.end.as_ref()
+    }
+
+    fn stop(&mut self, end: ScanEnd) -> Option<Scanned> {
+        self.end = Some(end);
+        None
+    }
+}
+
+impl Iterator for RecordScan {
+    type Item = Scanned;
+
+    fn next(&mut self) -> Option<Scanned> {
+        if self.end.is_some() {
+            return None;
+        }
+        let start = self.position as usize;
+        if start >= self.bytes.len() {
+            return self.stop(ScanEnd::End);
+        }
+        let rest = &self.bytes[start..];
+        let decoded = match decode_record(rest) {
+            Ok(decoded) => decoded,
+            Err(DecodeError::Zeroed) => return self.stop(ScanEnd::Unwritten),
+            Err(error) => return self.stop(ScanEnd::Damaged(error)),
+        };
+        let header = decoded.header;
+        let data_start = start + HEADER_BYTES + usize::from(header.meta_len);
+        let data = self.bytes.slice(data_start..data_start + header.data_len() as usize);
+        let scanned = Scanned { position: self.position, header, meta: decoded.meta, data };
+        self.position += header.record_len() as u64;
+        if header.kind == Kind::Seal {
+            self.end = Some(ScanEnd::Sealed);
+        }
+        Some(scanned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::offset::Offset;
+    use crate::record::codec::{encode_meta, padding, payload_crc, Chain, MetaRef};
+
+    fn record(lsn: u64, data: &[u8]) -> Vec<u8> {
+        let chain = Chain { n: 1, jumps: vec![0] };
+        let mut meta = Vec::new();
+        encode_meta(Kind::Append, MetaRef { chain: Some(&chain), ..MetaRef::default() }, &mut meta);
+        let header = Header {
+            kind: Kind::Append,
+            flags: 0,
+            meta_len: meta.len() as u16,
+            payload_len: (meta.len() + data.len()) as u32,
+            payload_crc: payload_crc(&meta, &[data]),
+            lsn,
+            stream: 1,
+            offset: Offset::ZERO,
+            time_ms: 0,
+            messages: 1,
+        };
+        let mut bytes = header.encode().to_vec();
+        bytes.extend_from_slice(&meta);
+        bytes.extend_from_slice(data);
+        bytes.extend_from_slice(padding(bytes.len()));
+        bytes
+    }
+
+    #[test]
+    fn scans_records_until_zeros_or_damage() {
+        let mut bytes = record(1, b"one");
+        bytes.extend(record(2, b"two"));
+        let second = record(1, b"x").len() as u64;
+        bytes.extend(vec![0; 128]);
+        let mut scan = RecordScan::new(Bytes::from(bytes.clone()), 0);
+        let read: Vec<_> = scan.by_ref().map(|r| (r.header.lsn, r.data)).collect();
+        assert_eq!(read, vec![(1, Bytes::from_static(b"one")), (2, Bytes::from_static(b"two"))]);
+        assert_eq!(scan.end(), Some(&ScanEnd::Unwritten));
+
+        bytes[second as usize + 70] ^= 1;
+        let mut scan = RecordScan::new(Bytes::from(bytes), 0);
+        assert_eq!(scan.by_ref().count(), 1);
+        assert!(scan.end().unwrap().is_damage());
+        assert_eq!(scan.position(), second, "the scan stops at the damaged record");
+    }
+
+    #[test]
+    fn bytes_that_end_after_a_record_end_the_scan() {
+        let bytes = record(1, b"only");
+        let mut scan = RecordScan::new(Bytes::from(bytes), 0);
+        assert_eq!(scan.by_ref().count(), 1);
+        assert_eq!(scan.end(), Some(&ScanEnd::End));
+    }
+}
