@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::checkpoint::{checkpoint_path, Checkpoint};
@@ -51,38 +51,124 @@ pub struct Recovered {
     pub report: RecoveryReport,
 }
 
+/// A shard's log as it is on disk, read without changing anything: the state recovery would
+/// rebuild, and where and why it would stop.
+pub struct Analysis {
+    /// The segments, in order.
+    pub segments: Vec<Arc<Segment>>,
+    /// Prepared segment files a crash left unused (recovery removes them).
+    pub leftovers: Vec<PathBuf>,
+    /// The checkpoint replay started from (its streams are in the replayed state).
+    pub checkpoint: Option<CheckpointInfo>,
+    /// Non-zero bytes within the stale window after the last good record.
+    pub stale_bytes: u64,
+    replay: Replay,
+    end: ReplayEnd,
+}
+
+/// Where a checkpoint stands, without its streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    pub lsn: u64,
+    pub clean: bool,
+    pub resume_ordinal: u32,
+    pub resume_position: u64,
+    pub written_ms: u64,
+}
+
+impl Analysis {
+    /// The streams as of the last good record, in no particular order.
+    pub fn streams(&self) -> impl Iterator<Item = &StreamSnapshot> {
+        self.replay.streams.values()
+    }
+
+    /// Where replay stopped before the end of the log, and why.
+    pub fn damage(&self) -> Option<&Damage> {
+        self.replay.damage.as_ref()
+    }
+
+    /// Live bytes per segment and deleted chains awaiting reclaim, as of the last good record.
+    pub fn ledger(&self) -> &LedgerState {
+        &self.replay.ledger
+    }
+
+    /// The sequence number the next record gets.
+    pub fn next_lsn(&self) -> u64 {
+        self.replay.next_lsn
+    }
+
+    /// Where the last good record ends: segment index and position (`None`: the last
+    /// segment is sealed, or there is none).
+    pub fn end(&self) -> Option<(usize, u64)> {
+        match self.end {
+            ReplayEnd::Continue { index, position } => Some((index, position)),
+            ReplayEnd::NeedSegment { .. } => None,
+        }
+    }
+
+    /// What a recovery from here reports (before it repairs anything).
+    pub fn report(&self) -> RecoveryReport {
+        RecoveryReport {
+            checkpoint_lsn: self.checkpoint.as_ref().map(|c| c.lsn),
+            clean_shutdown: self.checkpoint.as_ref().is_some_and(|c| c.clean) && self.replay.records == 0,
+            records_replayed: self.replay.records,
+            bytes_replayed: self.replay.bytes,
+            damage: self.replay.damage.iter().cloned().collect(),
+            stale_bytes: self.stale_bytes,
+            ..RecoveryReport::default()
+        }
+    }
+}
+
+/// Reads shard `shard`'s log in `dir` (which must exist) without changing it.
+pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, stale_window_bytes: u64) -> io::Result<Analysis> {
+    let (named, leftovers) = list_segments(vfs, dir)?;
+    let segments = open_segments(vfs, named, shard)?;
+    let checkpoint = load_checkpoint(vfs, dir, shard);
+    let mut replay = Replay::start(checkpoint.as_ref(), &segments);
+    let checkpoint = checkpoint.filter(|_| replay.checkpoint_used).map(|c| CheckpointInfo {
+        lsn: c.lsn,
+        clean: c.clean,
+        resume_ordinal: c.resume_ordinal,
+        resume_position: c.resume_position,
+        written_ms: c.written_ms,
+    });
+    let end = replay.run(&segments);
+    let mut stale_bytes = 0;
+    if let ReplayEnd::Continue { index, position } = end {
+        let segment = &segments[index];
+        stale_bytes = stale_extent(segment, position, stale_window_bytes)?;
+        if replay.damage.is_none() && segment.readable_len() < segment.size() {
+            let reason =
+                format!("segment is {} bytes, its header says {}", segment.readable_len(), segment.size());
+            replay.damage = Some(damage_at(segment, position, reason));
+        }
+    }
+    Ok(Analysis { segments, leftovers, checkpoint, stale_bytes, replay, end })
+}
+
 /// Recovers the shard in `dir`, creating its first segment when the directory is new.
 pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Result<Recovered> {
     vfs.create_dir_all(dir)?;
-    let segments = open_segments(vfs, dir, settings.shard)?;
-    let checkpoint = load_checkpoint(vfs, dir, settings.shard);
-    let mut replay = Replay::start(checkpoint.as_ref(), &segments);
+    let mut analysis = analyze(vfs, dir, settings.shard, settings.stale_window_bytes)?;
+    for leftover in &analysis.leftovers {
+        vfs.remove_file(leftover)?;
+    }
+    if !analysis.leftovers.is_empty() {
+        vfs.sync_dir(dir)?;
+    }
+    let mut report = analysis.report();
+    report.damage.clear();
     let table = Arc::new(SegmentTable::default());
-    for segment in &segments {
+    for segment in &analysis.segments {
         table.insert(Arc::clone(segment));
     }
-    let end = replay.run(&segments);
-    let mut report = RecoveryReport {
-        checkpoint_lsn: checkpoint.as_ref().map(|c| c.lsn),
-        clean_shutdown: checkpoint.as_ref().is_some_and(|c| c.clean) && replay.records == 0,
-        records_replayed: replay.records,
-        bytes_replayed: replay.bytes,
-        ..RecoveryReport::default()
-    };
-    let position = match end {
+    let replay = &mut analysis.replay;
+    let position = match analysis.end {
         ReplayEnd::Continue { index, position } => {
-            let segment = &segments[index];
-            report.stale_bytes = stale_extent(segment, position, settings.stale_window_bytes)?;
-            if replay.damage.is_none() && segment.readable_len() < segment.size() {
-                let reason = format!(
-                    "segment is {} bytes, its header says {}",
-                    segment.readable_len(),
-                    segment.size()
-                );
-                replay.damage = Some(damage_at(segment, position, reason));
-            }
+            let segment = &analysis.segments[index];
             if let Some(damage) = replay.damage.take() {
-                report.damage.push(quarantine(vfs, dir, &segments[index + 1..], &table, damage)?);
+                report.damage.push(quarantine(vfs, dir, &analysis.segments[index + 1..], &table, damage)?);
             }
             if report.damage.is_empty() && report.stale_bytes == 0 {
                 WalPosition { active: Arc::clone(segment), position, next_lsn: replay.next_lsn }
@@ -101,10 +187,10 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
     Ok(Recovered {
         checkpoint_resume: replay.start.0,
         table,
-        ledger: replay.ledger,
+        ledger: std::mem::take(&mut replay.ledger),
         position,
         stream_id_next: replay.stream_id_next,
-        streams: replay.streams.into_values().collect(),
+        streams: std::mem::take(&mut replay.streams).into_values().collect(),
         report,
     })
 }
@@ -131,22 +217,26 @@ fn start_segment(
     Ok(WalPosition { active, position: Segment::records_start(), next_lsn: first_lsn })
 }
 
-/// Opens the shard's segments in order; removes leftovers of unfinished preparations.
-fn open_segments(vfs: &dyn Vfs, dir: &Path, shard: u32) -> io::Result<Vec<Arc<Segment>>> {
+/// A segment file's first LSN (from its name) and path.
+type NamedSegment = (u64, PathBuf);
+
+/// The segment files of `dir` (in order) and leftover prepared files.
+fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<(Vec<NamedSegment>, Vec<PathBuf>)> {
     let mut named = Vec::new();
-    let mut removed_leftovers = false;
+    let mut leftovers = Vec::new();
     for name in vfs.list(dir)? {
         if is_prepared_name(&name) {
-            vfs.remove_file(&dir.join(&name))?;
-            removed_leftovers = true;
+            leftovers.push(dir.join(&name));
         } else if let Some(first_lsn) = parse_segment_name(&name) {
             named.push((first_lsn, dir.join(name)));
         }
     }
-    if removed_leftovers {
-        vfs.sync_dir(dir)?;
-    }
     named.sort();
+    Ok((named, leftovers))
+}
+
+/// Opens the named segments and checks each belongs to the shard, in order.
+fn open_segments(vfs: &dyn Vfs, named: Vec<NamedSegment>, shard: u32) -> io::Result<Vec<Arc<Segment>>> {
     let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(named.len());
     for (first_lsn, path) in named {
         let segment = Segment::open(vfs, &path)?;

@@ -44,6 +44,8 @@ pub(super) struct Replay {
     pub orphans_expected: bool,
     /// A move being replayed: its copies so far.
     moving: Option<Moving>,
+    /// Replay starts from the checkpoint (it names a segment that is still there).
+    pub checkpoint_used: bool,
 }
 
 /// The copies of a move replayed so far.
@@ -70,6 +72,7 @@ impl Replay {
                 damage: None,
                 orphans_expected: false,
                 moving: None,
+                checkpoint_used: true,
             },
             None => Replay {
                 streams: HashMap::new(),
@@ -83,6 +86,7 @@ impl Replay {
                 damage: None,
                 orphans_expected: segments.first().is_some_and(|s| s.ordinal() > 0),
                 moving: None,
+                checkpoint_used: false,
             },
         }
     }
