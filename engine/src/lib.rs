@@ -18,6 +18,7 @@
 //!   stream. Both chain each stream's records with [`chain`] (skip links, O(1) memory per
 //!   stream) and read them with [`logread`].
 //! - [`vfs`]: every file operation of the disk modes, real or simulated (crash tests).
+//! - [`inspect`]: read-only access to a data directory for offline tools (`ds-tool`).
 //! - [`live`]: tail-advance notifications for long-poll and SSE readers.
 //! - Leaves: [`offset`], [`name`], [`content_type`], [`payload`] (JSON framing), [`producer`],
 //!   [`limits`], [`time`], [`read`], [`op`], [`config`].
@@ -44,6 +45,7 @@ pub mod config;
 pub mod content_type;
 pub mod engine;
 pub mod files;
+pub mod inspect;
 pub mod limits;
 pub mod live;
 pub mod logread;

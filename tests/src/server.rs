@@ -130,6 +130,11 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
+    /// The data directory of a server of a disk mode.
+    pub fn data_dir(&self) -> Option<&std::path::Path> {
+        self.data_dir.as_deref().map(DataDir::path)
+    }
+
     /// Kills the process at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         let mut child = self.child.take().expect("server still running");

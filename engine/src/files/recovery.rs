@@ -127,10 +127,10 @@ fn gather(
 }
 
 /// A stream file and its collision suffix.
-type StreamFile = (PathBuf, u8);
+pub type FileEntry = (PathBuf, u8);
 
 /// The stream directories (`streams/ab/cd`) and stream files under `root`.
-fn list_stream_files(vfs: &dyn Vfs, root: &Path) -> io::Result<(BTreeSet<PathBuf>, Vec<StreamFile>)> {
+pub fn list_stream_files(vfs: &dyn Vfs, root: &Path) -> io::Result<(BTreeSet<PathBuf>, Vec<FileEntry>)> {
     let streams = root.join(STREAMS_DIR);
     vfs.create_dir_all(&streams)?;
     let is_hex_pair =

@@ -43,6 +43,27 @@ impl Manifest {
         })
     }
 
+    /// Reads the manifest of `dir`; refuses one of another format or hash.
+    pub fn read(vfs: &dyn Vfs, dir: &Path) -> io::Result<Manifest> {
+        let path = dir.join(MANIFEST_NAME);
+        let bytes = read_file(vfs, &path)?;
+        let found = std::str::from_utf8(&bytes).ok().and_then(Manifest::decode).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{} is not a ds manifest", path.display()))
+        })?;
+        if found.format != FORMAT_VERSION || found.hash != HASH_NAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} holds format {} with hash {}; this build reads format {FORMAT_VERSION} with {HASH_NAME}",
+                    dir.display(),
+                    found.format,
+                    found.hash
+                ),
+            ));
+        }
+        Ok(found)
+    }
+
     /// Reads the manifest of `dir`, writing `expected` if there is none yet; refuses a
     /// directory whose manifest differs.
     pub fn check_or_create(vfs: &dyn Vfs, dir: &Path, expected: &Manifest) -> io::Result<Manifest> {
@@ -51,16 +72,7 @@ impl Manifest {
             write_file_durably(vfs, &path, expected.encode().as_bytes())?;
             return Ok(expected.clone());
         }
-        let bytes = read_file(vfs, &path)?;
-        let found = std::str::from_utf8(&bytes).ok().and_then(Manifest::decode).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("{} is not a ds manifest", path.display()))
-        })?;
-        if found.format != FORMAT_VERSION || found.hash != HASH_NAME {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{} holds format {} with hash {}; this build reads format {FORMAT_VERSION} with {HASH_NAME}", dir.display(), found.format, found.hash),
-            ));
-        }
+        let found = Manifest::read(vfs, dir)?;
         if !same_format(found.mode, expected.mode) || found.shards != expected.shards {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -8,7 +8,9 @@
 //!
 //! - `real`: `std::fs`, `pwritev`, `fdatasync`, memmap2, fs2 locks.
 //! - `sim`: an in-memory disk with an explicit durable state and a seeded crash.
+//! - `read_only`: any of them, refusing every change (offline inspection).
 
+pub mod read_only;
 pub mod real;
 pub mod sim;
 
@@ -35,6 +37,15 @@ pub trait Vfs: Send + Sync + 'static {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Takes an exclusive lock on `path` (created if needed) until the guard is dropped.
     fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>>;
+    /// Opens an existing file for reading only.
+    fn open_read_only(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
+        self.open(path)
+    }
+    /// Takes a shared lock on the existing file `path` (refused while an exclusive one is
+    /// held) until the guard is dropped.
+    fn lock_shared(&self, _path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
+        Ok(Box::new(()))
+    }
 }
 
 /// An open file.

@@ -73,6 +73,16 @@ impl Vfs for RealVfs {
         file.try_lock_exclusive()?;
         Ok(Box::new(file))
     }
+
+    fn open_read_only(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
+        Ok(Arc::new(RealFile { file: File::open(path)? }))
+    }
+
+    fn lock_shared(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
+        let file = File::open(path)?;
+        file.try_lock_shared()?;
+        Ok(Box::new(file))
+    }
 }
 
 impl VfsFile for RealFile {

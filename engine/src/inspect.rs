@@ -1,0 +1,239 @@
+//! Read-only access to a data directory, for offline tools (`ds-tool`).
+//!
+//! [`open`] reads the manifest and takes a shared lock on the directory's `LOCK` file, so it
+//! is refused while a server holds its exclusive lock; with `force` it skips the lock and
+//! reads whatever prefix of each log is whole at that moment (every record is checked end to
+//! end, so one being written is never taken for a complete one). Every file is read through
+//! [`ReadOnly`]: this is the analysis recovery runs, without the repair, and nothing can be
+//! written.
+//!
+//! - acid: [`Store::shard`] analyzes one shard's log (checkpoint, then replay) and gives a
+//!   [`WalSource`] over its segments, for reads and record scans.
+//! - file modes: [`Store::stream_files`] lists the stream files; [`Store::stream_file`]
+//!   reads and checks one.
+//! - both: [`Store::open_stream`] finds a stream by name and reads it as a reader would.
+
+use std::any::Any;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::config::StorageMode;
+use crate::files::recovery::{analyze_file, file_bytes, list_stream_files, FileAnalysis, FileEntry};
+use crate::files::source::FileSource;
+use crate::files::{stream_path, SUFFIX_MAX};
+use crate::logread::LogRead;
+use crate::offset::Offset;
+use crate::read::{Chunk, Message, ReadError};
+use crate::storage::manifest::MANIFEST_NAME;
+use crate::storage::open::{shard_dir, LOCK_NAME};
+use crate::stream::StreamSnapshot;
+use crate::vfs::read_only::ReadOnly;
+use crate::vfs::real::RealVfs;
+use crate::vfs::{read_file, Vfs};
+use crate::wal::checkpoint::{checkpoint_path, Checkpoint};
+use crate::wal::recovery::{analyze, Analysis, PREVIOUS_CHECKPOINT_NAME};
+use crate::wal::source::WalSource;
+use crate::wal::SegmentTable;
+
+pub use crate::storage::manifest::{Manifest, FORMAT_VERSION};
+
+/// An opened data directory.
+pub struct Store {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+    vfs: Arc<dyn Vfs>,
+    /// The shared lock (none under `force`).
+    _lock: Option<Box<dyn Any + Send + Sync>>,
+}
+
+/// Why a directory cannot be inspected.
+#[derive(Debug)]
+pub enum InspectError {
+    Missing(PathBuf),
+    NotADataDirectory(PathBuf),
+    Manifest(io::Error),
+    Locked(PathBuf),
+}
+
+impl fmt::Display for InspectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InspectError::Missing(dir) => write!(f, "{} does not exist", dir.display()),
+            InspectError::NotADataDirectory(dir) => {
+                write!(f, "{} is not a ds data directory (it has no {MANIFEST_NAME})", dir.display())
+            }
+            InspectError::Manifest(error) => write!(f, "{error}"),
+            InspectError::Locked(dir) => write!(
+                f,
+                "{} is in use by a running server; stop it, or pass --force to read a consistent prefix",
+                dir.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InspectError {}
+
+/// Opens `dir` on the real file system, read-only.
+pub fn open_dir(dir: &Path, force: bool) -> Result<Store, InspectError> {
+    open(Arc::new(RealVfs), dir, force)
+}
+
+/// Opens `dir` on `vfs`, read-only.
+pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, force: bool) -> Result<Store, InspectError> {
+    let vfs: Arc<dyn Vfs> = Arc::new(ReadOnly(vfs));
+    if !vfs.exists(dir) {
+        return Err(InspectError::Missing(dir.to_path_buf()));
+    }
+    if !vfs.exists(&dir.join(MANIFEST_NAME)) {
+        return Err(InspectError::NotADataDirectory(dir.to_path_buf()));
+    }
+    let manifest = Manifest::read(vfs.as_ref(), dir).map_err(InspectError::Manifest)?;
+    let lock = match force {
+        true => None,
+        false => {
+            Some(vfs.lock_shared(&dir.join(LOCK_NAME)).map_err(|_| InspectError::Locked(dir.to_path_buf()))?)
+        }
+    };
+    Ok(Store { dir: dir.to_path_buf(), manifest, vfs, _lock: lock })
+}
+
+/// One acid shard's log, analyzed.
+pub struct ShardLog {
+    pub shard: u32,
+    pub dir: PathBuf,
+    pub analysis: Analysis,
+    /// Reads records and stream data from the shard's segments.
+    pub source: WalSource,
+    /// The checkpoint files there are, each readable or with why not.
+    pub checkpoints: Vec<(PathBuf, Result<(), String>)>,
+}
+
+/// One stream file, read and checked.
+pub struct StreamFile {
+    pub path: PathBuf,
+    pub suffix: u8,
+    pub bytes: Bytes,
+    pub analysis: FileAnalysis,
+    source: Option<FileSource>,
+}
+
+/// A stream found by name, ready to read.
+pub struct StreamReader {
+    pub snapshot: StreamSnapshot,
+    source: Source,
+}
+
+enum Source {
+    Wal(WalSource),
+    File(FileSource),
+}
+
+impl Store {
+    pub fn mode(&self) -> StorageMode {
+        self.manifest.mode
+    }
+
+    pub fn shard_count(&self) -> u32 {
+        self.manifest.shards
+    }
+
+    /// The shard a stream name belongs to.
+    pub fn shard_of(&self, name: &str) -> u32 {
+        (xxh3_64(name.as_bytes()) & u64::from(self.shard_count() - 1)) as u32
+    }
+
+    /// Analyzes acid shard `shard` (an error in the file modes).
+    pub fn shard(&self, shard: u32) -> io::Result<ShardLog> {
+        if self.mode() != StorageMode::Acid || shard >= self.shard_count() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("there is no acid shard {shard} here"),
+            ));
+        }
+        let dir = shard_dir(&self.dir, shard);
+        let analysis = analyze(self.vfs.as_ref(), &dir, shard, u64::MAX)?;
+        let table = Arc::new(SegmentTable::default());
+        for segment in &analysis.segments {
+            table.insert(Arc::clone(segment));
+        }
+        let checkpoints = [checkpoint_path(&dir), dir.join(PREVIOUS_CHECKPOINT_NAME)]
+            .into_iter()
+            .filter(|path| self.vfs.exists(path))
+            .map(|path| {
+                let readable = read_file(self.vfs.as_ref(), &path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|bytes| Checkpoint::decode(&bytes).map(|_| ()).map_err(|e| format!("{e:?}")));
+                (path, readable)
+            })
+            .collect();
+        Ok(ShardLog { shard, dir, analysis, source: WalSource { table }, checkpoints })
+    }
+
+    /// The stream files, in path order (file modes; none in acid).
+    pub fn stream_files(&self) -> io::Result<Vec<FileEntry>> {
+        if self.mode() == StorageMode::Acid {
+            return Ok(Vec::new());
+        }
+        Ok(list_stream_files(self.vfs.as_ref(), &self.dir)?.1)
+    }
+
+    /// Reads and checks one stream file.
+    pub fn stream_file(&self, path: &Path, suffix: u8) -> io::Result<StreamFile> {
+        let (file, bytes) = file_bytes(self.vfs.as_ref(), path)?;
+        let analysis = analyze_file(&bytes, suffix);
+        let source = analysis.snapshot.as_ref().map(|s| FileSource { file, stream: s.id });
+        Ok(StreamFile { path: path.to_path_buf(), suffix, bytes, analysis, source })
+    }
+
+    /// The stream called `name`, if the directory holds it.
+    pub fn open_stream(&self, name: &str) -> io::Result<Option<StreamReader>> {
+        if self.mode() == StorageMode::Acid {
+            let log = self.shard(self.shard_of(name))?;
+            let Some(snapshot) = log.analysis.streams().find(|s| &*s.name == name).cloned() else {
+                return Ok(None);
+            };
+            return Ok(Some(StreamReader { snapshot, source: Source::Wal(log.source) }));
+        }
+        for suffix in 0..=SUFFIX_MAX {
+            let path = stream_path(&self.dir, name, suffix);
+            if !self.vfs.exists(&path) {
+                return Ok(None);
+            }
+            let file = self.stream_file(&path, suffix)?;
+            if let (Some(snapshot), Some(source)) = (file.analysis.snapshot, file.source) {
+                if &*snapshot.name == name {
+                    return Ok(Some(StreamReader { snapshot, source: Source::File(source) }));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl StreamReader {
+    /// Whole messages from `from`, about `bytes_max` stored bytes at most (at least one).
+    pub fn chunk(&self, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
+        let (tail_location, until) = (self.snapshot.chain_tail, self.snapshot.tail);
+        let json = self.snapshot.config.content_type.is_json();
+        match &self.source {
+            Source::Wal(source) => LogRead { source, tail_location, until, json }.chunk(from, bytes_max),
+            Source::File(source) => LogRead { source, tail_location, until, json }.chunk(from, bytes_max),
+        }
+    }
+
+    /// Single messages from `from`, about `bytes_max` stored bytes at most (at least one).
+    pub fn messages(&self, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
+        let (tail_location, until) = (self.snapshot.chain_tail, self.snapshot.tail);
+        let json = self.snapshot.config.content_type.is_json();
+        match &self.source {
+            Source::Wal(source) => LogRead { source, tail_location, until, json }.messages(from, bytes_max),
+            Source::File(source) => LogRead { source, tail_location, until, json }.messages(from, bytes_max),
+        }
+    }
+}
