@@ -7,14 +7,20 @@
 //! - [`sse`]: an incremental server-sent-events parser.
 //! - [`stats`]: latency histograms (HDR) and their summaries.
 //! - [`process`]: the server's resident memory and CPU time from `/proc` (`--server-pid`).
+//! - [`run`]: what scenarios share — settings, the warm-up/measured clock, per-worker tallies,
+//!   the progress line, the server's CPU and memory over the measured phase.
 //! - [`scenario`]: one module per scenario; each returns a report of named figures.
+//! - [`compare`]: one scenario against two servers in turns, figures side by side.
 //!
-//! A scenario opens its own connections, runs for a bounded time and count, and returns a
-//! [`report::Report`] that `main` prints as a table and optionally writes as JSON.
+//! A scenario opens its own connections, warms up, runs a measured phase bounded in time
+//! and count, and returns a [`report::Report`] that `main` prints as a table and optionally
+//! writes as JSON.
 
+pub mod compare;
 pub mod http;
 pub mod process;
 pub mod report;
+pub mod run;
 pub mod scenario;
 pub mod sse;
 pub mod stats;

@@ -1,19 +1,48 @@
-//! The `ds-bench` command: pick a scenario, run it, print the table, write JSON if asked.
+//! The `ds-bench` command: pick a scenario (or `compare` two servers on one), run it, print
+//! the table, write JSON if asked.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use ds_bench::compare::Comparison;
 use ds_bench::report::Report;
-use ds_bench::scenario::{fanout, streams};
+use ds_bench::run::Settings;
+use ds_bench::scenario::{append, fanout, healthz, longpoll, mixed, read, streams};
 use ds_bench::target::Target;
 
 #[derive(Parser)]
-#[command(name = "ds-bench", version, about = "Load generator for Durable Streams servers")]
+#[command(
+    name = "ds-bench",
+    version,
+    about = "Load generator for Durable Streams servers",
+    max_term_width = 100
+)]
 struct Cli {
     #[command(subcommand)]
-    scenario: Scenario,
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Scenario(Scenario),
+    /// Run a scenario against two servers in turn (A, B, A, B, …) and print each figure
+    /// with the ratio A/B
+    Compare {
+        /// Base URL of server A
+        #[arg(long)]
+        a: String,
+        /// Base URL of server B
+        #[arg(long)]
+        b: String,
+        /// Runs against each server
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        #[command(subcommand)]
+        scenario: Scenario,
+    },
 }
 
 /// Options every scenario takes.
@@ -25,19 +54,55 @@ struct Common {
     /// Path prefix of streams (`/` for servers that mount streams at the root)
     #[arg(long, default_value = "/v1/stream/")]
     prefix: String,
-    /// Seconds to run the measured phase
-    #[arg(long, default_value_t = 10)]
-    duration: u64,
+    /// Seconds of the measured phase
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Seconds of warm-up before it (not measured)
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Most requests one connection sends
+    #[arg(long, default_value_t = 100_000_000)]
+    requests_max: u64,
     /// Write all figures as JSON to this file
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Also report the server's memory (from /proc/PID)
+    /// Also report the server's CPU time and memory (from /proc/PID)
     #[arg(long)]
     server_pid: Option<u32>,
+    /// No progress line
+    #[arg(long)]
+    quiet: bool,
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 enum Scenario {
+    /// C keep-alive connections appending B-byte bodies to S streams
+    Append {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        #[arg(long, default_value_t = 100)]
+        streams: usize,
+        #[arg(long, default_value_t = 256)]
+        bytes: usize,
+        /// Send idempotent-producer headers (each connection a producer on its own stream)
+        #[arg(long)]
+        producer: bool,
+    },
+    /// C connections reading a pre-filled stream from the start, following Stream-Next-Offset
+    Read {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 8)]
+        connections: usize,
+        /// Bytes the stream holds
+        #[arg(long, default_value_t = 16 << 20)]
+        fill_bytes: u64,
+        /// Size of the appends that fill it
+        #[arg(long, default_value_t = 4096)]
+        append_bytes: usize,
+    },
     /// K SSE subscribers on one stream and a writer at R events/s
     Fanout {
         #[command(flatten)]
@@ -51,6 +116,16 @@ enum Scenario {
         #[arg(long, default_value_t = 64)]
         bytes: usize,
     },
+    /// L long-polling readers following a writer at R events/s
+    Longpoll {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 100)]
+        readers: usize,
+        /// Events per second
+        #[arg(long, default_value_t = 50)]
+        rate: u32,
+    },
     /// Create N streams with one small message each
     Streams {
         #[command(flatten)]
@@ -62,54 +137,129 @@ enum Scenario {
         #[arg(long, default_value_t = 16)]
         connections: usize,
     },
+    /// Writers, catch-up readers and live (SSE) readers together
+    Mixed {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 16)]
+        writers: usize,
+        #[arg(long, default_value_t = 8)]
+        catchup_readers: usize,
+        #[arg(long, default_value_t = 64)]
+        live_readers: usize,
+        #[arg(long, default_value_t = 32)]
+        streams: usize,
+        #[arg(long, default_value_t = 256)]
+        bytes: usize,
+    },
+    /// C connections requesting GET /healthz: the generator's own ceiling
+    Healthz {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+    },
+}
+
+impl Scenario {
+    fn common(&self) -> &Common {
+        match self {
+            Scenario::Append { common, .. }
+            | Scenario::Read { common, .. }
+            | Scenario::Fanout { common, .. }
+            | Scenario::Longpoll { common, .. }
+            | Scenario::Streams { common, .. }
+            | Scenario::Mixed { common, .. }
+            | Scenario::Healthz { common, .. } => common,
+        }
+    }
+}
+
+fn settings(common: &Common, url: &str) -> Result<Settings, String> {
+    let seconds = |value: f64, name: &str| {
+        Duration::try_from_secs_f64(value).map_err(|_| format!("--{name} {value}: give a number of seconds"))
+    };
+    Ok(Settings {
+        target: Target::parse(url, &common.prefix)?,
+        warmup: seconds(common.warmup, "warmup")?,
+        duration: seconds(common.duration, "duration")?,
+        requests_max: common.requests_max,
+        server_pid: common.server_pid,
+        progress: !common.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    })
+}
+
+async fn run(scenario: &Scenario, settings: &Settings) -> Result<Report, String> {
+    match scenario.clone() {
+        Scenario::Append { connections, streams, bytes, producer, .. } => {
+            append::run(settings, &append::AppendOptions { connections, streams, bytes, producer }).await
+        }
+        Scenario::Read { connections, fill_bytes, append_bytes, .. } => {
+            read::run(settings, &read::ReadOptions { connections, fill_bytes, append_bytes }).await
+        }
+        Scenario::Fanout { subscribers, rate, bytes, .. } => {
+            fanout::run(settings, &fanout::FanoutOptions { subscribers, rate_per_sec: rate, bytes }).await
+        }
+        Scenario::Longpoll { readers, rate, .. } => {
+            longpoll::run(settings, &longpoll::LongpollOptions { readers, rate_per_sec: rate }).await
+        }
+        Scenario::Streams { count, bytes, connections, .. } => {
+            streams::run(settings, &streams::StreamsOptions { count, bytes, connections }).await
+        }
+        Scenario::Mixed { writers, catchup_readers, live_readers, streams, bytes, .. } => {
+            let options = mixed::MixedOptions { writers, catchup_readers, live_readers, streams, bytes };
+            mixed::run(settings, &options).await
+        }
+        Scenario::Healthz { connections, .. } => healthz::run(settings, connections).await,
+    }
+}
+
+/// Runs the scenario alone, or in turns against two servers.
+async fn execute(command: &Command) -> Result<(String, serde_json::Value), String> {
+    match command {
+        Command::Scenario(scenario) => {
+            let report = run(scenario, &settings(scenario.common(), &scenario.common().url)?).await?;
+            Ok((report.table(), report.to_json()))
+        }
+        Command::Compare { a, b, rounds, scenario } => {
+            let (settings_a, settings_b) = (settings(scenario.common(), a)?, settings(scenario.common(), b)?);
+            let mut comparison = Comparison::new(a, b);
+            for round in 0..(*rounds).max(1) {
+                eprintln!("round {} of {rounds}: A ({a})", round + 1);
+                comparison.add_a(run(scenario, &settings_a).await?);
+                eprintln!("round {} of {rounds}: B ({b})", round + 1);
+                comparison.add_b(run(scenario, &settings_b).await?);
+            }
+            Ok((comparison.table(), comparison.to_json()))
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    let (common, result) = runtime.block_on(run(cli.scenario));
-    let report = match result {
-        Ok(report) => report,
+    let json_path = match &cli.command {
+        Command::Scenario(scenario) | Command::Compare { scenario, .. } => scenario.common().json.clone(),
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let (table, json) = match runtime.block_on(execute(&cli.command)) {
+        Ok(outcome) => outcome,
         Err(error) => {
             eprintln!("ds-bench: {error}");
             return ExitCode::FAILURE;
         }
     };
-    print!("{}", report.table());
-    if let Some(path) = &common.json {
-        let text = serde_json::to_string_pretty(&report.to_json()).expect("report serializes");
-        if let Err(error) = std::fs::write(path, text) {
+    print!("{table}");
+    if let Some(path) = json_path {
+        let text = serde_json::to_string_pretty(&json).expect("figures serialize");
+        if let Err(error) = std::fs::write(&path, text) {
             eprintln!("ds-bench: cannot write {}: {error}", path.display());
             return ExitCode::FAILURE;
         }
     }
     ExitCode::SUCCESS
-}
-
-async fn run(scenario: Scenario) -> (Common, Result<Report, String>) {
-    match scenario {
-        Scenario::Fanout { common, subscribers, rate, bytes } => {
-            let options = fanout::FanoutOptions {
-                subscribers,
-                rate_per_sec: rate,
-                duration: Duration::from_secs(common.duration),
-                bytes,
-                server_pid: common.server_pid,
-            };
-            let result = match Target::parse(&common.url, &common.prefix) {
-                Ok(target) => fanout::run(&target, &options).await,
-                Err(error) => Err(error),
-            };
-            (common, result)
-        }
-        Scenario::Streams { common, count, bytes, connections } => {
-            let options =
-                streams::StreamsOptions { count, bytes, connections, server_pid: common.server_pid };
-            let result = match Target::parse(&common.url, &common.prefix) {
-                Ok(target) => streams::run(&target, &options).await,
-                Err(error) => Err(error),
-            };
-            (common, result)
-        }
-    }
 }

@@ -20,6 +20,11 @@ impl Report {
         self
     }
 
+    /// The figures' names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.figures.iter().map(|(name, _, _)| name.as_str())
+    }
+
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.figures.iter().find(|(key, _, _)| key == name).map(|(_, value, _)| value)
     }

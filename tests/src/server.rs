@@ -130,6 +130,11 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server still running").id()
+    }
+
     /// The data directory of a server of a disk mode.
     pub fn data_dir(&self) -> Option<&std::path::Path> {
         self.data_dir.as_deref().map(DataDir::path)

@@ -17,6 +17,7 @@ use tokio::sync::{watch, Notify};
 use crate::http::Connection;
 use crate::process;
 use crate::report::Report;
+use crate::run::{Clock, Live, Progress, ServerProbe, Settings};
 use crate::sse::SseParser;
 use crate::stats::Latencies;
 use crate::target::Target;
@@ -26,10 +27,8 @@ use crate::target::Target;
 pub struct FanoutOptions {
     pub subscribers: usize,
     pub rate_per_sec: u32,
-    pub duration: Duration,
     /// Payload size of each event (at least the header of sequence and time).
     pub bytes: usize,
-    pub server_pid: Option<u32>,
 }
 
 /// Longest wait for subscribers to connect, and for the last events after the writer stops.
@@ -41,7 +40,8 @@ struct Tally {
     reconnects: u64,
 }
 
-pub async fn run(target: &Target, options: &FanoutOptions) -> Result<Report, String> {
+pub async fn run(settings: &Settings, options: &FanoutOptions) -> Result<Report, String> {
+    let target = &settings.target;
     let path = target.stream_path(&format!("fanout-{}", super::unique_suffix()));
     let mut writer = Connection::open(target).await.map_err(|e| format!("connect: {e}"))?;
     let created = writer
@@ -51,7 +51,7 @@ pub async fn run(target: &Target, options: &FanoutOptions) -> Result<Report, Str
     if created.status != 201 {
         return Err(format!("create {path}: status {}", created.status));
     }
-    let memory_before = options.server_pid.and_then(process::resident_bytes);
+    let memory_before = settings.server_pid.and_then(process::resident_bytes);
     let base = Instant::now();
     let ready = Arc::new((AtomicUsize::new(0), Notify::new()));
     let (total_tx, total_rx) = watch::channel(None::<u64>);
@@ -61,9 +61,13 @@ pub async fn run(target: &Target, options: &FanoutOptions) -> Result<Report, Str
         })
         .collect();
     wait_until_ready(&ready, options.subscribers).await?;
-    let memory_subscribed = options.server_pid.and_then(process::resident_bytes);
+    let memory_subscribed = settings.server_pid.and_then(process::resident_bytes);
 
-    let (sent, errors) = write_events(&mut writer, &path, base, options).await;
+    let clock = Clock::start(settings);
+    let live = Arc::new(Live::default());
+    let progress = Progress::start("fanout", settings, clock, Arc::clone(&live));
+    let probe = ServerProbe::start(settings.server_pid, clock);
+    let (sent, errors) = write_events(&mut writer, &path, base, clock, &live, options).await;
     let _ = total_tx.send(Some(sent));
     let mut all = Latencies::default();
     let (mut received, mut reconnects) = (0u64, 0u64);
@@ -73,6 +77,7 @@ pub async fn run(target: &Target, options: &FanoutOptions) -> Result<Report, Str
         received += tally.received;
         reconnects += tally.reconnects;
     }
+    progress.finish();
     let expected = sent * options.subscribers as u64;
     let summary = all.summary();
     let mut report = Report::new("fanout");
@@ -90,6 +95,7 @@ pub async fn run(target: &Target, options: &FanoutOptions) -> Result<Report, Str
         let per_subscriber = after.saturating_sub(before) / options.subscribers.max(1) as u64;
         report.add("server_memory_per_subscriber_bytes", per_subscriber, "B");
     }
+    probe.finish(&clock, &mut report).await;
     Ok(report)
 }
 
@@ -107,14 +113,18 @@ async fn wait_until_ready(ready: &(AtomicUsize, Notify), subscribers: usize) -> 
     }
 }
 
-/// Appends `rate × duration` events at a steady pace; returns (sent, errors).
+/// Appends events at a steady pace through the measured phase (after the warm-up); returns
+/// (sent, errors).
 async fn write_events(
     writer: &mut Connection,
     path: &str,
     base: Instant,
+    clock: Clock,
+    live: &Live,
     options: &FanoutOptions,
 ) -> (u64, u64) {
-    let count = u64::from(options.rate_per_sec) * options.duration.as_secs().max(1);
+    tokio::time::sleep_until(clock.measure_from.into()).await;
+    let count = (f64::from(options.rate_per_sec) * clock.measured_secs()).ceil() as u64;
     let mut ticker = tokio::time::interval(Duration::from_secs(1) / options.rate_per_sec.max(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let (mut sent, mut errors) = (0, 0);
@@ -131,6 +141,7 @@ async fn write_events(
             .is_ok_and(|reply| reply.status == 204);
         if sent_ok {
             sent += 1;
+            live.requests.fetch_add(1, Ordering::Relaxed);
         } else {
             errors += 1;
         }

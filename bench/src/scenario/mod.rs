@@ -1,14 +1,107 @@
-//! The scenarios, one module each.
+//! The scenarios, one module each, and what their set-up shares.
 //!
+//! - `append`: closed-loop appends over keep-alive connections.
+//! - `read`: catch-up reads of a pre-filled stream, following `Stream-Next-Offset`.
 //! - `fanout`: many SSE subscribers on one stream, delivery latency and losses.
+//! - `longpoll`: long-polling readers following a writer, wake latency and losses.
 //! - `streams`: stream creation rate and server memory per stream.
+//! - `mixed`: writers, catch-up readers and live readers at once.
+//! - `healthz`: the generator's own ceiling against a trivial endpoint.
 
+pub mod append;
 pub mod fanout;
+pub mod healthz;
+pub mod longpoll;
+pub mod mixed;
+pub mod read;
 pub mod streams;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::Method;
+
+use crate::http::Connection;
+use crate::target::Target;
 
 /// A suffix that keeps one run's stream names apart from another's.
 pub fn unique_suffix() -> String {
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{nanos:x}")
+}
+
+/// Creates stream `path` (201 expected).
+pub async fn create(connection: &mut Connection, path: &str, content_type: &str) -> Result<(), String> {
+    let reply = connection
+        .send(Method::PUT, path, &[("content-type", content_type)], Bytes::new())
+        .await
+        .map_err(|e| format!("create {path}: {e}"))?;
+    match reply.status {
+        201 => Ok(()),
+        status => Err(format!("create {path}: status {status}")),
+    }
+}
+
+/// Appends `body` to `path` until `total` bytes are stored.
+pub async fn fill(
+    connection: &mut Connection,
+    path: &str,
+    content_type: &str,
+    body: Bytes,
+    total: u64,
+) -> Result<(), String> {
+    let mut stored = 0;
+    while stored < total {
+        let reply = connection
+            .send(Method::POST, path, &[("content-type", content_type)], body.clone())
+            .await
+            .map_err(|e| format!("fill {path}: {e}"))?;
+        if reply.status != 204 {
+            return Err(format!("fill {path}: status {}", reply.status));
+        }
+        stored += body.len() as u64;
+    }
+    Ok(())
+}
+
+/// A payload of `bytes` bytes (at least its header) that carries the time it was sent, in
+/// microseconds since `base`: `"{micros} xxx…"`.
+pub fn timed_payload(base: Instant, bytes: usize) -> Bytes {
+    let mut payload = format!("{} ", base.elapsed().as_micros());
+    if payload.len() < bytes {
+        payload.extend(std::iter::repeat_n('x', bytes - payload.len()));
+    }
+    Bytes::from(payload)
+}
+
+/// The send time a [`timed_payload`] carries, if `text` starts with one.
+pub fn sent_micros(text: &str) -> Option<u64> {
+    text.split(' ').next()?.parse().ok()
+}
+
+/// Opens a connection, retrying briefly (a worker whose connection broke keeps going).
+pub async fn reconnect(target: &Target) -> Option<Connection> {
+    for _ in 0..50 {
+        if let Ok(connection) = Connection::open(target).await {
+            return Some(connection);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timed_payloads_carry_their_send_time_and_size() {
+        let base = Instant::now() - Duration::from_millis(5);
+        let payload = timed_payload(base, 64);
+        assert_eq!(payload.len(), 64);
+        let sent = sent_micros(std::str::from_utf8(&payload).unwrap()).unwrap();
+        assert!(sent >= 5_000, "{sent}");
+        assert_eq!(sent_micros("garbage"), None);
+    }
 }

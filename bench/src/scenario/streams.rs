@@ -14,6 +14,7 @@ use hyper::Method;
 use crate::http::Connection;
 use crate::process;
 use crate::report::Report;
+use crate::run::Settings;
 use crate::stats::Latencies;
 use crate::target::Target;
 
@@ -23,12 +24,13 @@ pub struct StreamsOptions {
     /// Size of each stream's first (and only) message.
     pub bytes: usize,
     pub connections: usize,
-    pub server_pid: Option<u32>,
 }
 
-pub async fn run(target: &Target, options: &StreamsOptions) -> Result<Report, String> {
+pub async fn run(settings: &Settings, options: &StreamsOptions) -> Result<Report, String> {
+    let target = &settings.target;
     let prefix = format!("streams-{}", super::unique_suffix());
-    let memory_before = options.server_pid.and_then(process::resident_bytes);
+    let memory_before = settings.server_pid.and_then(process::resident_bytes);
+    let cpu_before = settings.server_pid.and_then(process::cpu_seconds);
     let next = Arc::new(AtomicUsize::new(0));
     let body = Bytes::from(vec![b'x'; options.bytes]);
     let started = Instant::now();
@@ -59,11 +61,19 @@ pub async fn run(target: &Target, options: &StreamsOptions) -> Result<Report, St
         .add("creations_per_sec", options.count as f64 / elapsed, "/s")
         .add("latency_p50_us", summary.p50_us, "µs")
         .add("latency_p99_us", summary.p99_us, "µs");
-    let memory_after = options.server_pid.and_then(process::resident_bytes);
-    if let (Some(before), Some(after)) = (memory_before, memory_after) {
-        let per_stream = after.saturating_sub(before) as f64 / options.count.max(1) as f64;
-        report.add("server_memory_per_stream_bytes", per_stream, "B");
-        report.add("server_resident_bytes", after, "B");
+    if let Some(pid) = settings.server_pid {
+        let memory_after = process::resident_bytes(pid);
+        if let (Some(before), Some(after)) = (memory_before, memory_after) {
+            let per_stream = after.saturating_sub(before) as f64 / options.count.max(1) as f64;
+            report.add("server_memory_per_stream_bytes", per_stream, "B");
+            report.add("server_resident_bytes", after, "B");
+        }
+        if let (Some(before), Some(after)) = (cpu_before, process::cpu_seconds(pid)) {
+            report.add("server_cpu_seconds", after - before, "s");
+        }
+        if let Some(peak) = process::peak_resident_bytes(pid) {
+            report.add("server_peak_resident_bytes", peak, "B");
+        }
     }
     Ok(report)
 }

@@ -1,0 +1,98 @@
+//! `read`: one stream pre-filled with N bytes, then C connections each reading it from the
+//! start again and again, following `Stream-Next-Offset` until `Stream-Up-To-Date` (one
+//! pass). Reports read throughput, requests per second and per-request latency.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::Method;
+
+use super::{create, fill, reconnect, unique_suffix};
+use crate::http::Connection;
+use crate::report::Report;
+use crate::run::{Clock, Live, Progress, ServerProbe, Settings, Tally};
+
+#[derive(Clone, Debug)]
+pub struct ReadOptions {
+    pub connections: usize,
+    /// Bytes the stream is filled with before reading.
+    pub fill_bytes: u64,
+    /// Size of each append that fills it.
+    pub append_bytes: usize,
+}
+
+pub async fn run(settings: &Settings, options: &ReadOptions) -> Result<Report, String> {
+    let path = settings.target.stream_path(&format!("read-{}", unique_suffix()));
+    let mut setup = Connection::open(&settings.target).await.map_err(|e| format!("connect: {e}"))?;
+    create(&mut setup, &path, "application/octet-stream").await?;
+    let body = Bytes::from(vec![b'r'; options.append_bytes.max(1)]);
+    fill(&mut setup, &path, "application/octet-stream", body, options.fill_bytes).await?;
+
+    let clock = Clock::start(settings);
+    let live = Arc::new(Live::default());
+    let progress = Progress::start("read", settings, clock, Arc::clone(&live));
+    let probe = ServerProbe::start(settings.server_pid, clock);
+    let passes = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..options.connections.max(1))
+        .map(|_| {
+            let (settings, live, passes, path) =
+                (settings.clone(), Arc::clone(&live), Arc::clone(&passes), path.clone());
+            tokio::spawn(async move { read_loop(&settings, clock, &live, &passes, &path).await })
+        })
+        .collect();
+    let mut tally = Tally::default();
+    for worker in workers {
+        tally.merge(worker.await.map_err(|e| format!("worker: {e}"))??);
+    }
+    progress.finish();
+    let mut report = Report::new("read");
+    report
+        .add("connections", options.connections as u64, "")
+        .add("stream_bytes", options.fill_bytes, "B")
+        .add("passes", passes.load(Ordering::Relaxed), "");
+    tally.report(&mut report, "reads", &clock, &[200]);
+    probe.finish(&clock, &mut report).await;
+    Ok(report)
+}
+
+/// Whole passes over the stream until the run ends.
+async fn read_loop(
+    settings: &Settings,
+    clock: Clock,
+    live: &Live,
+    passes: &AtomicU64,
+    path: &str,
+) -> Result<Tally, String> {
+    let mut tally = Tally::default();
+    let mut connection = Connection::open(&settings.target).await.map_err(|e| format!("connect: {e}"))?;
+    let mut offset = "-1".to_string();
+    let mut count = 0;
+    while !clock.done() && count < settings.requests_max {
+        count += 1;
+        let sent = Instant::now();
+        let reply =
+            match connection.send(Method::GET, &format!("{path}?offset={offset}"), &[], Bytes::new()).await {
+                Ok(reply) => reply,
+                Err(_) => {
+                    tally.failed(&clock, live);
+                    connection = reconnect(&settings.target).await.ok_or("the server went away")?;
+                    continue;
+                }
+            };
+        tally.record(&clock, live, sent, reply.status, reply.status == 200, reply.body.len() as u64);
+        let next = reply.header("stream-next-offset").map(str::to_string);
+        match (reply.status, next, reply.header("stream-up-to-date").is_some()) {
+            (200, Some(_), true) => {
+                if clock.measuring() {
+                    passes.fetch_add(1, Ordering::Relaxed);
+                }
+                offset = "-1".into();
+            }
+            (200, Some(next), false) => offset = next,
+            (status, ..) => return Err(format!("read {path}: status {status}")),
+        }
+    }
+    Ok(tally)
+}
