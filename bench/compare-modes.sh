@@ -29,7 +29,7 @@ run() {
 run healthz healthz --connections 64
 run append append --connections 64 --streams 100 --bytes 256
 run append-producer append --connections 64 --streams 100 --bytes 256 --producer
-run read read --connections 8 --fill-bytes 16777216
+run read read --connections 8 --fill-bytes 8388608
 run fanout fanout --subscribers 1000 --rate 50
 run longpoll longpoll --readers 100 --rate 50
 run mixed mixed --writers 16 --catchup-readers 8 --live-readers 64 --streams 32

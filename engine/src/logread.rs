@@ -5,9 +5,10 @@
 //! offset (checking it is a message boundary, inside a multi-message JSON record if need
 //! be), picks the last record that fits the byte budget (and at most
 //! [`RECORDS_PER_READ_MAX`] records), and walks back to collect them. The data comes back as
-//! `Bytes` straight from the storage ([`RecordSource::data`]).
+//! `Bytes` straight from the storage ([`RecordSource::data`]); the data of small records is
+//! copied together instead ([`COPY_BELOW_BYTES`]).
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::chain::{collect, find, find_index, find_last, Node, NodeSource};
 use crate::offset::Offset;
@@ -17,10 +18,21 @@ use crate::read::{Chunk, Message, ReadError};
 /// Most records one read returns (a partial read continues at its next offset).
 pub const RECORDS_PER_READ_MAX: u64 = 4096;
 
+/// Records whose data is smaller than this are copied into a shared buffer by reads rather
+/// than handed out as slices of their own: a slice costs an allocation and an iovec on the
+/// way out, more than copying a few hundred bytes.
+pub const COPY_BELOW_BYTES: u64 = 4096;
+
 /// A log that can hand out a record's stored data.
 pub trait RecordSource: NodeSource<Error = ReadError> {
     /// The stored message bytes of the record `node` describes.
     fn data(&self, node: &Node) -> Result<Bytes, ReadError>;
+
+    /// Appends the stored bytes of the record `node` describes, from byte `skip` on, to `out`.
+    fn copy_data(&self, node: &Node, skip: usize, out: &mut BytesMut) -> Result<(), ReadError> {
+        out.extend_from_slice(&self.data(node)?[skip..]);
+        Ok(())
+    }
 }
 
 /// Reads stored for the stream whose published tail record is at `tail_location` and whose
@@ -47,13 +59,24 @@ impl<S: RecordSource> LogRead<'_, S> {
         let Some(span) = self.span(from, bytes_max)? else {
             return Ok(Chunk { next: from, messages: 0, slices: Vec::new() });
         };
-        let mut slices = Vec::with_capacity(span.nodes.len());
+        let mut slices = Vec::new();
+        let mut copied = BytesMut::new();
         for (index, node) in span.nodes.iter().enumerate() {
             if node.start == node.end {
                 continue;
             }
-            let data = self.source.data(node)?;
-            slices.push(if index == 0 { data.slice(span.skip_bytes..) } else { data });
+            let skip = if index == 0 { span.skip_bytes } else { 0 };
+            if node.end.bytes - node.start.bytes < COPY_BELOW_BYTES {
+                self.source.copy_data(node, skip, &mut copied)?;
+                continue;
+            }
+            if !copied.is_empty() {
+                slices.push(copied.split().freeze());
+            }
+            slices.push(self.source.data(node)?.slice(skip..));
+        }
+        if !copied.is_empty() {
+            slices.push(copied.freeze());
         }
         let next = span.nodes.last().map_or(from, |node| node.end);
         Ok(Chunk { next, messages: next.messages - from.messages, slices })

@@ -71,6 +71,9 @@ pub trait FileMap: Send + Sync {
     fn read(&self, start: usize, buffer: &mut [u8]);
     /// Shares bytes `start..end` (without copying where the platform allows).
     fn slice(&self, start: usize, end: usize) -> Bytes;
+    /// Lends bytes `start..end` to `visit` (no copy, no allocation where the platform
+    /// allows; panics past the end).
+    fn visit(&self, start: usize, end: usize, visit: &mut dyn FnMut(&[u8]));
 }
 
 /// Reads exactly `buffer.len()` bytes at `position`, failing on a short read.

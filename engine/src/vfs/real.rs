@@ -203,6 +203,10 @@ impl FileMap for RealMap {
         assert!(start <= end && end <= self.map.len(), "slice outside the map");
         Bytes::from_owner(MapRange { map: Arc::clone(&self.map), start, end })
     }
+
+    fn visit(&self, start: usize, end: usize, visit: &mut dyn FnMut(&[u8])) {
+        visit(&self.map[start..end]);
+    }
 }
 
 #[cfg(test)]

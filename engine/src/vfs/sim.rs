@@ -417,6 +417,10 @@ impl FileMap for SimMap {
         self.read(start, &mut copy);
         Bytes::from(copy)
     }
+
+    fn visit(&self, start: usize, end: usize, visit: &mut dyn FnMut(&[u8])) {
+        visit(&self.slice(start, end));
+    }
 }
 
 #[cfg(test)]

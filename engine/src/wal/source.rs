@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::segment::Segment;
 use super::{location, split_location, SegmentTable};
@@ -16,8 +16,8 @@ use crate::chain::{find_index, Node, NodeSource};
 use crate::logread::RecordSource;
 use crate::read::ReadError;
 use crate::record::codec::{
-    chain_bytes, decode_chain, decode_record, payload_crc, Header, Kind, Meta, HEADER_BYTES, JUMPS_MAX,
-    META_BYTES_MAX,
+    chain_bytes, decode_chain, decode_record, payload_crc, Chain, Header, Kind, Meta, HEADER_BYTES,
+    JUMPS_MAX, META_BYTES_MAX,
 };
 use crate::record::scan::RecordScan;
 
@@ -34,51 +34,64 @@ pub struct RecordHead {
 }
 
 impl WalSource {
-    /// Reads and checks the header and chain of the record at `location`.
-    pub fn head(&self, location: u64) -> Result<RecordHead, ReadError> {
+    /// Reads and checks the header of the record at `location` (and its chain, with
+    /// `with_chain`), in place in the map, and that the whole record lies inside it.
+    fn read_head(
+        &self,
+        location: u64,
+        with_chain: bool,
+    ) -> Result<(Header, Option<Chain>, Arc<Segment>), ReadError> {
         let (ordinal, position) = split_location(location);
         let segment = self.table.get(ordinal).ok_or(ReadError::Storage)?;
-        let position = position as usize;
-        let mut raw = [0u8; HEADER_BYTES];
-        if position + HEADER_BYTES > segment.map.size() {
+        let (position, size) = (position as usize, segment.map.size());
+        if position + HEADER_BYTES > size {
             return Err(ReadError::Storage);
         }
-        segment.map.read(position, &mut raw);
-        let header = Header::decode(&raw).map_err(|_| ReadError::Storage)?;
-        if position + header.record_len() > segment.map.size() {
-            return Err(ReadError::Storage);
-        }
-        let mut chain_raw = [0u8; 9 + 8 * JUMPS_MAX];
-        let chain_len = chain_bytes_at(
-            &segment.map,
-            position + HEADER_BYTES,
-            usize::from(header.meta_len),
-            &mut chain_raw,
-        )?;
-        let chain = decode_chain(&chain_raw[..chain_len]).map_err(|_| ReadError::Storage)?;
+        let end = size.min(position + HEADER_BYTES + chain_bytes(JUMPS_MAX));
+        let mut decoded = Err(ReadError::Storage);
+        segment
+            .map
+            .visit(position, end, &mut |bytes| decoded = decode_head(bytes, size - position, with_chain));
+        let (header, chain) = decoded?;
+        Ok((header, chain, segment))
+    }
+
+    /// Reads and checks the header of the record at `location`; returns its segment too.
+    fn header(&self, location: u64) -> Result<(Header, Arc<Segment>), ReadError> {
+        let (header, _, segment) = self.read_head(location, false)?;
+        Ok((header, segment))
+    }
+
+    /// Reads and checks the header and chain of the record at `location`.
+    pub fn head(&self, location: u64) -> Result<RecordHead, ReadError> {
+        let (header, chain, _) = self.read_head(location, true)?;
+        let chain = chain.expect("asked for the chain");
         let node =
             Node { location, n: chain.n, start: header.offset, end: header.end_offset(), jumps: chain.jumps };
         Ok(RecordHead { header, node })
     }
 }
 
-/// Copies the chain part of a meta starting at `at` into `buffer`; returns its length.
-fn chain_bytes_at(
-    map: &Arc<dyn crate::vfs::FileMap>,
-    at: usize,
-    meta_len: usize,
-    buffer: &mut [u8; 9 + 8 * JUMPS_MAX],
-) -> Result<usize, ReadError> {
-    if meta_len < 9 {
+/// Decodes a header (and the chain at the start of its meta) from `bytes`, the start of a
+/// record with `room` bytes to the end of its segment.
+fn decode_head(bytes: &[u8], room: usize, with_chain: bool) -> Result<(Header, Option<Chain>), ReadError> {
+    let raw: &[u8; HEADER_BYTES] = bytes[..HEADER_BYTES].try_into().expect("a header's bytes");
+    let header = Header::decode(raw).map_err(|_| ReadError::Storage)?;
+    if header.record_len() > room {
         return Err(ReadError::Storage);
     }
-    map.read(at, &mut buffer[..9]);
-    let len = chain_bytes(usize::from(buffer[8]));
-    if len > meta_len || usize::from(buffer[8]) > JUMPS_MAX {
+    if !with_chain {
+        return Ok((header, None));
+    }
+    let meta = &bytes[HEADER_BYTES..];
+    let meta_len = usize::from(header.meta_len);
+    let jumps = usize::from(*meta.get(8).ok_or(ReadError::Storage)?);
+    let chain_len = chain_bytes(jumps);
+    if jumps > JUMPS_MAX || chain_len > meta_len || chain_len > meta.len() {
         return Err(ReadError::Storage);
     }
-    map.read(at + 9, &mut buffer[9..len]);
-    Ok(len)
+    let chain = decode_chain(&meta[..chain_len]).map_err(|_| ReadError::Storage)?;
+    Ok((header, Some(chain)))
 }
 
 impl WalSource {
@@ -145,22 +158,41 @@ impl NodeSource for WalSource {
 }
 
 impl RecordSource for WalSource {
+    fn copy_data(&self, node: &Node, skip: usize, out: &mut BytesMut) -> Result<(), ReadError> {
+        let (header, segment) = self.header(node.location)?;
+        let meta_len = usize::from(header.meta_len);
+        let start = split_location(node.location).1 as usize + HEADER_BYTES;
+        let mut checked = Err(ReadError::Storage);
+        segment.map.visit(start, start + header.payload_len as usize, &mut |payload| {
+            let (meta, data) = payload.split_at(meta_len.min(payload.len()));
+            if header.offset == node.start
+                && payload_crc(meta, &[data]) == header.payload_crc
+                && skip <= data.len()
+            {
+                out.extend_from_slice(&data[skip..]);
+                checked = Ok(());
+            }
+        });
+        checked.inspect_err(|_| {
+            tracing::error!(location = node.location, "stored data fails its checksum; the read is refused")
+        })
+    }
+
     fn data(&self, node: &Node) -> Result<Bytes, ReadError> {
-        let head = self.head(node.location)?;
+        let (header, segment) = self.header(node.location)?;
         let (ordinal, position) = split_location(node.location);
-        let segment = self.table.get(ordinal).ok_or(ReadError::Storage)?;
-        let start = position as usize + HEADER_BYTES + usize::from(head.header.meta_len);
-        let meta_len = usize::from(head.header.meta_len);
+        let meta_len = usize::from(header.meta_len);
         if meta_len > META_BYTES_MAX {
             return Err(ReadError::Storage);
         }
-        let mut meta = [0u8; META_BYTES_MAX];
-        segment.map.read(position as usize + HEADER_BYTES, &mut meta[..meta_len]);
-        let data = segment.map.slice(start, start + head.header.data_len() as usize);
-        if payload_crc(&meta[..meta_len], &[&data]) != head.header.payload_crc {
+        // `header` checked that the whole record lies inside the map.
+        let start = position as usize + HEADER_BYTES;
+        let payload = segment.map.slice(start, start + header.payload_len as usize);
+        let (meta, data) = payload.split_at(meta_len);
+        if header.offset != node.start || payload_crc(meta, &[data]) != header.payload_crc {
             tracing::error!(ordinal, position, "stored data fails its checksum; the read is refused");
             return Err(ReadError::Storage);
         }
-        Ok(data)
+        Ok(payload.slice(meta_len..))
     }
 }

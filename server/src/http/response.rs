@@ -6,10 +6,11 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::io::IoSlice;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http_body::{Frame, SizeHint};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CACHE_CONTROL};
 use hyper::{Response, StatusCode};
@@ -42,25 +43,99 @@ impl Body {
     }
 }
 
+/// Most slices, and bytes, one frame of a [`Body::Slices`] carries.
+const FRAME_SLICES_MAX: usize = 64;
+const FRAME_BYTES_MAX: usize = 1 << 20;
+
+/// The data of one frame: one or more slices, written with one `writev` as far as the
+/// writer's iovec limit allows. Many small stored messages (one slice each) thus cost a
+/// few system calls per megabyte, not one per message, and nothing is copied on the way.
+#[derive(Debug, Default)]
+pub struct SliceBuf {
+    slices: VecDeque<Bytes>,
+    remaining: usize,
+}
+
+impl SliceBuf {
+    /// Takes slices from the front of `slices` for one frame.
+    fn take_frame(slices: &mut VecDeque<Bytes>) -> SliceBuf {
+        let mut frame = SliceBuf::default();
+        while let Some(front) = slices.front() {
+            let full =
+                frame.slices.len() == FRAME_SLICES_MAX || frame.remaining + front.len() > FRAME_BYTES_MAX;
+            if full && !frame.slices.is_empty() {
+                break;
+            }
+            let slice = slices.pop_front().expect("a front slice");
+            frame.remaining += slice.len();
+            frame.slices.push_back(slice);
+        }
+        frame
+    }
+}
+
+impl From<Bytes> for SliceBuf {
+    fn from(bytes: Bytes) -> SliceBuf {
+        SliceBuf { remaining: bytes.len(), slices: VecDeque::from([bytes]) }
+    }
+}
+
+impl Buf for SliceBuf {
+    fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.slices.front().map_or(&[], |slice| slice.as_ref())
+    }
+
+    fn advance(&mut self, mut count: usize) {
+        assert!(count <= self.remaining, "cannot advance past the end");
+        self.remaining -= count;
+        while count > 0 {
+            let front = self.slices.front_mut().expect("remaining bytes are in slices");
+            if count < front.len() {
+                front.advance(count);
+                return;
+            }
+            count -= front.len();
+            self.slices.pop_front();
+        }
+    }
+
+    fn chunks_vectored<'a>(&'a self, slots: &mut [IoSlice<'a>]) -> usize {
+        let mut filled = 0;
+        for (slot, slice) in slots.iter_mut().zip(&self.slices) {
+            *slot = IoSlice::new(slice);
+            filled += 1;
+        }
+        filled
+    }
+}
+
 impl http_body::Body for Body {
-    type Data = Bytes;
+    type Data = SliceBuf;
     type Error = Infallible;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    ) -> Poll<Option<Result<Frame<SliceBuf>, Infallible>>> {
         match &mut *self {
             Body::Empty => Poll::Ready(None),
-            Body::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Body::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(SliceBuf::from(b))))),
             Body::Slices { slices, remaining } => {
-                let next = slices.pop_front();
-                if let Some(slice) = &next {
-                    *remaining -= slice.len() as u64;
+                if slices.is_empty() {
+                    return Poll::Ready(None);
                 }
-                Poll::Ready(next.map(|slice| Ok(Frame::data(slice))))
+                let frame = SliceBuf::take_frame(slices);
+                *remaining -= frame.remaining as u64;
+                Poll::Ready(Some(Ok(Frame::data(frame))))
             }
-            Body::Live(body) => body.as_mut().poll_frame(cx),
+            Body::Live(body) => body
+                .as_mut()
+                .poll_frame(cx)
+                .map(|frame| frame.map(|frame| frame.map(|frame| frame.map_data(SliceBuf::from)))),
         }
     }
 
@@ -140,5 +215,25 @@ mod tests {
         sse.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         finish(&mut sse, &CorsPolicy::AnyOrigin, None);
         assert_eq!(sse.headers()[CACHE_CONTROL], "no-cache");
+    }
+
+    #[test]
+    fn slice_frames_write_many_slices_at_once_and_advance_across_them() {
+        let mut slices: VecDeque<Bytes> = (0..100).map(|i| Bytes::from(vec![i as u8; 10])).collect();
+        let mut frame = SliceBuf::take_frame(&mut slices);
+        assert_eq!((frame.remaining(), slices.len()), (640, 36), "a frame takes at most 64 slices");
+        let mut slots = [IoSlice::new(&[]); 8];
+        assert_eq!(frame.chunks_vectored(&mut slots), 8);
+        assert_eq!(&*slots[1], &[1u8; 10]);
+        frame.advance(15);
+        assert_eq!(frame.chunk(), &[1u8; 5]);
+        frame.advance(625);
+        assert_eq!(frame.remaining(), 0);
+        assert!(frame.chunk().is_empty());
+
+        let mut big: VecDeque<Bytes> =
+            [Bytes::from(vec![0; FRAME_BYTES_MAX]), Bytes::from_static(b"x")].into();
+        assert_eq!(SliceBuf::take_frame(&mut big).remaining(), FRAME_BYTES_MAX, "and at most a megabyte");
+        assert_eq!(SliceBuf::take_frame(&mut big).remaining(), 1);
     }
 }
