@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::{EngineConfig, EngineError, StorageMode, Threading};
+use crate::histogram::HistogramSnapshot;
 use crate::limits::ByteBudget;
 use crate::name::StreamName;
 use crate::op::{AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
@@ -58,7 +59,7 @@ enum Runners {
 }
 
 /// Counters for tools, tests and metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EngineStats {
     pub streams: usize,
     pub stored_bytes: u64,
@@ -69,6 +70,17 @@ pub struct EngineStats {
     pub moves: u64,
     /// Ops answered by those batches.
     pub ops: u64,
+}
+
+/// One shard's activity, for metrics.
+#[derive(Clone, Debug)]
+pub struct ShardStats {
+    /// Ops waiting in the shard's queue right now.
+    pub queue_depth: usize,
+    /// Ops answered per batch.
+    pub batch_ops: HistogramSnapshot,
+    /// Microseconds per commit (write and sync of a batch in the disk modes).
+    pub commit_us: HistogramSnapshot,
 }
 
 impl Engine {
@@ -185,6 +197,19 @@ impl Engine {
             ops: self.inner.shards.iter().map(|s| s.counters.ops.load(Ordering::Relaxed)).sum(),
             moves: self.inner.shards.iter().map(|s| s.counters.moves.load(Ordering::Relaxed)).sum(),
         }
+    }
+
+    /// Each shard's queue depth and batch histograms (cheap: relaxed loads).
+    pub fn shard_stats(&self) -> Vec<ShardStats> {
+        self.inner
+            .shards
+            .iter()
+            .map(|shard| ShardStats {
+                queue_depth: shard.queue_depth(),
+                batch_ops: shard.counters.batch_ops.snapshot(),
+                commit_us: shard.counters.commit_us.snapshot(),
+            })
+            .collect()
     }
 
     /// Stops every shard after its current batch and waits for the threads. Idempotent.

@@ -21,7 +21,7 @@
 //! - [`inspect`]: read-only access to a data directory for offline tools (`ds-tool`).
 //! - [`live`]: tail-advance notifications for long-poll and SSE readers.
 //! - Leaves: [`offset`], [`name`], [`content_type`], [`payload`] (JSON framing), [`producer`],
-//!   [`limits`], [`time`], [`read`], [`op`], [`config`].
+//!   [`limits`], [`time`], [`read`], [`op`], [`config`], [`histogram`] (statistics).
 //!
 //! # How a write flows
 //!
@@ -45,6 +45,7 @@ pub mod config;
 pub mod content_type;
 pub mod engine;
 pub mod files;
+pub mod histogram;
 pub mod inspect;
 pub mod limits;
 pub mod live;
@@ -66,7 +67,7 @@ pub mod wal;
 
 pub use config::{EngineConfig, EngineError, StorageMode};
 pub use content_type::ContentType;
-pub use engine::{Engine, EngineStats};
+pub use engine::{Engine, EngineStats, ShardStats};
 pub use name::StreamName;
 pub use offset::{Offset, StartAt};
 pub use op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, OpError};

@@ -1,11 +1,14 @@
-//! What every request handler shares: the engine, the settings, the shutdown signal.
+//! What every request handler shares: the engine, the settings, the shutdown signal, the
+//! metrics.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ds_engine::Engine;
 
 use crate::config::Config;
 use crate::http::cors::CorsPolicy;
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// Shared state of the HTTP front (one per server, behind an `Arc`).
@@ -20,6 +23,11 @@ pub struct App {
     /// `http` or `https`, for `Location` headers.
     pub scheme: &'static str,
     pub shutdown: Shutdown,
+    pub metrics: Arc<Metrics>,
+    /// Most connections served at once.
+    pub connections_max: usize,
+    /// How long a response write may stay blocked before the connection is closed.
+    pub write_stall_timeout: Duration,
 }
 
 impl App {
@@ -31,8 +39,11 @@ impl App {
             sse_idle_close: config.sse_idle_close,
             read_bytes_max: config.read_bytes_max,
             cors: config.cors.clone(),
-            scheme: "http",
+            scheme: if config.tls.is_some() { "https" } else { "http" },
             shutdown: Shutdown::default(),
+            metrics: Arc::new(Metrics::default()),
+            connections_max: config.connections_max,
+            write_stall_timeout: config.write_stall_timeout,
         }
     }
 }

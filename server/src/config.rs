@@ -55,6 +55,13 @@ pub struct Args {
     /// Size of each acid WAL segment in bytes [default: 32 MiB, or enough for the largest record]
     #[arg(long, env = "DS_STORAGE__SEGMENT_BYTES")]
     pub segment_bytes: Option<String>,
+    /// Most client connections served at once; more get a fast 503 with Retry-After
+    #[arg(long, env = "DS_SERVER__MAX_CONNECTIONS", default_value = "10000")]
+    pub max_connections: String,
+    /// Seconds a response write may stay blocked (the client reads nothing) before the
+    /// connection is closed; bounds what a slow live reader holds (it resumes from its offset)
+    #[arg(long, env = "DS_SERVER__WRITE_STALL_TIMEOUT_SECS", default_value = "30")]
+    pub write_stall_timeout_secs: String,
     /// PEM certificate chain; with --tls-key-path, serve HTTPS
     #[arg(long, env = "DS_TLS__CERT_PATH")]
     pub tls_cert_path: Option<PathBuf>,
@@ -73,7 +80,18 @@ pub struct Config {
     pub sse_idle_close: Option<Duration>,
     pub cors: CorsPolicy,
     pub read_bytes_max: usize,
+    pub connections_max: usize,
+    pub write_stall_timeout: Duration,
+    /// Certificate chain and key files: serve HTTPS.
+    pub tls: Option<TlsFiles>,
     pub engine: EngineConfig,
+}
+
+/// Where the PEM certificate chain and private key are (both checked at startup).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert_path: PathBuf,
+    pub key_path: PathBuf,
 }
 
 /// A configuration value that cannot be used; the message names the variable.
@@ -92,19 +110,27 @@ impl std::error::Error for ConfigError {}
 const LONG_POLL_SECS_MAX: u64 = 3600;
 /// Longest SSE idle interval, in seconds.
 const SSE_IDLE_SECS_MAX: u64 = 86_400;
+/// Most concurrent connections one process may be configured for.
+const CONNECTIONS_MAX: u64 = 1_000_000;
+/// Longest write stall allowed, in seconds.
+const WRITE_STALL_SECS_MAX: u64 = 3600;
 
 impl Args {
     pub fn into_config(self) -> Result<Config, ConfigError> {
-        if self.tls_cert_path.is_some() != self.tls_key_path.is_some() {
-            return Err(ConfigError(
-                "DS_TLS__CERT_PATH and DS_TLS__KEY_PATH must be set together (or neither)".into(),
-            ));
-        }
-        if self.tls_cert_path.is_some() {
-            return Err(ConfigError(
-                "DS_TLS__CERT_PATH/DS_TLS__KEY_PATH: direct TLS is not available in this build yet".into(),
-            ));
-        }
+        let tls = match (self.tls_cert_path, self.tls_key_path) {
+            (Some(cert_path), Some(key_path)) => Some(TlsFiles { cert_path, key_path }),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(ConfigError(
+                    "DS_TLS__CERT_PATH is set but DS_TLS__KEY_PATH is not; set both".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError(
+                    "DS_TLS__KEY_PATH is set but DS_TLS__CERT_PATH is not; set both".into(),
+                ))
+            }
+        };
         let host = self.host.parse().map_err(|_| invalid("DS_SERVER__HOST", &self.host, "an IP address"))?;
         let port = number("DS_SERVER__PORT", &self.port, 0, u64::from(u16::MAX))? as u16;
         let long_poll =
@@ -122,6 +148,14 @@ impl Args {
             number("DS_LIMITS__MAX_STREAM_BYTES", &self.max_stream_bytes, 1, u32::MAX.into())?;
         let read_bytes_max =
             number("DS_LIMITS__MAX_READ_BYTES", &self.max_read_bytes, 1024, 64 << 20)? as usize;
+        let connections_max =
+            number("DS_SERVER__MAX_CONNECTIONS", &self.max_connections, 1, CONNECTIONS_MAX)? as usize;
+        let write_stall_secs = number(
+            "DS_SERVER__WRITE_STALL_TIMEOUT_SECS",
+            &self.write_stall_timeout_secs,
+            1,
+            WRITE_STALL_SECS_MAX,
+        )?;
         let mode = StorageMode::parse(&self.storage_mode).ok_or_else(|| {
             invalid("DS_STORAGE__MODE", &self.storage_mode, "memory, file-fast, file-durable or acid")
         })?;
@@ -162,6 +196,9 @@ impl Args {
             sse_idle_close: (sse_idle > 0).then(|| Duration::from_secs(sse_idle)),
             cors,
             read_bytes_max,
+            connections_max,
+            write_stall_timeout: Duration::from_secs(write_stall_secs),
+            tls,
             engine,
         })
     }
@@ -203,11 +240,14 @@ mod tests {
         assert_eq!(config.engine.shard_count, 16);
         assert_eq!(config.engine.limits, Limits::default());
         assert_eq!(config.read_bytes_max, 1 << 20);
+        assert_eq!(config.connections_max, 10_000);
+        assert_eq!(config.write_stall_timeout, Duration::from_secs(30));
+        assert!(config.tls.is_none());
     }
 
     #[test]
     fn invalid_values_name_their_variable() {
-        let cases: [(&[&str], &str); 8] = [
+        let cases: [(&[&str], &str); 11] = [
             (&["--port", "http"], "DS_SERVER__PORT"),
             (&["--port", "70000"], "DS_SERVER__PORT"),
             (&["--acid-shard-count", "12"], "DS_STORAGE__ACID_SHARD_COUNT"),
@@ -215,7 +255,10 @@ mod tests {
             (&["--storage-mode", "disk"], "DS_STORAGE__MODE"),
             (&["--long-poll-timeout-secs", "0"], "DS_SERVER__LONG_POLL_TIMEOUT_SECS"),
             (&["--max-memory-bytes=-5"], "DS_LIMITS__MAX_MEMORY_BYTES"),
-            (&["--tls-cert-path", "/tmp/cert.pem"], "DS_TLS__CERT_PATH"),
+            (&["--tls-cert-path", "/tmp/cert.pem"], "DS_TLS__KEY_PATH"),
+            (&["--tls-key-path", "/tmp/key.pem"], "DS_TLS__CERT_PATH"),
+            (&["--max-connections", "0"], "DS_SERVER__MAX_CONNECTIONS"),
+            (&["--write-stall-timeout-secs", "x"], "DS_SERVER__WRITE_STALL_TIMEOUT_SECS"),
         ];
         for (flags, variable) in cases {
             let error = args(flags).expect_err("invalid");

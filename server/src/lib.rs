@@ -3,12 +3,15 @@
 //! # Layout
 //!
 //! - [`config`]: every `DS_*` variable as a flag, checked into a [`config::Config`].
-//! - [`serve`]: the accept loop (hyper HTTP/1.1 connections, graceful shutdown).
-//! - [`router`]: path and method to route; the headers every response carries.
-//! - [`routes`]: one module per endpoint (create, append, read, head, delete, health).
+//! - [`serve`]: the accept loop (hyper HTTP/1.1 connections, the connection limit, TLS
+//!   handshakes via [`tls`], write stalls via [`stall`], graceful shutdown).
+//! - [`router`]: path and method to route; the headers every response carries; metrics and
+//!   the [`access_log`] line of each request.
+//! - [`routes`]: one module per endpoint (create, append, read, head, delete, health,
+//!   metrics).
 //! - [`live`]: long-poll and SSE reads, the SSE wire format, stream cursors.
 //! - [`http`]: bodies, problems, header and query parsing, CORS.
-//! - [`app`] and [`shutdown`]: state shared by all requests.
+//! - [`app`], [`metrics`] and [`shutdown`]: state shared by all requests.
 //!
 //! # How a request flows
 //!
@@ -18,14 +21,18 @@
 //! (live routes wait on the stream's tail notifications). Errors become problem documents;
 //! `router::handle` adds the common headers to whatever comes back.
 
+pub mod access_log;
 pub mod app;
 pub mod config;
 pub mod http;
 pub mod live;
+pub mod metrics;
 pub mod router;
 pub mod routes;
 pub mod serve;
 pub mod shutdown;
+pub mod stall;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,6 +48,7 @@ use crate::config::Config;
 pub enum RunError {
     Engine(ds_engine::EngineError),
     Bind(SocketAddr, std::io::Error),
+    Tls(tls::TlsError),
 }
 
 impl std::fmt::Display for RunError {
@@ -48,6 +56,7 @@ impl std::fmt::Display for RunError {
         match self {
             RunError::Engine(error) => write!(f, "cannot start the engine: {error}"),
             RunError::Bind(address, error) => write!(f, "cannot listen on {address}: {error}"),
+            RunError::Tls(error) => write!(f, "cannot set up TLS: {error}"),
         }
     }
 }
@@ -56,6 +65,7 @@ impl std::error::Error for RunError {}
 
 /// Runs the server until SIGINT or SIGTERM, then shuts down gracefully.
 pub async fn run(config: Config) -> Result<(), RunError> {
+    let tls = config.tls.as_ref().map(tls::acceptor).transpose().map_err(RunError::Tls)?;
     let engine = Engine::start(config.engine.clone()).map_err(RunError::Engine)?;
     let address = SocketAddr::new(config.host, config.port);
     let listener = TcpListener::bind(address).await.map_err(|error| RunError::Bind(address, error))?;
@@ -69,7 +79,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     );
     log_recovery(&engine);
     tokio::spawn(trigger_on_signal(Arc::clone(&app)));
-    serve::serve(listener, app).await;
+    serve::serve(listener, app, tls).await;
     let stats = engine.stats();
     tokio::task::spawn_blocking(move || engine.shutdown()).await.ok();
     let ops_per_batch = stats.ops as f64 / stats.batches.max(1) as f64;

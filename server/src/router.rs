@@ -1,21 +1,25 @@
 //! Request dispatch: path and method to route, and the headers every answer gets.
 //!
-//! `/healthz` and `/v1/stream/{name}` exist; everything else is a 404 problem, and a method
-//! a path does not serve is a 405 with `Allow`. Every response, errors included, leaves
-//! through [`handle`], which adds the common headers.
+//! `/healthz`, `/metrics` and `/v1/stream/{name}` exist; everything else is a 404 problem,
+//! and a method a path does not serve is a 405 with `Allow`. Every response, errors
+//! included, leaves through [`handle`], which adds the common headers, counts the request
+//! in the metrics and writes its access log line.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use ds_engine::StreamName;
+use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, ORIGIN};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode, Uri};
 
+use crate::access_log::AccessRecord;
 use crate::app::App;
 use crate::http::cors::ALLOWED_METHODS;
 use crate::http::problem::Problem;
 use crate::http::response::{finish, Body};
+use crate::metrics::{Metrics, Route};
 use crate::routes;
 
 /// Where stream names start in the path.
@@ -24,15 +28,55 @@ pub const STREAM_PREFIX: &str = "/v1/stream/";
 /// Answers one request (never fails: errors become problem responses).
 pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let origin = request.headers().get(ORIGIN).cloned();
+    let label = route_label(request.method(), request.uri());
+    let access = AccessRecord::begin(&request);
     let mut response = route(&app, request).await.unwrap_or_else(Problem::into_response);
     finish(&mut response, &app.cors, origin.as_ref());
+    let status = response.status().as_u16();
+    let bytes = response.body().size_hint().exact();
+    app.metrics.request(label, status);
+    if matches!(label, Route::Read | Route::LongPoll) {
+        Metrics::add(&app.metrics.read_bytes, bytes.unwrap_or(0));
+    }
+    if let Some(access) = access {
+        access.finish(status, bytes);
+    }
     Ok(response)
+}
+
+/// The metrics label of a request (live reads told apart by their `live` parameter).
+fn route_label(method: &Method, uri: &Uri) -> Route {
+    match uri.path() {
+        "/healthz" => return Route::Health,
+        "/metrics" => return Route::Metrics,
+        path if !path.starts_with(STREAM_PREFIX) => return Route::Other,
+        _ => {}
+    }
+    match *method {
+        Method::PUT => Route::Create,
+        Method::POST => Route::Append,
+        Method::HEAD => Route::Head,
+        Method::DELETE => Route::Delete,
+        Method::OPTIONS => Route::Preflight,
+        Method::GET => {
+            let live = uri.query().unwrap_or("").split('&').find_map(|pair| pair.strip_prefix("live="));
+            match live {
+                Some("sse") => Route::Sse,
+                Some("long-poll") => Route::LongPoll,
+                _ => Route::Read,
+            }
+        }
+        _ => Route::Other,
+    }
 }
 
 async fn route(app: &Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, Problem> {
     let path = request.uri().path();
     if path == "/healthz" {
         return routes::health::health(request.method());
+    }
+    if path == "/metrics" {
+        return routes::metrics::metrics(app, request.method());
     }
     let Some(raw_name) = path.strip_prefix(STREAM_PREFIX) else {
         return Err(Problem::new(StatusCode::NOT_FOUND, "no-route", format!("no resource at {path}")));

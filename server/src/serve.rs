@@ -1,34 +1,59 @@
-//! The accept loop: one hyper HTTP/1.1 connection task per client, graceful shutdown.
+//! The accept loop: one hyper HTTP/1.1 connection task per client, the connection limit,
+//! TLS handshakes, graceful shutdown.
 //!
 //! Connections get keep-alive, `TCP_NODELAY`, a bounded request head (size and hyper's
-//! default of 100 headers), and a head read timeout. On shutdown the loop stops accepting, live reads end (clients
-//! reconnect from their offsets), and in-flight requests get [`DRAIN_TIMEOUT`] to finish.
+//! default of 100 headers), a head read timeout and a write-stall guard ([`StallGuard`]).
+//! At most `DS_SERVER__MAX_CONNECTIONS` are served at once; one more gets a canned 503 with
+//! `Retry-After` and is closed (at most [`REFUSALS_MAX`] of those at a time, past which a
+//! connection is simply closed). With TLS, the handshake runs in the connection's task,
+//! bounded by [`HANDSHAKE_TIMEOUT`]. On shutdown the loop stops accepting, live reads end
+//! (clients reconnect from their offsets), and in-flight requests get [`DRAIN_TIMEOUT`].
 
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
 
 use crate::app::App;
+use crate::metrics::ErrorKind;
 use crate::router;
+use crate::stall::StallGuard;
 
 /// Largest request head (request line and headers) accepted, in bytes.
 pub const HEAD_BYTES_MAX: usize = 64 * 1024;
 /// Most request headers accepted is hyper's default, 100 (more is refused with 431).
 /// How long a client may take to send a request head.
 pub const HEAD_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a TLS handshake may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for in-flight requests.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Refused connections being answered at once.
+pub const REFUSALS_MAX: usize = 256;
+/// How long a refused connection is given to take its 503.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pause after a failed accept (such as running out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// The answer past the connection limit (sent before reading the request).
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/problem+json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 125\r\n\r\n\
+{\"type\":\"urn:ds:problem:too-many-connections\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"connection limit reached\"}";
+
 /// Serves `listener` until the app's shutdown signal fires, then drains.
-pub async fn serve(listener: TcpListener, app: Arc<App>) {
+pub async fn serve(listener: TcpListener, app: Arc<App>, tls: Option<TlsAcceptor>) {
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(app.connections_max));
+    let refusals = Arc::new(Semaphore::new(REFUSALS_MAX));
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -37,32 +62,108 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
         let (socket, peer) = match accepted {
             Ok(connection) => connection,
             Err(error) => {
+                app.metrics.error(ErrorKind::Accept);
                 tracing::warn!(%error, "accept failed");
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            app.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+            if let Ok(refusal) = Arc::clone(&refusals).try_acquire_owned() {
+                tokio::spawn(refuse(socket, refusal));
+            }
+            continue;
+        };
         if let Err(error) = socket.set_nodelay(true) {
             tracing::debug!(%error, %peer, "cannot set TCP_NODELAY");
         }
-        let service_app = Arc::clone(&app);
-        let service = service_fn(move |request| router::handle(Arc::clone(&service_app), request));
-        let connection = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .keep_alive(true)
-            .max_header_size(HEAD_BYTES_MAX)
-            .header_read_timeout(HEAD_READ_TIMEOUT)
-            .serve_connection(TokioIo::new(socket), service);
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, %peer, "connection ended with an error");
-            }
-        });
+        tokio::spawn(connection(Arc::clone(&app), socket, peer, tls.clone(), graceful.watcher(), slot));
     }
     drop(listener);
     tokio::select! {
         _ = graceful.shutdown() => tracing::info!("all connections drained"),
         _ = tokio::time::sleep(DRAIN_TIMEOUT) => tracing::warn!("drain timeout; closing remaining connections"),
+    }
+}
+
+/// One client connection, from the TLS handshake (if any) to its end; holds its slot.
+async fn connection(
+    app: Arc<App>,
+    socket: TcpStream,
+    peer: SocketAddr,
+    tls: Option<TlsAcceptor>,
+    watcher: Watcher,
+    _slot: OwnedSemaphorePermit,
+) {
+    app.metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+    match tls {
+        None => serve_http(&app, socket, peer, watcher).await,
+        Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+            Ok(Ok(stream)) => serve_http(&app, stream, peer, watcher).await,
+            Ok(Err(error)) => {
+                app.metrics.error(ErrorKind::TlsHandshake);
+                tracing::debug!(%error, %peer, "TLS handshake failed");
+            }
+            Err(_) => {
+                app.metrics.error(ErrorKind::TlsHandshake);
+                tracing::debug!(%peer, "TLS handshake timed out");
+            }
+        },
+    }
+    app.metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// HTTP/1.1 over `io` until the client or the shutdown ends it.
+async fn serve_http<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watcher)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = StallGuard::new(io, app.write_stall_timeout, Arc::clone(&app.metrics));
+    let service_app = Arc::clone(app);
+    let service = service_fn(move |request| router::handle(Arc::clone(&service_app), request));
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .max_header_size(HEAD_BYTES_MAX)
+        .header_read_timeout(HEAD_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(io), service);
+    if let Err(error) = watcher.watch(connection).await {
+        app.metrics.error(ErrorKind::Connection);
+        tracing::debug!(%error, %peer, "connection ended with an error");
+    }
+}
+
+/// Answers 503 without reading the request, then closes after the client's request bytes
+/// (so the close is not a reset that could destroy the answer in flight).
+async fn refuse(mut socket: TcpStream, _refusal: OwnedSemaphorePermit) {
+    let answer = async {
+        socket.write_all(REFUSAL).await?;
+        socket.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < HEAD_BYTES_MAX {
+            match socket.read(&mut sink).await? {
+                0 => break,
+                read => drained += read,
+            }
+        }
+        Ok::<(), std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, answer).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusal_is_a_complete_response() {
+        let text = std::str::from_utf8(REFUSAL).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 503 "));
+        assert!(head.contains(&format!("content-length: {}", body.len())), "{head}");
+        let document: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(document["status"], 503);
     }
 }

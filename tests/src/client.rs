@@ -98,11 +98,7 @@ impl Client {
         let mut stream = TcpStream::connect(self.addr)?;
         stream.set_read_timeout(Some(READ_TIMEOUT))?;
         stream.write_all(bytes)?;
-        let mut reader = BufReader::new(stream);
-        let (status, headers) = read_head(&mut reader)?;
-        let no_body = head_request || status == 204 || status == 304 || (100..200).contains(&status);
-        let body = if no_body { Vec::new() } else { read_body(&mut reader, &headers)? };
-        Ok(Response { status, headers, body })
+        read_response(&mut BufReader::new(stream), head_request)
     }
 
     pub fn get(&self, path: &str) -> Response {
@@ -232,11 +228,19 @@ fn header_of<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str>
     headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
 }
 
+/// Reads one response from any byte stream (plain TCP here, TLS in the TLS tests).
+pub fn read_response(reader: &mut impl BufRead, head_request: bool) -> io::Result<Response> {
+    let (status, headers) = read_head(reader)?;
+    let no_body = head_request || status == 204 || status == 304 || (100..200).contains(&status);
+    let body = if no_body { Vec::new() } else { read_body(reader, &headers)? };
+    Ok(Response { status, headers, body })
+}
+
 fn malformed(what: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what)
 }
 
-fn read_head(reader: &mut BufReader<TcpStream>) -> io::Result<(u16, Vec<(String, String)>)> {
+fn read_head(reader: &mut impl BufRead) -> io::Result<(u16, Vec<(String, String)>)> {
     let mut status_line = String::new();
     reader.read_line(&mut status_line)?;
     let status = status_line
@@ -260,7 +264,7 @@ fn read_head(reader: &mut BufReader<TcpStream>) -> io::Result<(u16, Vec<(String,
     Ok((status, headers))
 }
 
-fn read_body(reader: &mut BufReader<TcpStream>, headers: &[(String, String)]) -> io::Result<Vec<u8>> {
+fn read_body(reader: &mut impl BufRead, headers: &[(String, String)]) -> io::Result<Vec<u8>> {
     if let Some(length) = header_of(headers, "content-length") {
         let length = length.parse().map_err(|_| malformed(format!("content length {length:?}")))?;
         let mut body = vec![0; length];

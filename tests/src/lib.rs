@@ -4,12 +4,16 @@
 //!   stops it (SIGTERM or kill) when the test is done.
 //! - `client`: a small blocking HTTP/1.1 client that also reads SSE bodies incrementally.
 //! - `data_dir`: temporary data directories for servers of the disk modes.
+//! - `haproxy` and `jwt`: the shipped proxy configuration, started for end-to-end tests, and
+//!   tokens minted with the committed test-only keys.
 //!
 //! The tests themselves live in `tests/tests/`: protocol behaviour, configuration, and the
 //! public conformance suite.
 
 pub mod client;
 pub mod data_dir;
+pub mod haproxy;
+pub mod jwt;
 pub mod server;
 
 pub use client::{Client, Response, StreamingResponse};

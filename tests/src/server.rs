@@ -104,7 +104,8 @@ impl Server {
                     log.push_str(&line);
                     log.push('\n');
                 }
-                if let Some(address) = line.split("listening on http://").nth(1) {
+                let address = line.split("listening on http://").nth(1);
+                if let Some(address) = address.or_else(|| line.split("listening on https://").nth(1)) {
                     let address = address.split_whitespace().next().unwrap_or_default().to_string();
                     let _ = address_tx.send(address);
                 }

@@ -6,6 +6,7 @@
 //! readers. A failed commit publishes nothing and answers nothing.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use super::{Batch, Shard};
 use crate::record::Record;
@@ -16,11 +17,13 @@ impl Shard {
     pub(super) fn commit(&mut self, mut batch: Batch) {
         if !batch.records.is_empty() || !batch.replies.is_empty() {
             batch.places.clear();
+            let started = Instant::now();
             if let Err(error) = self.persist.commit(&batch.records, batch.now_ms, &mut batch.places) {
                 self.settings.io_error_policy.fatal("commit", &error);
                 self.failed = true;
                 return;
             }
+            self.shared.counters.commit_us.record(started.elapsed().as_micros() as u64);
             debug_assert_eq!(batch.places.len(), batch.records.len(), "one place per record");
             self.publish(&mut batch);
             if self.persist.checkpoint_due() {
@@ -57,6 +60,7 @@ impl Shard {
         self.shared.directory.apply(&mut batch.overlay);
         self.shared.counters.batches.fetch_add(1, Ordering::Relaxed);
         self.shared.counters.ops.fetch_add(batch.replies.len() as u64, Ordering::Relaxed);
+        self.shared.counters.batch_ops.record(batch.replies.len() as u64);
         for reply in batch.replies.drain(..) {
             reply.send();
         }

@@ -27,6 +27,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 
 use crate::config::IoErrorPolicy;
 use crate::content_type::ContentType;
+use crate::histogram::Histogram;
 use crate::limits::{ByteBudget, Limits};
 use crate::live::LiveRegistry;
 use crate::op::{AppendOutcome, CreateOutcome, Op, OpError, Reply};
@@ -74,6 +75,11 @@ impl ShardShared {
         }
     }
 
+    /// Ops waiting in the shard's queue.
+    pub fn queue_depth(&self) -> usize {
+        self.ops.len()
+    }
+
     /// Asks the shard to finish its batch and stop, waiting for queue space if needed.
     pub fn stop(&self) {
         if self.ops.send(Op::Stop).is_ok() {
@@ -89,6 +95,10 @@ pub(crate) struct ShardCounters {
     pub ops: AtomicU64,
     /// Streams compaction moved to the head of the log.
     pub moves: AtomicU64,
+    /// Ops answered per batch.
+    pub batch_ops: Histogram,
+    /// Microseconds each commit took (the batch's write and sync in the disk modes).
+    pub commit_us: Histogram,
 }
 
 /// Batch limits and the clock of a shard.

@@ -25,6 +25,7 @@ pub async fn serve(
     client_cursor: Option<String>,
     if_none_match: Option<HeaderValue>,
 ) -> Result<Response<Body>, Problem> {
+    let _counted = app.metrics.live_reader(false);
     let subscription = handle.subscribe();
     let at = match start.at {
         StartAt::Tail => StartAt::At(handle.status().ok_or_else(Problem::not_found)?.tail),

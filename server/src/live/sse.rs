@@ -33,6 +33,7 @@ use crate::app::App;
 use crate::http::headers::STREAM_SSE_DATA_ENCODING;
 use crate::http::problem::Problem;
 use crate::http::response::{response, Body};
+use crate::metrics::Metrics;
 use crate::routes::read::ReadStart;
 use crate::routes::read_problem;
 
@@ -129,6 +130,7 @@ impl SseBody {
             data_since_armed: false,
             sleep: Box::pin(tokio::time::sleep(interval)),
         });
+        app.metrics.sse_started();
         SseBody {
             subscription: handle.subscribe(),
             shutdown: app.shutdown.owned_wait(),
@@ -233,6 +235,12 @@ impl SseBody {
     }
 }
 
+impl Drop for SseBody {
+    fn drop(&mut self) {
+        self.app.metrics.sse_ended();
+    }
+}
+
 impl http_body::Body for SseBody {
     type Data = Bytes;
     type Error = Infallible;
@@ -250,6 +258,7 @@ impl http_body::Body for SseBody {
             let fired = this.woken(cx);
             if this.may_have_news() {
                 if let Some(frame) = this.next_frame() {
+                    Metrics::add(&this.app.metrics.read_bytes, frame.len() as u64);
                     return Poll::Ready(Some(Ok(Frame::data(frame))));
                 }
                 if this.finished {

@@ -14,6 +14,7 @@ use crate::http::headers::{self, PRODUCER_EPOCH, PRODUCER_SEQ, STREAM_CLOSED, ST
 use crate::http::problem::Problem;
 use crate::http::request_body;
 use crate::http::response::{response, Body};
+use crate::metrics::Metrics;
 
 pub async fn append(
     app: &App,
@@ -26,6 +27,7 @@ pub async fn append(
     let producer = headers::producer(&parts.headers)?;
     let stream_seq = headers::stream_seq(&parts.headers)?;
     let body = request_body::read(body, &parts.headers, app.body_bytes_max).await?;
+    let body_bytes = body.len() as u64;
     let payload = match (&content_type, body.is_empty()) {
         (_, true) if close => None,
         (_, true) => {
@@ -45,6 +47,9 @@ pub async fn append(
     let tagged = producer.is_some();
     let request = AppendRequest { name, content_type, payload, close, producer, stream_seq };
     let outcome = app.engine.append(request).await.map_err(op_problem)?;
+    if outcome.kind == AppendKind::Stored {
+        Metrics::add(&app.metrics.append_bytes, body_bytes);
+    }
     Ok(reply(outcome, tagged))
 }
 

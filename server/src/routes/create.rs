@@ -16,6 +16,7 @@ use crate::http::headers::{self, STREAM_CLOSED, STREAM_NEXT_OFFSET};
 use crate::http::problem::Problem;
 use crate::http::request_body;
 use crate::http::response::{response, set, Body};
+use crate::metrics::Metrics;
 
 pub async fn create(
     app: &App,
@@ -31,11 +32,15 @@ pub async fn create(
     }
     let closed = headers::stream_closed(&parts.headers)?;
     let body = request_body::read(body, &parts.headers, app.body_bytes_max).await?;
+    let body_bytes = body.len() as u64;
     let initial = payload_of(&content_type, body, true)?;
     let config = StreamConfig { content_type, ttl_secs, expires_at_ms };
     let request = CreateRequest { name, config, initial, closed };
     let outcome = app.engine.create(request).await.map_err(op_problem)?;
 
+    if outcome.created {
+        Metrics::add(&app.metrics.append_bytes, body_bytes);
+    }
     let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
     let mut reply = response(status, Body::Empty);
     let headers = reply.headers_mut();

@@ -2,13 +2,15 @@
 //! a request body into a payload.
 //!
 //! - `create` (PUT), `append` (POST), `read` (GET catch-up; live modes are in `crate::live`),
-//!   `head` (HEAD), `delete` (DELETE), `health` (`/healthz`), `preflight` (CORS OPTIONS).
+//!   `head` (HEAD), `delete` (DELETE), `health` (`/healthz`), `metrics` (`/metrics`),
+//!   `preflight` (CORS OPTIONS).
 
 pub mod append;
 pub mod create;
 pub mod delete;
 pub mod head;
 pub mod health;
+pub mod metrics;
 pub mod preflight;
 pub mod read;
 

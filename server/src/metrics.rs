@@ -1,0 +1,319 @@
+//! Counters of the HTTP front, and the Prometheus text rendering of them and the engine's.
+//!
+//! Everything here is a relaxed atomic bumped on the request path: no lock, no allocation.
+//! `GET /metrics` ([`crate::routes::metrics`]) renders a snapshot with [`render`]. Request
+//! counts are kept per route and per status code in a fixed table.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use ds_engine::histogram::HistogramSnapshot;
+use ds_engine::{EngineStats, ShardStats};
+
+/// What a request was, for the `route` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    Create,
+    Append,
+    Read,
+    LongPoll,
+    Sse,
+    Head,
+    Delete,
+    Preflight,
+    Health,
+    Metrics,
+    Other,
+}
+
+impl Route {
+    const ALL: [Route; 11] = [
+        Route::Create,
+        Route::Append,
+        Route::Read,
+        Route::LongPoll,
+        Route::Sse,
+        Route::Head,
+        Route::Delete,
+        Route::Preflight,
+        Route::Health,
+        Route::Metrics,
+        Route::Other,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Route::Create => "create",
+            Route::Append => "append",
+            Route::Read => "read",
+            Route::LongPoll => "long-poll",
+            Route::Sse => "sse",
+            Route::Head => "head",
+            Route::Delete => "delete",
+            Route::Preflight => "preflight",
+            Route::Health => "health",
+            Route::Metrics => "metrics",
+            Route::Other => "other",
+        }
+    }
+}
+
+/// Errors outside request handling, for the `kind` label of `ds_errors_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// `accept` failed (such as running out of file descriptors).
+    Accept,
+    /// A connection ended with an I/O or protocol error.
+    Connection,
+    /// A TLS handshake failed or timed out.
+    TlsHandshake,
+    /// A client stopped reading and was disconnected (see `crate::stall`).
+    WriteStall,
+}
+
+impl ErrorKind {
+    const ALL: [ErrorKind; 4] =
+        [ErrorKind::Accept, ErrorKind::Connection, ErrorKind::TlsHandshake, ErrorKind::WriteStall];
+
+    fn label(self) -> &'static str {
+        match self {
+            ErrorKind::Accept => "accept",
+            ErrorKind::Connection => "connection",
+            ErrorKind::TlsHandshake => "tls-handshake",
+            ErrorKind::WriteStall => "write-stall",
+        }
+    }
+}
+
+/// Status codes counted one by one: 100 to 599.
+const STATUS_FIRST: u16 = 100;
+const STATUSES: usize = 500;
+
+/// The front's counters (one per server).
+pub struct Metrics {
+    requests: Box<[AtomicU64]>,
+    errors: [AtomicU64; ErrorKind::ALL.len()],
+    pub append_bytes: AtomicU64,
+    pub read_bytes: AtomicU64,
+    live_long_poll: AtomicI64,
+    live_sse: AtomicI64,
+    pub connections_open: AtomicI64,
+    pub connections_refused: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            requests: (0..Route::ALL.len() * STATUSES).map(|_| AtomicU64::new(0)).collect(),
+            errors: Default::default(),
+            append_bytes: AtomicU64::new(0),
+            read_bytes: AtomicU64::new(0),
+            live_long_poll: AtomicI64::new(0),
+            live_sse: AtomicI64::new(0),
+            connections_open: AtomicI64::new(0),
+            connections_refused: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Counts one live reader while it exists.
+pub struct LiveReader<'a> {
+    gauge: &'a AtomicI64,
+}
+
+impl Drop for LiveReader<'_> {
+    fn drop(&mut self) {
+        self.gauge.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Metrics {
+    pub fn request(&self, route: Route, status: u16) {
+        let Some(slot) = status.checked_sub(STATUS_FIRST).map(usize::from).filter(|&s| s < STATUSES) else {
+            return;
+        };
+        self.requests[route as usize * STATUSES + slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn error(&self, kind: ErrorKind) {
+        self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn add(counter: &AtomicU64, amount: u64) {
+        counter.fetch_add(amount, Ordering::Relaxed);
+    }
+
+    /// Counts a long-poll (`sse == false`) or SSE reader until the guard drops.
+    pub fn live_reader(&self, sse: bool) -> LiveReader<'_> {
+        let gauge = if sse { &self.live_sse } else { &self.live_long_poll };
+        gauge.fetch_add(1, Ordering::Relaxed);
+        LiveReader { gauge }
+    }
+
+    /// An SSE body began (it owns the app, so it counts itself instead of holding a guard).
+    pub fn sse_started(&self) {
+        self.live_sse.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An SSE body ended (dropped).
+    pub fn sse_ended(&self) {
+        self.live_sse.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The whole exposition: the front's counters, then the engine's.
+pub fn render(metrics: &Metrics, engine: &EngineStats, shards: &[ShardStats], disk: bool) -> String {
+    let mut out = String::with_capacity(8192);
+    render_front(&mut out, metrics);
+    render_engine(&mut out, engine, shards, disk);
+    out
+}
+
+fn render_front(out: &mut String, metrics: &Metrics) {
+    header(out, "ds_requests_total", "counter", "HTTP requests answered, by route and status.");
+    for route in Route::ALL {
+        for slot in 0..STATUSES {
+            let count = metrics.requests[route as usize * STATUSES + slot].load(Ordering::Relaxed);
+            if count > 0 {
+                let status = STATUS_FIRST as usize + slot;
+                let _ = writeln!(
+                    out,
+                    "ds_requests_total{{route=\"{}\",status=\"{status}\"}} {count}",
+                    route.label()
+                );
+            }
+        }
+    }
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    header(out, "ds_append_bytes_total", "counter", "Message bytes accepted by appends and creates.");
+    let _ = writeln!(out, "ds_append_bytes_total {}", load(&metrics.append_bytes));
+    header(
+        out,
+        "ds_read_bytes_total",
+        "counter",
+        "Response body bytes sent by reads (catch-up, long-poll, SSE).",
+    );
+    let _ = writeln!(out, "ds_read_bytes_total {}", load(&metrics.read_bytes));
+    header(out, "ds_live_readers", "gauge", "Live reads in progress.");
+    let _ = writeln!(
+        out,
+        "ds_live_readers{{kind=\"long-poll\"}} {}",
+        metrics.live_long_poll.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(out, "ds_live_readers{{kind=\"sse\"}} {}", metrics.live_sse.load(Ordering::Relaxed));
+    header(out, "ds_connections", "gauge", "Client connections open.");
+    let _ = writeln!(out, "ds_connections {}", metrics.connections_open.load(Ordering::Relaxed));
+    header(
+        out,
+        "ds_connections_refused_total",
+        "counter",
+        "Connections refused (503) past the connection limit.",
+    );
+    let _ = writeln!(out, "ds_connections_refused_total {}", load(&metrics.connections_refused));
+    header(out, "ds_errors_total", "counter", "Errors outside request handling, by kind.");
+    for kind in ErrorKind::ALL {
+        let _ = writeln!(
+            out,
+            "ds_errors_total{{kind=\"{}\"}} {}",
+            kind.label(),
+            load(&metrics.errors[kind as usize])
+        );
+    }
+}
+
+fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], disk: bool) {
+    header(out, "ds_streams", "gauge", "Streams stored.");
+    let _ = writeln!(out, "ds_streams {}", engine.streams);
+    header(out, "ds_stored_bytes", "gauge", "Message bytes stored across all streams.");
+    let _ = writeln!(out, "ds_stored_bytes {}", engine.stored_bytes);
+    header(out, "ds_shard_queue_depth", "gauge", "Operations waiting in each shard's queue.");
+    for (index, shard) in shards.iter().enumerate() {
+        let _ = writeln!(out, "ds_shard_queue_depth{{shard=\"{index}\"}} {}", shard.queue_depth);
+    }
+    let mut batch_ops = HistogramSnapshot::default();
+    let mut commit_us = HistogramSnapshot::default();
+    for shard in shards {
+        batch_ops.merge(&shard.batch_ops);
+        commit_us.merge(&shard.commit_us);
+    }
+    header(out, "ds_batch_ops", "histogram", "Operations committed per batch (group commit).");
+    histogram(out, "ds_batch_ops", &batch_ops, 1.0);
+    if disk {
+        header(
+            out,
+            "ds_commit_seconds",
+            "histogram",
+            "Time to make one batch durable: its write and fdatasync.",
+        );
+        histogram(out, "ds_commit_seconds", &commit_us, 1e-6);
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Cumulative buckets; `scale` turns recorded units into the metric's unit.
+fn histogram(out: &mut String, name: &str, snapshot: &HistogramSnapshot, scale: f64) {
+    let mut cumulative = 0;
+    for (index, count) in snapshot.counts.iter().enumerate() {
+        cumulative += count;
+        match HistogramSnapshot::bound(index) {
+            Some(bound) => {
+                let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {cumulative}", bound as f64 * scale);
+            }
+            None => {
+                let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+            }
+        }
+    }
+    let _ = writeln!(out, "{name}_sum {}", snapshot.sum as f64 * scale);
+    let _ = writeln!(out, "{name}_count {cumulative}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_requests_by_route_and_status() {
+        let metrics = Metrics::default();
+        metrics.request(Route::Append, 200);
+        metrics.request(Route::Append, 200);
+        metrics.request(Route::Read, 404);
+        metrics.request(Route::Other, 999);
+        let text = render(&metrics, &EngineStats::default(), &[], false);
+        assert!(text.contains("ds_requests_total{route=\"append\",status=\"200\"} 2\n"), "{text}");
+        assert!(text.contains("ds_requests_total{route=\"read\",status=\"404\"} 1\n"), "{text}");
+        assert!(!text.contains("999"), "out-of-range statuses are not counted: {text}");
+        assert!(!text.contains("ds_commit_seconds"), "no commit histogram in memory mode");
+    }
+
+    #[test]
+    fn live_reader_guards_count_while_alive() {
+        let metrics = Metrics::default();
+        let first = metrics.live_reader(true);
+        let _second = metrics.live_reader(true);
+        drop(first);
+        let _poll = metrics.live_reader(false);
+        let text = render(&metrics, &EngineStats::default(), &[], false);
+        assert!(text.contains("ds_live_readers{kind=\"sse\"} 1\n"), "{text}");
+        assert!(text.contains("ds_live_readers{kind=\"long-poll\"} 1\n"), "{text}");
+    }
+
+    #[test]
+    fn histograms_are_cumulative_and_scaled() {
+        let histogram = ds_engine::histogram::Histogram::default();
+        histogram.record(3);
+        histogram.record(1000);
+        let shard =
+            ShardStats { queue_depth: 2, batch_ops: histogram.snapshot(), commit_us: histogram.snapshot() };
+        let text = render(&Metrics::default(), &EngineStats::default(), &[shard], true);
+        assert!(text.contains("ds_batch_ops_bucket{le=\"4\"} 1\n"), "{text}");
+        assert!(text.contains("ds_batch_ops_bucket{le=\"1024\"} 2\n"), "{text}");
+        assert!(text.contains("ds_batch_ops_bucket{le=\"+Inf\"} 2\n"), "{text}");
+        assert!(text.contains("ds_batch_ops_count 2\n"), "{text}");
+        assert!(text.contains("ds_commit_seconds_bucket{le=\"0.000004\"} 1\n"), "{text}");
+        assert!(text.contains("ds_shard_queue_depth{shard=\"0\"} 2\n"), "{text}");
+    }
+}

@@ -1,0 +1,25 @@
+//! GET /metrics: the Prometheus text exposition of the front's and the engine's counters.
+
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::{Method, Response, StatusCode};
+
+use crate::app::App;
+use crate::http::problem::Problem;
+use crate::http::response::{response, Body};
+use crate::metrics::render;
+
+pub fn metrics(app: &App, method: &Method) -> Result<Response<Body>, Problem> {
+    if method != Method::GET {
+        return Err(Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            format!("{method} is not allowed on /metrics"),
+        )
+        .with_header(ALLOW, HeaderValue::from_static("GET")));
+    }
+    let disk = app.engine.config().mode != ds_engine::StorageMode::Memory;
+    let text = render(&app.metrics, &app.engine.stats(), &app.engine.shard_stats(), disk);
+    let mut reply = response(StatusCode::OK, Body::full(text.into_bytes()));
+    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    Ok(reply)
+}
