@@ -202,7 +202,11 @@ impl StreamingResponse {
                         return;
                     }
                     let mut chunk = vec![0; size + 2];
-                    self.reader.read_exact(&mut chunk).expect("chunk data");
+                    if self.reader.read_exact(&mut chunk).is_err() {
+                        // Cut mid-chunk (the server closed): what arrived of it is dropped.
+                        self.ended = true;
+                        return;
+                    }
                     self.received.extend_from_slice(&chunk[..size]);
                 }
                 Err(e) if is_timeout(&e) => {}

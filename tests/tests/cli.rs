@@ -6,7 +6,7 @@ use ds_tests::server::binary;
 use ds_tests::Server;
 
 /// Every variable of the spec (plus the listen host), with its default.
-const VARIABLES: [(&str, Option<&str>); 13] = [
+const VARIABLES: [(&str, Option<&str>); 15] = [
     ("DS_SERVER__HOST", Some("0.0.0.0")),
     ("DS_SERVER__PORT", Some("4437")),
     ("DS_SERVER__LONG_POLL_TIMEOUT_SECS", Some("30")),
@@ -18,6 +18,8 @@ const VARIABLES: [(&str, Option<&str>); 13] = [
     ("DS_STORAGE__MODE", Some("memory")),
     ("DS_STORAGE__DATA_DIR", Some("./data/streams")),
     ("DS_STORAGE__ACID_SHARD_COUNT", Some("16")),
+    ("DS_SERVER__MAX_CONNECTIONS", Some("10000")),
+    ("DS_SERVER__WRITE_STALL_TIMEOUT_SECS", Some("30")),
     ("DS_TLS__CERT_PATH", None),
     ("DS_TLS__KEY_PATH", None),
 ];

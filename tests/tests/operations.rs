@@ -1,0 +1,212 @@
+//! What operators rely on: `/metrics` scraped for real, the connection limit, the bound on
+//! a reader that stops reading, and a graceful shutdown under load.
+
+use std::collections::HashMap;
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ds_tests::client::read_response;
+use ds_tests::{Client, Server};
+
+/// The samples of a Prometheus text exposition: `name{labels}` → value.
+fn scrape(client: &Client) -> HashMap<String, f64> {
+    let response = client.get("/metrics");
+    assert_eq!(response.status, 200);
+    assert!(response.header("content-type").is_some_and(|v| v.starts_with("text/plain")));
+    let text = response.text();
+    let mut samples = HashMap::new();
+    for line in text.lines().filter(|line| !line.starts_with('#') && !line.is_empty()) {
+        let (name, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("sample line {line:?}"));
+        samples.insert(name.to_string(), value.parse().unwrap_or_else(|_| panic!("value in {line:?}")));
+    }
+    samples
+}
+
+fn sample(samples: &HashMap<String, f64>, name: &str) -> f64 {
+    *samples.get(name).unwrap_or_else(|| panic!("{name} missing from {samples:#?}"))
+}
+
+#[test]
+fn metrics_count_what_the_server_did() {
+    let server = Server::start_in("acid", &[]);
+    let client = server.client();
+    for index in 0..3 {
+        assert_eq!(client.put(&format!("/v1/stream/m{index}"), "text/plain", b"").status, 201);
+    }
+    for _ in 0..5 {
+        assert_eq!(client.post("/v1/stream/m0", "text/plain", b"0123456789").status, 204);
+    }
+    assert_eq!(client.get("/v1/stream/m0?offset=-1").text().len(), 50);
+    assert_eq!(client.get("/v1/stream/missing?offset=-1").status, 404);
+    let mut sse = client.open_stream("/v1/stream/m1?offset=-1&live=sse", &[]);
+    sse.read_until("upToDate", Duration::from_secs(5));
+    let tail = client.head("/v1/stream/m2").next_offset();
+    let long_poll =
+        std::thread::spawn(move || client.get(&format!("/v1/stream/m2?offset={tail}&live=long-poll")));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let samples = loop {
+        let samples = scrape(&client);
+        if sample(&samples, "ds_live_readers{kind=\"long-poll\"}") == 1.0 || Instant::now() > deadline {
+            break samples;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(sample(&samples, "ds_requests_total{route=\"create\",status=\"201\"}"), 3.0);
+    assert_eq!(sample(&samples, "ds_requests_total{route=\"append\",status=\"204\"}"), 5.0);
+    assert_eq!(sample(&samples, "ds_requests_total{route=\"read\",status=\"200\"}"), 1.0);
+    assert_eq!(sample(&samples, "ds_requests_total{route=\"read\",status=\"404\"}"), 1.0);
+    assert_eq!(sample(&samples, "ds_append_bytes_total"), 50.0);
+    assert!(sample(&samples, "ds_read_bytes_total") >= 50.0);
+    assert_eq!(sample(&samples, "ds_live_readers{kind=\"sse\"}"), 1.0);
+    assert_eq!(sample(&samples, "ds_live_readers{kind=\"long-poll\"}"), 1.0);
+    assert_eq!(sample(&samples, "ds_streams"), 3.0);
+    assert_eq!(sample(&samples, "ds_stored_bytes"), 50.0);
+    for shard in 0..4 {
+        assert_eq!(sample(&samples, &format!("ds_shard_queue_depth{{shard=\"{shard}\"}}")), 0.0);
+    }
+    assert!(sample(&samples, "ds_batch_ops_count") >= 1.0);
+    assert_eq!(sample(&samples, "ds_batch_ops_sum"), 8.0, "3 creates and 5 appends were committed");
+    assert!(sample(&samples, "ds_commit_seconds_count") >= 1.0, "acid commits are timed");
+    assert!(sample(&samples, "ds_commit_seconds_bucket{le=\"+Inf\"}") >= 1.0);
+    assert_eq!(sample(&samples, "ds_errors_total{kind=\"write-stall\"}"), 0.0);
+
+    assert_eq!(server.client().post("/v1/stream/m2", "text/plain", b"wake").status, 204);
+    assert_eq!(long_poll.join().unwrap().status, 200);
+    drop(sse);
+}
+
+/// A keep-alive connection that has been served once (so it holds a connection slot).
+fn held_connection(server: &Server) -> BufReader<TcpStream> {
+    let mut socket = TcpStream::connect(server.addr).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    socket.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut reader = BufReader::new(socket);
+    assert_eq!(read_response(&mut reader, false).unwrap().status, 200);
+    reader
+}
+
+#[test]
+fn connections_past_the_limit_get_a_fast_503() {
+    let server = Server::start(&[("DS_SERVER__MAX_CONNECTIONS", "2")]);
+    let mut first = held_connection(&server);
+    let second = held_connection(&server);
+    let refused = server.client().send("GET", "/healthz", &[], b"");
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert_eq!(refused.json()["type"], "urn:ds:problem:too-many-connections");
+
+    first.get_mut().write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let metrics = read_response(&mut first, false).unwrap().text();
+    assert!(metrics.contains("ds_connections_refused_total 1\n"), "{metrics}");
+    assert!(metrics.contains("ds_connections 2\n"), "{metrics}");
+
+    drop(second);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = server.client().send("GET", "/healthz", &[], b"").status;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a closed connection frees its slot (still {status})");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The data payloads and the last `id:` of the complete events in an SSE text.
+fn complete_events(text: &str) -> (Vec<String>, Option<String>) {
+    let mut blocks: Vec<&str> = text.split("\n\n").collect();
+    blocks.pop(); // the piece after the last blank line is incomplete (or empty)
+    let mut payloads = Vec::new();
+    let mut last_id = None;
+    for block in blocks {
+        let line = |prefix: &str| block.lines().find_map(|l| l.strip_prefix(prefix)).map(String::from);
+        if block.starts_with("event: data") {
+            payloads.push(line("data:").expect("a data line"));
+        }
+        last_id = line("id:").or(last_id);
+    }
+    (payloads, last_id)
+}
+
+#[test]
+fn a_reader_that_stops_reading_is_cut_and_resumes_without_loss() {
+    let server = Server::start(&[
+        ("DS_SERVER__WRITE_STALL_TIMEOUT_SECS", "1"),
+        ("DS_SERVER__SSE_RECONNECT_INTERVAL_SECS", "0"),
+        ("DS_LIMITS__MAX_STREAM_BYTES", "67108864"),
+        ("DS_LIMITS__MAX_MEMORY_BYTES", "268435456"),
+    ]);
+    let client = server.client();
+    let path = "/v1/stream/slow-reader";
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    let mut stalled = client.open_stream(&format!("{path}?offset=-1&live=sse"), &[]);
+    // More than the socket buffers on both sides can hold, so the server's writes block.
+    let messages: Vec<String> = (0..400).map(|i| format!("{i:08}{}", "x".repeat(65_528))).collect();
+    for message in &messages {
+        assert_eq!(client.post(path, "text/plain", message.as_bytes()).status, 204);
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(stalled.read_to_end(Duration::from_secs(30)), "the server closed the stalled reader");
+    let (mut received, last_id) = complete_events(&stalled.text());
+    assert!(received.len() < messages.len(), "the reader was cut before the end ({})", received.len());
+    let stalls = server.client().get("/metrics").text();
+    assert!(stalls.contains("ds_errors_total{kind=\"write-stall\"} 1\n"), "{stalls}");
+
+    let resume_from = last_id.unwrap_or_else(|| "-1".to_string());
+    let mut resumed = client.open_stream(&format!("{path}?offset={resume_from}&live=sse"), &[]);
+    let last_offset = client.head(path).next_offset();
+    resumed.read_until(&format!("id:{last_offset}\n\n"), Duration::from_secs(30));
+    let (rest, _) = complete_events(&resumed.text());
+    received.extend(rest);
+    assert_eq!(received.len(), messages.len(), "every message arrives exactly once");
+    assert!(received == messages, "in order and intact");
+}
+
+#[test]
+fn sigterm_ends_live_reads_finishes_writes_and_exits_cleanly() {
+    let mut server = Server::start_in("acid", &[]);
+    let client = server.client();
+    let path = "/v1/stream/shutdown";
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    let mut sse = client.open_stream(&format!("{path}?offset=-1&live=sse"), &[]);
+    sse.read_until("upToDate", Duration::from_secs(5));
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let writers: Vec<_> = (0..4)
+        .map(|writer| {
+            let (stop, acknowledged) = (Arc::clone(&stop), Arc::clone(&acknowledged));
+            std::thread::spawn(move || {
+                for index in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let message = format!("w{writer}-{index};");
+                    match client.try_send("POST", path, &[("Content-Type", "text/plain")], message.as_bytes())
+                    {
+                        Ok(response) if response.status == 204 => acknowledged.lock().unwrap().push(message),
+                        Ok(_) | Err(_) => break,
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let status = server.terminate();
+    stop.store(true, Ordering::Relaxed);
+    writers.into_iter().for_each(|writer| writer.join().unwrap());
+    assert!(status.success(), "exit status {status}; log:\n{}", server.log());
+    assert!(sse.read_to_end(Duration::from_secs(5)), "the SSE response ended at shutdown");
+    assert!(server.log().contains("ds-server stopped"), "{}", server.log());
+
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(!acknowledged.is_empty(), "writes were in flight");
+    server.restart();
+    let stored = server.client().get(&format!("{path}?offset=-1")).text();
+    for message in &acknowledged {
+        assert!(stored.contains(message.as_str()), "acknowledged {message} survived the shutdown");
+    }
+}
