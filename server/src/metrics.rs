@@ -185,7 +185,7 @@ fn render_front(out: &mut String, metrics: &Metrics) {
         }
     }
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    header(out, "ds_append_bytes_total", "counter", "Message bytes accepted by appends and creates.");
+    header(out, "ds_append_bytes_total", "counter", "Request body bytes of accepted appends and creates.");
     let _ = writeln!(out, "ds_append_bytes_total {}", load(&metrics.append_bytes));
     header(
         out,
