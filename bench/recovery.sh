@@ -12,7 +12,7 @@ port=${PORT:-4437}
 rm -rf "$dir"
 cargo build --release --quiet --bin ds-server
 export DS_SERVER__HOST=127.0.0.1 DS_SERVER__PORT="$port" DS_STORAGE__MODE=acid DS_STORAGE__DATA_DIR="$dir"
-export DS_LIMITS__MAX_MEMORY_BYTES=4000000000 DS_LIMITS__MAX_STREAM_BYTES=16000000 RUST_LOG=info
+export DS_LIMITS__MAX_MEMORY_BYTES=4000000000 DS_LIMITS__MAX_STREAM_BYTES=16000000 RUST_LOG=info,ds::access=off
 
 # Starts the server; sets $server (pid) and $took (seconds until it answered /healthz).
 start_server() {
