@@ -30,12 +30,12 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
     let origin = request.headers().get(ORIGIN).cloned();
     let label = route_label(request.method(), request.uri());
     let access = AccessRecord::begin(&request);
-    let mut response = route(&app, request).await.unwrap_or_else(Problem::into_response);
+    let mut response = route(&app, label, request).await.unwrap_or_else(Problem::into_response);
     finish(&mut response, &app.cors, origin.as_ref());
     let status = response.status().as_u16();
     let bytes = response.body().size_hint().exact();
     app.metrics.request(label, status);
-    if matches!(label, Route::Read | Route::LongPoll) {
+    if matches!(label, Route::Read | Route::LongPoll) && response.status().is_success() {
         Metrics::add(&app.metrics.read_bytes, bytes.unwrap_or(0));
     }
     if let Some(access) = access {
@@ -44,7 +44,8 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Respons
     Ok(response)
 }
 
-/// The metrics label of a request (live reads told apart by their `live` parameter).
+/// Which route serves a request, by path and method (live reads told apart by their `live`
+/// parameter); also the request's metrics label.
 fn route_label(method: &Method, uri: &Uri) -> Route {
     match uri.path() {
         "/healthz" => return Route::Health,
@@ -70,32 +71,30 @@ fn route_label(method: &Method, uri: &Uri) -> Route {
     }
 }
 
-async fn route(app: &Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, Problem> {
+/// Runs the route `label` names (an unknown path is a 404, an unknown method a 405).
+async fn route(app: &Arc<App>, label: Route, request: Request<Incoming>) -> Result<Response<Body>, Problem> {
+    match label {
+        Route::Health => return routes::health::health(request.method()),
+        Route::Metrics => return routes::metrics::metrics(app, request.method()),
+        Route::Preflight => return Ok(routes::preflight::preflight()),
+        _ => {}
+    }
     let path = request.uri().path();
-    if path == "/healthz" {
-        return routes::health::health(request.method());
-    }
-    if path == "/metrics" {
-        return routes::metrics::metrics(app, request.method());
-    }
     let Some(raw_name) = path.strip_prefix(STREAM_PREFIX) else {
         return Err(Problem::new(StatusCode::NOT_FOUND, "no-route", format!("no resource at {path}")));
     };
-    if request.method() == Method::OPTIONS {
-        return Ok(routes::preflight::preflight());
-    }
     let name = StreamName::from_path(raw_name)
         .map_err(|error| Problem::bad_request("invalid-name", error.to_string()))?;
-    match *request.method() {
-        Method::PUT => routes::create::create(app, name, request).await,
-        Method::POST => routes::append::append(app, name, request).await,
-        Method::GET => routes::read::read(app, name, request).await,
-        Method::HEAD => routes::head::head(app, &name),
-        Method::DELETE => routes::delete::delete(app, name).await,
-        ref other => Err(Problem::new(
+    match label {
+        Route::Create => routes::create::create(app, name, request).await,
+        Route::Append => routes::append::append(app, name, request).await,
+        Route::Read | Route::LongPoll | Route::Sse => routes::read::read(app, name, request).await,
+        Route::Head => routes::head::head(app, &name),
+        Route::Delete => routes::delete::delete(app, name).await,
+        _ => Err(Problem::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "method-not-allowed",
-            format!("{other} is not allowed on streams"),
+            format!("{} is not allowed on streams", request.method()),
         )
         .with_header(ALLOW, HeaderValue::from_static(ALLOWED_METHODS))),
     }

@@ -36,12 +36,11 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
     let chain = load_chain(&files.cert_path)?;
     let key = load_key(&files.key_path)?;
     let certified = certified_key(chain, key, &provider, files)?;
-    let config = ServerConfig::builder_with_provider(Arc::clone(&provider))
+    let mut config = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|error| TlsError(format!("TLS protocol setup failed: {error}")))?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(SingleCertAndKey::from(certified)));
-    let mut config = config;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
