@@ -185,31 +185,18 @@ fn render_front(out: &mut String, metrics: &Metrics) {
         }
     }
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    header(out, "ds_append_bytes_total", "counter", "Request body bytes of accepted appends and creates.");
-    let _ = writeln!(out, "ds_append_bytes_total {}", load(&metrics.append_bytes));
-    header(
-        out,
-        "ds_read_bytes_total",
-        "counter",
-        "Response body bytes sent by reads (catch-up, long-poll, SSE).",
-    );
-    let _ = writeln!(out, "ds_read_bytes_total {}", load(&metrics.read_bytes));
+    let append_help = "Request body bytes of accepted appends and creates.";
+    single(out, "ds_append_bytes_total", "counter", append_help, load(&metrics.append_bytes));
+    let read_help = "Response body bytes sent by reads (catch-up, long-poll, SSE).";
+    single(out, "ds_read_bytes_total", "counter", read_help, load(&metrics.read_bytes));
     header(out, "ds_live_readers", "gauge", "Live reads in progress.");
-    let _ = writeln!(
-        out,
-        "ds_live_readers{{kind=\"long-poll\"}} {}",
-        metrics.live_long_poll.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(out, "ds_live_readers{{kind=\"sse\"}} {}", metrics.live_sse.load(Ordering::Relaxed));
-    header(out, "ds_connections", "gauge", "Client connections open.");
-    let _ = writeln!(out, "ds_connections {}", metrics.connections_open.load(Ordering::Relaxed));
-    header(
-        out,
-        "ds_connections_refused_total",
-        "counter",
-        "Connections refused (503) past the connection limit.",
-    );
-    let _ = writeln!(out, "ds_connections_refused_total {}", load(&metrics.connections_refused));
+    for (kind, gauge) in [("long-poll", &metrics.live_long_poll), ("sse", &metrics.live_sse)] {
+        let _ = writeln!(out, "ds_live_readers{{kind=\"{kind}\"}} {}", gauge.load(Ordering::Relaxed));
+    }
+    let open = metrics.connections_open.load(Ordering::Relaxed);
+    single(out, "ds_connections", "gauge", "Client connections open.", open);
+    let refused_help = "Connections refused (503) past the connection limit.";
+    single(out, "ds_connections_refused_total", "counter", refused_help, load(&metrics.connections_refused));
     header(out, "ds_errors_total", "counter", "Errors outside request handling, by kind.");
     for kind in ErrorKind::ALL {
         let _ = writeln!(
@@ -222,10 +209,8 @@ fn render_front(out: &mut String, metrics: &Metrics) {
 }
 
 fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], disk: bool) {
-    header(out, "ds_streams", "gauge", "Streams stored.");
-    let _ = writeln!(out, "ds_streams {}", engine.streams);
-    header(out, "ds_stored_bytes", "gauge", "Message bytes stored across all streams.");
-    let _ = writeln!(out, "ds_stored_bytes {}", engine.stored_bytes);
+    single(out, "ds_streams", "gauge", "Streams stored.", engine.streams);
+    single(out, "ds_stored_bytes", "gauge", "Message bytes stored across all streams.", engine.stored_bytes);
     header(out, "ds_shard_queue_depth", "gauge", "Operations waiting in each shard's queue.");
     for (index, shard) in shards.iter().enumerate() {
         let _ = writeln!(out, "ds_shard_queue_depth{{shard=\"{index}\"}} {}", shard.queue_depth);
@@ -247,6 +232,12 @@ fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], 
         );
         histogram(out, "ds_commit_seconds", &commit_us, 1e-6);
     }
+}
+
+/// A metric with one unlabelled sample.
+fn single(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+    header(out, name, kind, help);
+    let _ = writeln!(out, "{name} {value}");
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
