@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use hyper::Method;
 
-use super::{create, reconnect, unique_suffix};
+use super::{create, recover, unique_suffix};
 use crate::http::Connection;
 use crate::report::Report;
 use crate::run::{Clock, Live, Progress, ServerProbe, Settings, Tally};
@@ -97,8 +97,7 @@ async fn append_loop(
                 seq += u64::from(ok);
             }
             Err(_) => {
-                tally.failed(&clock, live);
-                connection = reconnect(&settings.target).await.ok_or("the server went away")?;
+                recover(&mut tally, &clock, live, &mut connection, &settings.target).await?;
             }
         }
     }

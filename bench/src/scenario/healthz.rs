@@ -8,7 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use hyper::Method;
 
-use super::reconnect;
+use super::recover;
 use crate::http::Connection;
 use crate::report::Report;
 use crate::run::{Clock, Live, Progress, ServerProbe, Settings, Tally};
@@ -32,8 +32,7 @@ pub async fn run(settings: &Settings, connections: usize) -> Result<Report, Stri
                     match connection.send(Method::GET, "/healthz", &[], Bytes::new()).await {
                         Ok(reply) => tally.record(&clock, &live, sent, reply.status, reply.status == 200, 0),
                         Err(_) => {
-                            tally.failed(&clock, &live);
-                            connection = reconnect(&settings.target).await.ok_or("the server went away")?;
+                            recover(&mut tally, &clock, &live, &mut connection, &settings.target).await?;
                         }
                     }
                 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::Method;
 
-use super::{create, fill, reconnect, sent_micros, timed_payload, unique_suffix};
+use super::{create, fill, recover, sent_micros, timed_payload, unique_suffix};
 use crate::http::Connection;
 use crate::report::Report;
 use crate::run::{Clock, Live, Progress, ServerProbe, Settings, Tally};
@@ -142,8 +142,7 @@ async fn write(
         match connection.send(Method::POST, path, &[("content-type", "text/plain")], body).await {
             Ok(reply) => tally.record(&clock, live, sent, reply.status, reply.status == 204, bytes as u64),
             Err(_) => {
-                tally.failed(&clock, live);
-                *connection = reconnect(&settings.target).await.ok_or("the server went away")?;
+                recover(&mut tally, &clock, live, connection, &settings.target).await?;
             }
         }
     }
@@ -169,8 +168,7 @@ async fn catch_up(
             match connection.send(Method::GET, &format!("{path}?offset={offset}"), &[], Bytes::new()).await {
                 Ok(reply) => reply,
                 Err(_) => {
-                    tally.failed(&clock, live);
-                    *connection = reconnect(&settings.target).await.ok_or("the server went away")?;
+                    recover(&mut tally, &clock, live, connection, &settings.target).await?;
                     continue;
                 }
             };

@@ -22,6 +22,7 @@ use bytes::Bytes;
 use hyper::Method;
 
 use crate::http::Connection;
+use crate::run::{Clock, Live, Tally};
 use crate::target::Target;
 
 /// A suffix that keeps one run's stream names apart from another's.
@@ -89,6 +90,20 @@ pub async fn reconnect(target: &Target) -> Option<Connection> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     None
+}
+
+/// After a request failed: counts it and replaces the connection (an error when the server
+/// stays unreachable).
+pub async fn recover(
+    tally: &mut Tally,
+    clock: &Clock,
+    live: &Live,
+    connection: &mut Connection,
+    target: &Target,
+) -> Result<(), String> {
+    tally.failed(clock, live);
+    *connection = reconnect(target).await.ok_or("the server went away")?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use hyper::Method;
 
-use super::{create, fill, reconnect, unique_suffix};
+use super::{create, fill, recover, unique_suffix};
 use crate::http::Connection;
 use crate::report::Report;
 use crate::run::{Clock, Live, Progress, ServerProbe, Settings, Tally};
@@ -76,8 +76,7 @@ async fn read_loop(
             match connection.send(Method::GET, &format!("{path}?offset={offset}"), &[], Bytes::new()).await {
                 Ok(reply) => reply,
                 Err(_) => {
-                    tally.failed(&clock, live);
-                    connection = reconnect(&settings.target).await.ok_or("the server went away")?;
+                    recover(&mut tally, &clock, live, &mut connection, &settings.target).await?;
                     continue;
                 }
             };

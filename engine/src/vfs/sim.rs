@@ -89,6 +89,16 @@ pub struct SimVfs {
     disk: Arc<Mutex<Disk>>,
 }
 
+impl Disk {
+    fn dir_mut(&mut self, dir: &Path) -> io::Result<&mut Dir> {
+        self.dirs.get_mut(dir).ok_or_else(no_directory)
+    }
+}
+
+fn no_directory() -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, "no such directory")
+}
+
 fn power_loss() -> io::Error {
     io::Error::other("simulated power loss")
 }
@@ -256,8 +266,7 @@ impl Vfs for SimVfs {
 
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
         let disk = self.operate()?;
-        let listed =
-            disk.dirs.get(dir).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        let listed = disk.dirs.get(dir).ok_or_else(no_directory)?;
         let mut names: Vec<String> = listed.current.keys().cloned().collect();
         let prefix = dir.to_path_buf();
         for path in disk.dirs.keys() {
@@ -283,10 +292,7 @@ impl Vfs for SimVfs {
     fn create_new(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
         let (dir, name) = split(path);
         let mut disk = self.operate()?;
-        let directory = disk
-            .dirs
-            .get_mut(&dir)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        let directory = disk.dir_mut(&dir)?;
         if directory.current.contains_key(&name) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} exists", path.display())));
         }
@@ -299,10 +305,7 @@ impl Vfs for SimVfs {
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let (dir, name) = split(path);
         let mut disk = self.operate()?;
-        let directory = disk
-            .dirs
-            .get_mut(&dir)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        let directory = disk.dir_mut(&dir)?;
         if directory.current.remove(&name).is_none() {
             return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display())));
         }
@@ -313,19 +316,13 @@ impl Vfs for SimVfs {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let ((from_dir, from_name), (to_dir, to_name)) = (split(from), split(to));
         let mut disk = self.operate()?;
-        let source = disk
-            .dirs
-            .get_mut(&from_dir)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        let source = disk.dir_mut(&from_dir)?;
         let file = source
             .current
             .remove(&from_name)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
         source.unsynced.push(DirChange::Remove(from_name));
-        let target = disk
-            .dirs
-            .get_mut(&to_dir)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        let target = disk.dir_mut(&to_dir)?;
         target.current.insert(to_name.clone(), Arc::clone(&file));
         target.unsynced.push(DirChange::Put(to_name, file));
         Ok(())
@@ -333,10 +330,7 @@ impl Vfs for SimVfs {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut disk = self.operate()?;
-        let directory = disk
-            .dirs
-            .get_mut(dir)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such directory"))?;
+        let directory = disk.dir_mut(dir)?;
         directory.durable = directory.current.clone();
         directory.unsynced.clear();
         Ok(())
