@@ -5,7 +5,8 @@
 //! - [`engine`]: the [`Engine`] handle — starts shards, routes a name to its shard with
 //!   xxh3, submits ops, opens read handles.
 //! - [`shard`]: one thread per shard, the single writer of its streams: batch → apply →
-//!   commit → publish. `shard::apply` holds every rule about mutations.
+//!   commit → publish. `shard::apply` holds every rule about mutations. [`wake_batch`]
+//!   lets a front that shares one CPU with the shards ring each shard once per turn.
 //! - [`stream`]: a stream's config, writer state and published view; `stream::handle` is the
 //!   reader's API (status, reads, live subscriptions).
 //! - [`memory`]: memory mode's bytes (append-only blocks, message boundaries).
@@ -73,6 +74,7 @@ pub use offset::{Offset, StartAt};
 pub use op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, OpError};
 pub use payload::Payload;
 pub use producer::ProducerTag;
+pub use shard::wake_batch;
 pub use storage::{Damage, RecoveryReport};
 pub use stream::handle::{MessagesResult, ReadResult, StreamHandle};
 pub use stream::StreamConfig;

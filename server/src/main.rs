@@ -21,7 +21,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match runtime_builder().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("ds-server: cannot start the async runtime: {error}");
@@ -35,4 +35,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The async runtime. With a single CPU to run on, its worker holds back the shard wake-ups
+/// of a turn until it goes idle (`ds_engine::wake_batch`): a shard woken earlier could not
+/// run sooner, only cut the worker's turn short and commit smaller batches. A worker sets
+/// this on its first wake-up, so blocking-pool threads, which never go idle the same way,
+/// keep ringing at once.
+fn runtime_builder() -> tokio::runtime::Builder {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if std::thread::available_parallelism().is_ok_and(|cpus| cpus.get() == 1) {
+        tracing::info!("one CPU: the worker rings the shards it sent ops to once per turn");
+        builder
+            .on_thread_unpark(ds_engine::wake_batch::defer_on_this_thread)
+            .on_thread_park(ds_engine::wake_batch::ring_deferred);
+    }
+    builder
 }

@@ -27,6 +27,8 @@ pub const STREAM_PREFIX: &str = "/v1/stream/";
 
 /// Answers one request (never fails: errors become problem responses).
 pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    // A worker kept busy never goes idle to ring the shards it held rings back for.
+    ds_engine::wake_batch::ring_overdue();
     let origin = request.headers().get(ORIGIN).cloned();
     let label = route_label(request.method(), request.uri());
     let access = AccessRecord::begin(&request);

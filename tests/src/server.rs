@@ -25,6 +25,8 @@ pub struct Server {
     /// What it was started with, to start it again on the same data.
     env: Vec<(String, String)>,
     data_dir: Option<Arc<DataDir>>,
+    /// Runs on a single CPU (as the benchmarks do), which changes how it wakes its shards.
+    one_cpu: bool,
 }
 
 /// Storage settings for a test server of `mode`: a small shard count and small segments, so
@@ -56,33 +58,45 @@ impl Server {
     /// Starts `ds-server` with `env` on top of loopback defaults.
     pub fn start(env: &[(&str, &str)]) -> Server {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Server::spawn(env, None)
+        Server::spawn(env, None, false)
     }
 
     /// Starts `ds-server` in storage `mode` (memory, acid, file-durable, file-fast) with a
     /// new temporary data directory, plus `env`.
     pub fn start_in(mode: &str, env: &[(&str, &str)]) -> Server {
-        if mode == "memory" {
-            return Server::start(env);
+        Server::start_with(mode, env, false)
+    }
+
+    /// Like [`Server::start_in`], with the process allowed a single CPU.
+    pub fn start_on_one_cpu(mode: &str, env: &[(&str, &str)]) -> Server {
+        Server::start_with(mode, env, true)
+    }
+
+    fn start_with(mode: &str, env: &[(&str, &str)], one_cpu: bool) -> Server {
+        let mut all: Vec<(String, String)> = Vec::new();
+        let mut data_dir = None;
+        if mode != "memory" {
+            let dir = Arc::new(DataDir::new(mode));
+            all.push(("DS_STORAGE__MODE".into(), mode.into()));
+            all.push(("DS_STORAGE__DATA_DIR".into(), dir.path().display().to_string()));
+            all.extend(TEST_STORAGE.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            data_dir = Some(dir);
         }
-        let data_dir = Arc::new(DataDir::new(mode));
-        let mut all: Vec<(String, String)> = vec![
-            ("DS_STORAGE__MODE".into(), mode.into()),
-            ("DS_STORAGE__DATA_DIR".into(), data_dir.path().display().to_string()),
-        ];
-        all.extend(TEST_STORAGE.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        Server::spawn(all, Some(data_dir))
+        Server::spawn(all, data_dir, one_cpu)
     }
 
     /// Starts the server again on the same data, after it stopped.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the server before starting it again");
-        *self = Server::spawn(self.env.clone(), self.data_dir.clone());
+        *self = Server::spawn(self.env.clone(), self.data_dir.clone(), self.one_cpu);
     }
 
-    fn spawn(env: Vec<(String, String)>, data_dir: Option<Arc<DataDir>>) -> Server {
+    fn spawn(env: Vec<(String, String)>, data_dir: Option<Arc<DataDir>>, one_cpu: bool) -> Server {
         let mut command = Command::new(binary("ds-server"));
+        if one_cpu {
+            pin_to_one_cpu(&mut command);
+        }
         command
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -115,7 +129,8 @@ impl Server {
             let _ = child.kill();
             panic!("ds-server did not start listening; log:\n{}", log.lock().unwrap())
         });
-        Server { child: Some(child), addr: address.parse().expect("socket address"), log, env, data_dir }
+        let addr = address.parse().expect("socket address");
+        Server { child: Some(child), addr, log, env, data_dir, one_cpu }
     }
 
     pub fn client(&self) -> Client {
@@ -164,6 +179,28 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+/// Makes `command`'s process run on the first CPU this process may use.
+fn pin_to_one_cpu(command: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: an all-zero cpu_set_t is the empty set; sched_getaffinity fills it for this
+    // process, and the CPU_* helpers only touch the set.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    let got = unsafe { libc::sched_getaffinity(0, size, &mut allowed) };
+    assert_eq!(got, 0, "sched_getaffinity: {}", std::io::Error::last_os_error());
+    let cpu = (0..libc::CPU_SETSIZE as usize).find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &allowed) });
+    let cpu = cpu.expect("this process may use some CPU");
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut one) };
+    // SAFETY: the closure only makes one async-signal-safe system call in the child.
+    unsafe {
+        command.pre_exec(move || match libc::sched_setaffinity(0, size, &one) {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        });
     }
 }
 

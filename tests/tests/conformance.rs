@@ -3,7 +3,9 @@
 //!
 //! Every group runs except the `Fork - …` groups, excluded by name: forks are a later issue.
 //! The suite runs against memory mode, acid and file-durable (file-fast writes the same
-//! files as file-durable, only without syncing them).
+//! files as file-durable, only without syncing them). The memory-mode server runs on a
+//! single CPU, as in the benchmarks, where the front holds shard wake-ups back until its
+//! worker goes idle (`ds_engine::wake_batch`); the other two run unpinned.
 //! The suite's own tests wait up to 5 s, so the server runs with a 2 s long-poll timeout.
 //! `npm ci` installs the pinned suite first (once per test run).
 
@@ -15,6 +17,8 @@ use ds_tests::Server;
 
 /// vitest name filter: every test whose top-level group does not start with `Fork - `.
 const WITHOUT_FORK_GROUPS: &str = "^(?!Fork - )";
+/// What ds-server logs when it holds shard wake-ups back (it has one CPU).
+const ONE_CPU_LOG_LINE: &str = "rings the shards it sent ops to once per turn";
 
 fn suite_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance")
@@ -36,10 +40,18 @@ fn suite_lock() -> std::sync::MutexGuard<'static, ()> {
     guard
 }
 
-fn run_suite(mode: &str) {
+fn run_suite(mode: &str, one_cpu: bool) {
     let _one_at_a_time = suite_lock();
     let server_env = [("DS_SERVER__LONG_POLL_TIMEOUT_SECS", "2"), ("RUST_LOG", "warn,ds_server=info")];
-    let server = Server::start_in(mode, &server_env);
+    let server = match one_cpu {
+        true => Server::start_on_one_cpu(mode, &server_env),
+        false => Server::start_in(mode, &server_env),
+    };
+    if one_cpu {
+        // On one CPU the worker holds shard wake-ups back until it goes idle: make sure
+        // this run exercises that path.
+        assert!(server.log().contains(ONE_CPU_LOG_LINE), "no one-CPU line; log:\n{}", server.log());
+    }
     let status = Command::new("npx")
         .args(["--no-install", "vitest", "run", "--no-coverage", "--reporter=dot", "-t", WITHOUT_FORK_GROUPS])
         .env("CONFORMANCE_TEST_URL", server.base_url())
@@ -51,16 +63,16 @@ fn run_suite(mode: &str) {
 }
 
 #[test]
-fn conformance_suite_passes_in_memory_mode() {
-    run_suite("memory");
+fn conformance_suite_passes_in_memory_mode_on_one_cpu() {
+    run_suite("memory", true);
 }
 
 #[test]
 fn conformance_suite_passes_in_acid_mode() {
-    run_suite("acid");
+    run_suite("acid", false);
 }
 
 #[test]
 fn conformance_suite_passes_in_file_durable_mode() {
-    run_suite("file-durable");
+    run_suite("file-durable", false);
 }

@@ -26,6 +26,12 @@ impl Doorbell {
         let _ = self.shard.set(std::thread::current());
     }
 
+    /// Whether a shard thread has bound itself to the doorbell.
+    #[cfg(test)]
+    pub fn is_bound(&self) -> bool {
+        self.shard.get().is_some()
+    }
+
     /// Sender side, after an op was enqueued.
     pub fn ring(&self) {
         fence(Ordering::SeqCst);
@@ -75,7 +81,7 @@ mod tests {
             }
             start.elapsed()
         });
-        while doorbell.shard.get().is_none() {
+        while !doorbell.is_bound() {
             std::thread::yield_now();
         }
         for _ in 0..1000 {

@@ -17,6 +17,7 @@ mod commit;
 pub(crate) mod directory;
 mod doorbell;
 mod expiry;
+pub mod wake_batch;
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
@@ -54,7 +55,7 @@ pub(crate) struct ShardShared {
     /// How readers reach stored bytes in the disk modes.
     pub log: Option<Arc<dyn LogStore>>,
     ops: Sender<Op>,
-    doorbell: Doorbell,
+    doorbell: Arc<Doorbell>,
 }
 
 impl ShardShared {
@@ -64,14 +65,14 @@ impl ShardShared {
             TrySendError::Full(_) => OpError::Overloaded,
             TrySendError::Disconnected(_) => OpError::ShuttingDown,
         })?;
-        self.doorbell.ring();
+        wake_batch::ring(&self.doorbell);
         Ok(())
     }
 
     /// Best-effort housekeeping request (dropped when the queue is busy).
     pub fn request(&self, op: Op) {
         if self.ops.try_send(op).is_ok() {
-            self.doorbell.ring();
+            wake_batch::ring(&self.doorbell);
         }
     }
 
@@ -183,7 +184,7 @@ impl Shard {
             directory: Directory::default(),
             live: Arc::new(LiveRegistry::default()),
             ops: sender,
-            doorbell: Doorbell::default(),
+            doorbell: Arc::default(),
             counters: ShardCounters::default(),
             log: opened.log,
         });

@@ -316,6 +316,8 @@ impl Vfs for SimVfs {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let ((from_dir, from_name), (to_dir, to_name)) = (split(from), split(to));
         let mut disk = self.operate()?;
+        // Like rename(2): a missing target directory fails before the source is touched.
+        disk.dir_mut(&to_dir)?;
         let source = disk.dir_mut(&from_dir)?;
         let file = source
             .current
@@ -463,6 +465,16 @@ mod tests {
         assert!(outcomes.iter().any(|o| o.is_some_and(|n| n > 0 && n < 4096)), "writes can tear");
         let again = |seed| file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/d/f");
         assert_eq!(again(17), again(17), "same seed, same disk");
+    }
+
+    #[test]
+    fn a_rename_into_a_missing_directory_fails_and_keeps_the_source() {
+        let vfs = SimVfs::new();
+        vfs.create_dir_all(Path::new("/d")).unwrap();
+        vfs.create_new(Path::new("/d/f")).unwrap().write_all_at(0, &[b"kept"]).unwrap();
+        let error = vfs.rename(Path::new("/d/f"), Path::new("/missing/f")).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::NotFound);
+        assert_eq!(file_bytes(&vfs, "/d/f").as_deref(), Some(&b"kept"[..]));
     }
 
     #[test]
