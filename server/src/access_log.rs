@@ -11,6 +11,8 @@ use hyper::header::HeaderName;
 use hyper::{Method, Request};
 use tokio::time::Instant;
 
+/// The target of access lines (what `RUST_LOG` filters on).
+pub const ACCESS_TARGET: &str = "ds::access";
 /// The header an authenticating proxy sets to the verified token's subject.
 pub const X_JWT_SUB: HeaderName = HeaderName::from_static("x-jwt-sub");
 /// Longest subject logged, in bytes.
@@ -27,7 +29,7 @@ pub struct AccessRecord {
 impl AccessRecord {
     /// A record for `request`, or `None` when the access log is off.
     pub fn begin<B>(request: &Request<B>) -> Option<AccessRecord> {
-        if !tracing::enabled!(target: "ds::access", tracing::Level::INFO) {
+        if !tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
             return None;
         }
         let subject = match request.headers().get(X_JWT_SUB).map(|value| value.to_str()) {
@@ -48,7 +50,7 @@ impl AccessRecord {
         let latency_us = self.started.elapsed().as_micros() as u64;
         let bytes = bytes.map_or_else(|| "-".to_string(), |bytes| bytes.to_string());
         tracing::info!(
-            target: "ds::access",
+            target: ACCESS_TARGET,
             method = %self.method,
             path = %self.path,
             status,

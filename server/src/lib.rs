@@ -12,6 +12,7 @@
 //! - [`live`]: long-poll and SSE reads, the SSE wire format, stream cursors.
 //! - [`http`]: bodies, problems, header and query parsing, CORS.
 //! - [`app`], [`metrics`] and [`shutdown`]: state shared by all requests.
+//! - [`log_writer`]: where log lines go (access lines gathered per worker turn).
 //!
 //! # How a request flows
 //!
@@ -26,6 +27,7 @@ pub mod app;
 pub mod config;
 pub mod http;
 pub mod live;
+pub mod log_writer;
 pub mod metrics;
 pub mod router;
 pub mod routes;

@@ -5,13 +5,14 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ds_server::config::Args;
+use ds_server::log_writer::{self, LogWriter};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
+        .with_writer(LogWriter)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let config = match args.into_config() {
@@ -37,19 +38,33 @@ fn main() -> ExitCode {
     }
 }
 
-/// The async runtime. With a single CPU to run on, its worker holds back the shard wake-ups
-/// of a turn until it goes idle (`ds_engine::wake_batch`): a shard woken earlier could not
-/// run sooner, only cut the worker's turn short and commit smaller batches. A worker sets
-/// this on its first wake-up, so blocking-pool threads, which never go idle the same way,
-/// keep ringing at once.
+/// The async runtime, with two things a worker does once per turn rather than per request:
+///
+/// - it writes the access lines it gathered when it is about to go idle ([`log_writer`]);
+/// - with a single CPU to run on, it holds back shard wake-ups until then too
+///   (`ds_engine::wake_batch`): a shard woken earlier could not run sooner, only cut the
+///   worker's turn short and commit smaller batches.
+///
+/// A worker opts in on its first wake-up; blocking-pool threads never do, so they write
+/// their lines and ring their shards at once.
 fn runtime_builder() -> tokio::runtime::Builder {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    if std::thread::available_parallelism().is_ok_and(|cpus| cpus.get() == 1) {
+    let one_cpu = std::thread::available_parallelism().is_ok_and(|cpus| cpus.get() == 1);
+    if one_cpu {
         tracing::info!("one CPU: the worker rings the shards it sent ops to once per turn");
-        builder
-            .on_thread_unpark(ds_engine::wake_batch::defer_on_this_thread)
-            .on_thread_park(ds_engine::wake_batch::ring_deferred);
     }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder
+        .enable_all()
+        .on_thread_unpark(move || {
+            log_writer::gather_on_this_thread();
+            if one_cpu {
+                ds_engine::wake_batch::defer_on_this_thread();
+            }
+        })
+        .on_thread_park(|| {
+            ds_engine::wake_batch::ring_deferred();
+            log_writer::write_gathered();
+        })
+        .on_thread_stop(log_writer::write_gathered);
     builder
 }
