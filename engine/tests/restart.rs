@@ -166,3 +166,21 @@ fn ttl_windows_keep_sliding_after_a_restart() {
         assert!(harness.engine().open(&name("ttl")).is_none(), "{mode}: and it runs out");
     }
 }
+
+#[test]
+fn read_renewals_survive_a_clean_restart() {
+    for mode in [StorageMode::Acid, StorageMode::FileDurable, StorageMode::FileFast] {
+        let mut harness = Harness::with_mode(mode, SEGMENT_BYTES);
+        harness.create("read-only", config("text/plain", Some(10), None)).unwrap();
+        harness.append(append_request("read-only", "kept alive by reads")).unwrap();
+        harness.clock.advance_ms(8_000);
+        assert_eq!(harness.read("read-only").as_deref(), Some("kept alive by reads"));
+        restart(&mut harness, Restart::Clean);
+        harness.clock.advance_ms(8_000);
+        harness.engine().run_pending();
+        assert!(harness.engine().open(&name("read-only")).is_some(), "{mode}: the read renewed the window");
+        harness.clock.advance_ms(3_000);
+        harness.engine().run_pending();
+        assert!(harness.engine().open(&name("read-only")).is_none(), "{mode}: and it runs out");
+    }
+}

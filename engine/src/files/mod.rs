@@ -6,6 +6,7 @@
 //! - `source`: reading a stream's records from its file (positional reads, crc-checked).
 //! - `handles`: the bounded cache of open files that the writer and readers share.
 //! - `recovery`: scanning every stream file at start, cutting torn tails off.
+//! - `renewals`: TTL windows renewed by reads, saved at a clean stop and applied at start.
 //!
 //! A stream's file is named by the 128-bit xxh3 hash of its name, never by the name itself
 //! (no path traversal, no length or character limits from the file system):
@@ -17,6 +18,7 @@
 
 pub mod handles;
 pub mod recovery;
+pub mod renewals;
 pub mod source;
 pub mod writer;
 

@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{belongs_at, location, parse_file_name, STREAMS_DIR};
+use super::{belongs_at, location, parse_file_name, renewals, STREAMS_DIR};
 use crate::record::scan::{RecordScan, ScanEnd};
 use crate::storage::{Damage, RecoveryReport};
 use crate::stream::{replay, StreamSnapshot};
@@ -85,6 +85,10 @@ pub fn recover(
         for outcome in part? {
             gather(&mut recovered, &mut names, outcome, shard_count);
         }
+    }
+    let renewed = renewals::load(vfs, root);
+    for streams in &mut recovered.shards {
+        renewals::apply(&renewed, streams);
     }
     Ok(recovered)
 }

@@ -19,12 +19,13 @@ use std::sync::Arc;
 
 use super::handles::Handles;
 use super::source::FileSource;
-use super::{location, split_location, stream_dir, stream_path, SUFFIX_MAX};
+use super::{location, renewals, split_location, stream_dir, stream_path, SUFFIX_MAX};
 use crate::chain::Levels;
 use crate::limits::halve_when_over;
 use crate::record::codec::{decode_record, Chain, Header, Kind, HEADER_BYTES};
 use crate::record::{encode, Record};
 use crate::storage::{Persist, Place};
+use crate::stream::StreamSnapshot;
 use crate::vfs::{read_exact_at, Vfs, VfsFile};
 
 /// Streams whose writer state is kept between batches.
@@ -42,6 +43,8 @@ struct OpenStream {
 pub struct FileWriter {
     vfs: Arc<dyn Vfs>,
     root: PathBuf,
+    /// The shard this writer serves (names its saved renewals).
+    shard: u32,
     /// file-durable: sync files and directories before acknowledging.
     durable: bool,
     handles: Arc<Handles>,
@@ -59,6 +62,7 @@ impl FileWriter {
     pub fn new(
         vfs: Arc<dyn Vfs>,
         root: PathBuf,
+        shard: u32,
         durable: bool,
         handles: Arc<Handles>,
         dirs: BTreeSet<PathBuf>,
@@ -66,6 +70,7 @@ impl FileWriter {
         FileWriter {
             vfs,
             root,
+            shard,
             durable,
             handles,
             streams: HashMap::new(),
@@ -225,6 +230,18 @@ impl Persist for FileWriter {
         self.sync_touched()?;
         halve_when_over(&mut self.streams, STREAMS_CACHED_MAX);
         Ok(())
+    }
+
+    /// At a clean stop, saves the TTL windows reads renewed (the records hold only writes).
+    fn checkpoint(&mut self, streams: Vec<StreamSnapshot>, _: u64, _: u64, clean: bool, _: bool) {
+        if !clean {
+            return;
+        }
+        if let Err(error) = renewals::save(self.vfs.as_ref(), &self.root, self.shard, &streams) {
+            // Nothing acknowledged depends on it: a stream kept alive by reads alone may come
+            // back with its window restarted at its last write.
+            tracing::error!(%error, shard = self.shard, "cannot save TTL renewals");
+        }
     }
 }
 

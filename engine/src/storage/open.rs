@@ -113,11 +113,12 @@ fn open_files(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
     let handles_per_shard = (config.file_handles_max / config.shard_count as usize).max(16);
     let mut report = Some(recovered.report);
     let mut shards = Vec::with_capacity(recovered.shards.len());
-    for streams in recovered.shards {
+    for (shard, streams) in (0..).zip(recovered.shards) {
         let handles = Arc::new(Handles::new(handles_per_shard));
         let writer = FileWriter::new(
             Arc::clone(&vfs),
             config.data_dir.clone(),
+            shard,
             durable,
             Arc::clone(&handles),
             recovered.dirs.clone(),
