@@ -98,6 +98,14 @@ impl Write for LineWriter {
         }
     }
 
+    /// A line to stderr goes in one locked write, as `Stderr::write_all` does it.
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            LineWriter::Stderr(stderr) => stderr.write_all(bytes),
+            LineWriter::Gathered => self.write(bytes).map(|_| ()),
+        }
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         match self {
             LineWriter::Stderr(stderr) => stderr.flush(),

@@ -31,10 +31,8 @@ pub const RENEWALS_DIR: &str = "renewals";
 const MAGIC: &[u8; 4] = b"DSRN";
 const VERSION: u32 = 1;
 
-/// A stream's file: its name and collision suffix.
-pub type StreamFile = (Box<str>, u8);
-/// When each stream's file was last read or written.
-pub type Renewals = HashMap<StreamFile, u64>;
+/// When each stream was last read or written: by name, then by its file's collision suffix.
+pub type Renewals = HashMap<Box<str>, Vec<(u8, u64)>>;
 
 /// Saves when each of `streams` with a TTL was last read or written, for shard `shard`.
 pub fn save(vfs: &dyn Vfs, root: &Path, shard: u32, streams: &[StreamSnapshot]) -> io::Result<()> {
@@ -64,9 +62,12 @@ pub fn load(vfs: &dyn Vfs, root: &Path) -> Renewals {
         let parsed = read_file(vfs, &path).and_then(|bytes| parse(&bytes));
         match parsed {
             Ok(entries) => {
-                for (key, time_ms) in entries {
-                    let kept = renewals.entry(key).or_default();
-                    *kept = (*kept).max(time_ms);
+                for (name, suffix, time_ms) in entries {
+                    let files = renewals.entry(name).or_default();
+                    match files.iter_mut().find(|(kept, _)| *kept == suffix) {
+                        Some((_, kept_ms)) => *kept_ms = (*kept_ms).max(time_ms),
+                        None => files.push((suffix, time_ms)),
+                    }
                 }
             }
             Err(error) => tracing::warn!(path = %path.display(), %error, "saved TTL renewals ignored"),
@@ -82,13 +83,15 @@ pub fn apply(renewals: &Renewals, streams: &mut [StreamSnapshot]) {
     }
     for stream in streams {
         let (suffix, _) = split_location(stream.chain_tail);
-        if let Some(time_ms) = renewals.get(&(Box::from(&*stream.name), suffix)) {
+        let files = renewals.get(&*stream.name).map_or(&[][..], Vec::as_slice);
+        if let Some((_, time_ms)) = files.iter().find(|(saved, _)| *saved == suffix) {
             stream.last_access_ms = stream.last_access_ms.max(*time_ms);
         }
     }
 }
 
-fn parse(bytes: &[u8]) -> io::Result<Vec<(StreamFile, u64)>> {
+/// The entries of a renewals file: name, collision suffix, time.
+fn parse(bytes: &[u8]) -> io::Result<Vec<(Box<str>, u8, u64)>> {
     let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
     let Some((body, crc)) = bytes.split_last_chunk::<4>() else { return Err(invalid("too short")) };
     if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
@@ -106,7 +109,7 @@ fn parse(bytes: &[u8]) -> io::Result<Vec<(StreamFile, u64)>> {
         for _ in 0..decoder.u64()? {
             let suffix = decoder.u8()?;
             let name = decoder.text()?;
-            entries.push(((name.into_boxed_str(), suffix), decoder.u64()?));
+            entries.push((name.into_boxed_str(), suffix, decoder.u64()?));
         }
         Ok(())
     })();

@@ -5,8 +5,8 @@
 //! by the first op of a turn cannot run before the worker gives up the CPU anyway; waking
 //! it early only lets the scheduler's tick cut the worker's turn short and run the shard
 //! with half the ops it would have had. A thread that opts in ([`defer_on_this_thread`])
-//! therefore notes which sleeping shards it sent ops to and rings them when it is about to
-//! go idle ([`ring_deferred`]); the batches grow, and each op costs fewer context switches.
+//! therefore notes which shards it sent ops to and rings them when it is about to go idle
+//! ([`ring_deferred`]); the batches grow, and each op costs fewer context switches.
 //!
 //! The wait is bounded three ways: by the thread going idle, by [`DEFERRED_OPS_MAX`] ops,
 //! and by [`DEFERRED_US_MAX`] microseconds, checked by [`ring_overdue`] (which a front
@@ -21,13 +21,13 @@ use super::doorbell::Doorbell;
 
 /// Most ops a thread holds back before it rings their shards.
 pub const DEFERRED_OPS_MAX: u32 = 64;
-/// Longest a held-back ring waits once a request finds it, in microseconds.
+/// Longest a held-back ring waits, in microseconds, once [`ring_overdue`] gets to look.
 pub const DEFERRED_US_MAX: u64 = 200;
 
 #[derive(Default)]
 struct Deferred {
     enabled: bool,
-    /// Sleeping shards sent an op since the last ring, each once.
+    /// Shards sent an op since the last ring, each once (ringing skips those awake).
     doorbells: Vec<Arc<Doorbell>>,
     ops: u32,
     since: Option<Instant>,
@@ -44,21 +44,13 @@ pub fn defer_on_this_thread() {
 
 /// Rings every shard this thread held a ring back for.
 pub fn ring_deferred() {
-    let doorbells = DEFERRED.with(|deferred| {
+    DEFERRED.with(|deferred| {
         let mut deferred = deferred.borrow_mut();
         deferred.ops = 0;
         deferred.since = None;
-        std::mem::take(&mut deferred.doorbells)
-    });
-    for doorbell in &doorbells {
-        doorbell.ring();
-    }
-    DEFERRED.with(|deferred| {
-        let mut deferred = deferred.borrow_mut();
-        if deferred.doorbells.is_empty() {
-            let mut emptied = doorbells;
-            emptied.clear();
-            deferred.doorbells = emptied;
+        // `Doorbell::ring` wakes a sleeping shard (or does nothing); it never comes back here.
+        for doorbell in deferred.doorbells.drain(..) {
+            doorbell.ring();
         }
     });
 }
