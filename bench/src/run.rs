@@ -107,6 +107,15 @@ impl Tally {
         }
     }
 
+    /// Waits for every worker and adds up their tallies; the first failed worker's error.
+    pub async fn join(workers: Vec<tokio::task::JoinHandle<Result<Tally, String>>>) -> Result<Tally, String> {
+        let mut tally = Tally::default();
+        for worker in workers {
+            tally.merge(worker.await.map_err(|e| format!("worker: {e}"))??);
+        }
+        Ok(tally)
+    }
+
     pub fn merge(&mut self, other: Tally) {
         self.latencies.merge(&other.latencies);
         self.requests += other.requests;

@@ -46,10 +46,7 @@ pub async fn run(settings: &Settings, options: &AppendOptions) -> Result<Report,
             )
         })
         .collect();
-    let mut tally = Tally::default();
-    for worker in workers {
-        tally.merge(worker.await.map_err(|e| format!("worker: {e}"))??);
-    }
+    let tally = Tally::join(workers).await?;
     progress.finish();
     let mut report = Report::new("append");
     report.add("connections", options.connections as u64, "").add("streams", streams as u64, "").add(

@@ -40,10 +40,7 @@ pub async fn run(settings: &Settings, connections: usize) -> Result<Report, Stri
             })
         })
         .collect();
-    let mut tally = Tally::default();
-    for worker in workers {
-        tally.merge(worker.await.map_err(|e| format!("worker: {e}"))??);
-    }
+    let tally = Tally::join(workers).await?;
     progress.finish();
     let mut report = Report::new("healthz");
     report.add("connections", connections as u64, "");

@@ -42,10 +42,7 @@ pub async fn run(settings: &Settings, options: &ReadOptions) -> Result<Report, S
             tokio::spawn(async move { read_loop(&settings, clock, &live, &passes, &path).await })
         })
         .collect();
-    let mut tally = Tally::default();
-    for worker in workers {
-        tally.merge(worker.await.map_err(|e| format!("worker: {e}"))??);
-    }
+    let tally = Tally::join(workers).await?;
     progress.finish();
     let mut report = Report::new("read");
     report
