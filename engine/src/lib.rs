@@ -75,6 +75,7 @@ pub use op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequ
 pub use payload::Payload;
 pub use producer::ProducerTag;
 pub use shard::wake_batch;
+pub use storage::renewals::SAVE_INTERVAL_MS as RENEWALS_SAVE_INTERVAL_MS;
 pub use storage::{Damage, RecoveryReport};
 pub use stream::handle::{MessagesResult, ReadResult, StreamHandle};
 pub use stream::StreamConfig;

@@ -6,10 +6,13 @@
 mod support;
 
 use bytes::Bytes;
+use ds_engine::vfs::Vfs;
+use ds_engine::RENEWALS_SAVE_INTERVAL_MS as SAVE_INTERVAL_MS;
 use ds_engine::{
     AppendKind, ContentType, CreateRequest, Offset, OpError, Payload, StorageMode, StreamConfig,
 };
-use support::{append_request, name, plain_config, tagged, Harness, T0};
+use std::path::{Path, PathBuf};
+use support::{append_request, name, plain_config, tagged, Harness, SHARD_DIR, T0};
 
 const SEGMENT_BYTES: u64 = 4 << 20;
 
@@ -167,20 +170,67 @@ fn ttl_windows_keep_sliding_after_a_restart() {
     }
 }
 
+/// Every restart a mode promises to survive, for tests that go through each.
+fn restarts_of(mode: StorageMode) -> Vec<Restart> {
+    match mode {
+        StorageMode::FileFast => vec![Restart::Clean, Restart::ProcessCrash],
+        _ => vec![Restart::Clean, Restart::ProcessCrash, Restart::PowerLoss(11)],
+    }
+}
+
+/// Where the one shard of `harness` saves its readers' renewals.
+fn renewals_file(harness: &Harness) -> PathBuf {
+    match harness.mode {
+        StorageMode::Acid => Path::new(SHARD_DIR).join("renewals.bin"),
+        _ => PathBuf::from("/data/renewals/shard-000.bin"),
+    }
+}
+
+/// A stream kept alive by reads alone keeps its window through a restart: at a clean stop
+/// the shard saves it, and before a crash it saved it once the save interval had passed.
 #[test]
-fn read_renewals_survive_a_clean_restart() {
+fn read_renewals_survive_restarts_and_crashes() {
     for mode in [StorageMode::Acid, StorageMode::FileDurable, StorageMode::FileFast] {
-        let mut harness = Harness::with_mode(mode, SEGMENT_BYTES);
-        harness.create("read-only", config("text/plain", Some(10), None)).unwrap();
-        harness.append(append_request("read-only", "kept alive by reads")).unwrap();
-        harness.clock.advance_ms(8_000);
-        assert_eq!(harness.read("read-only").as_deref(), Some("kept alive by reads"));
-        restart(&mut harness, Restart::Clean);
-        harness.clock.advance_ms(8_000);
+        for how in restarts_of(mode) {
+            let mut harness = Harness::with_mode(mode, SEGMENT_BYTES);
+            harness.create("read-only", config("text/plain", Some(30), None)).unwrap();
+            harness.append(append_request("read-only", "kept alive by reads")).unwrap();
+            harness.clock.advance_ms(20_000);
+            assert_eq!(harness.read("read-only").as_deref(), Some("kept alive by reads"));
+            harness.clock.advance_ms(SAVE_INTERVAL_MS);
+            harness.engine().run_pending();
+            restart(&mut harness, how);
+            harness.clock.advance_ms(20_000);
+            harness.engine().run_pending();
+            let alive = harness.read("read-only");
+            assert_eq!(alive.as_deref(), Some("kept alive by reads"), "{mode} {how:?}: the read renewed it");
+            harness.clock.advance_ms(30_001);
+            harness.engine().run_pending();
+            assert!(harness.engine().open(&name("read-only")).is_none(), "{mode} {how:?}: and it runs out");
+        }
+    }
+}
+
+/// Only reads of streams with a TTL make a shard write its renewals, and only once the
+/// save interval has passed.
+#[test]
+fn renewals_are_saved_only_when_reads_renewed_a_ttl_window() {
+    for mode in [StorageMode::Acid, StorageMode::FileDurable] {
+        let harness = Harness::with_mode(mode, SEGMENT_BYTES);
+        let saved = || harness.disk.exists(&renewals_file(&harness));
+        harness.create("no-ttl", config("text/plain", None, None)).unwrap();
+        harness.create("ttl", config("text/plain", Some(60), None)).unwrap();
+        harness.append(append_request("ttl", "written")).unwrap();
+        harness.read("no-ttl");
+        harness.engine().open(&name("ttl")).unwrap().status();
+        harness.clock.advance_ms(SAVE_INTERVAL_MS);
         harness.engine().run_pending();
-        assert!(harness.engine().open(&name("read-only")).is_some(), "{mode}: the read renewed the window");
-        harness.clock.advance_ms(3_000);
+        assert!(!saved(), "{mode}: writes, reads without a TTL and status checks save nothing");
+        harness.read("ttl");
         harness.engine().run_pending();
-        assert!(harness.engine().open(&name("read-only")).is_none(), "{mode}: and it runs out");
+        assert!(!saved(), "{mode}: not before the interval has passed");
+        harness.clock.advance_ms(SAVE_INTERVAL_MS);
+        harness.engine().run_pending();
+        assert!(saved(), "{mode}: a read of a stream with a TTL is saved");
     }
 }

@@ -6,7 +6,6 @@
 //! - `source`: reading a stream's records from its file (positional reads, crc-checked).
 //! - `handles`: the bounded cache of open files that the writer and readers share.
 //! - `recovery`: scanning every stream file at start, cutting torn tails off.
-//! - `renewals`: TTL windows renewed by reads, saved at a clean stop and applied at start.
 //!
 //! A stream's file is named by the 128-bit xxh3 hash of its name, never by the name itself
 //! (no path traversal, no length or character limits from the file system):
@@ -14,11 +13,11 @@
 //! second name with the same hash (the create record inside names its stream, so recovery
 //! and collision checks read it from there). Records use the WAL's codec, so producer
 //! state and closing travel inside the records; a record's location is its position in the
-//! file, with the collision suffix in the top byte.
+//! file, with the collision suffix in the top byte. Readers' TTL renewals are saved in
+//! `renewals/shard-NNN.bin` (`crate::storage::renewals`), keyed by the collision suffix.
 
 pub mod handles;
 pub mod recovery;
-pub mod renewals;
 pub mod source;
 pub mod writer;
 
@@ -41,6 +40,17 @@ pub fn location(suffix: u8, position: u64) -> u64 {
 /// The collision suffix and position of a location.
 pub fn split_location(location: u64) -> (u8, u64) {
     ((location >> 56) as u8, location & ((1 << 56) - 1))
+}
+
+/// Where shard `shard` saves its readers' TTL renewals.
+pub fn renewals_path(root: &Path, shard: u32) -> PathBuf {
+    root.join("renewals").join(format!("shard-{shard:03}.bin"))
+}
+
+/// Which incarnation of its name the stream whose chain ends at `chain_tail` is: its
+/// file's collision suffix.
+pub fn incarnation(chain_tail: u64) -> u64 {
+    u64::from(split_location(chain_tail).0)
 }
 
 /// The hash a stream's file is named by, as 32 hex digits.

@@ -16,8 +16,9 @@ use bytes::Bytes;
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{belongs_at, location, parse_file_name, renewals, STREAMS_DIR};
+use super::{belongs_at, incarnation, location, parse_file_name, renewals_path, STREAMS_DIR};
 use crate::record::scan::{RecordScan, ScanEnd};
+use crate::storage::renewals;
 use crate::storage::{Damage, RecoveryReport};
 use crate::stream::{replay, StreamSnapshot};
 use crate::vfs::{write_file_durably, Vfs, VfsFile};
@@ -86,9 +87,9 @@ pub fn recover(
             gather(&mut recovered, &mut names, outcome, shard_count);
         }
     }
-    let renewed = renewals::load(vfs, root);
+    let renewed = renewals::load(vfs, (0..shard_count).map(|shard| renewals_path(root, shard)));
     for streams in &mut recovered.shards {
-        renewals::apply(&renewed, streams);
+        renewals::apply(&renewed, streams, |stream| incarnation(stream.chain_tail));
     }
     Ok(recovered)
 }

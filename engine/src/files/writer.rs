@@ -19,13 +19,13 @@ use std::sync::Arc;
 
 use super::handles::Handles;
 use super::source::FileSource;
-use super::{location, renewals, split_location, stream_dir, stream_path, SUFFIX_MAX};
+use super::{incarnation, location, renewals_path, split_location, stream_dir, stream_path, SUFFIX_MAX};
 use crate::chain::Levels;
 use crate::limits::halve_when_over;
 use crate::record::codec::{decode_record, Chain, Header, Kind, HEADER_BYTES};
 use crate::record::{encode, Record};
+use crate::storage::renewals::{self, Renewal};
 use crate::storage::{Persist, Place};
-use crate::stream::StreamSnapshot;
 use crate::vfs::{read_exact_at, Vfs, VfsFile};
 
 /// Streams whose writer state is kept between batches.
@@ -232,14 +232,16 @@ impl Persist for FileWriter {
         Ok(())
     }
 
-    /// At a clean stop, saves the TTL windows reads renewed (the records hold only writes).
-    fn checkpoint(&mut self, streams: Vec<StreamSnapshot>, _: u64, _: u64, clean: bool, _: bool) {
-        if !clean {
-            return;
-        }
-        if let Err(error) = renewals::save(self.vfs.as_ref(), &self.root, self.shard, &streams) {
-            // Nothing acknowledged depends on it: a stream kept alive by reads alone may come
-            // back with its window restarted at its last write.
+    fn incarnation(&self, _id: u64, chain_tail: u64) -> u64 {
+        incarnation(chain_tail)
+    }
+
+    /// Saves on the shard thread: the file holds a few dozen bytes per stream with a TTL.
+    fn save_renewals(&mut self, renewals: Vec<Renewal>, _wait: bool) {
+        let path = renewals_path(&self.root, self.shard);
+        if let Err(error) = renewals::save(self.vfs.as_ref(), &path, &renewals) {
+            // A stream kept alive by reads alone may come back with its window restarted at
+            // its last write (or last saved renewal).
             tracing::error!(%error, shard = self.shard, "cannot save TTL renewals");
         }
     }

@@ -1,4 +1,5 @@
-//! Steps 3 and 4 of the shard loop: commit a batch, then publish it; and checkpoints.
+//! Steps 3 and 4 of the shard loop: commit a batch, then publish it; and checkpoints (and,
+//! now and then, readers' TTL renewals: `super::renewals`).
 //!
 //! Publishing applies each committed record's data to its stream (memory blocks, or the
 //! stream's chain tail), then copies each touched stream's writer state to its published
@@ -34,6 +35,7 @@ impl Shard {
             let idle = self.ops.is_empty();
             self.moves.extend(self.persist.compaction_candidates(idle));
         }
+        self.save_renewals_when_due(batch.now_ms);
         batch.records.clear();
         batch.owners.clear();
         batch.touched.clear();

@@ -17,10 +17,11 @@ mod commit;
 pub(crate) mod directory;
 mod doorbell;
 mod expiry;
+mod renewals;
 pub mod wake_batch;
 
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +57,8 @@ pub(crate) struct ShardShared {
     pub log: Option<Arc<dyn LogStore>>,
     ops: Sender<Op>,
     doorbell: Arc<Doorbell>,
+    /// A reader renewed a TTL window since the shard last saved renewals (`renewals`).
+    renewed_by_read: AtomicBool,
 }
 
 impl ShardShared {
@@ -132,6 +135,8 @@ pub(crate) struct Shard {
     failed: bool,
     /// Streams compaction wants moved (acid), one per batch.
     moves: VecDeque<Resident>,
+    /// Readers' renewals are saved no earlier than this (clock milliseconds).
+    renewals_due_ms: u64,
 }
 
 /// One group commit's worth of applied ops.
@@ -187,6 +192,7 @@ impl Shard {
             doorbell: Arc::default(),
             counters: ShardCounters::default(),
             log: opened.log,
+            renewed_by_read: AtomicBool::new(false),
         });
         let mut shard = Shard {
             in_memory: shared.log.is_none(),
@@ -202,6 +208,7 @@ impl Shard {
             recycled: None,
             failed: false,
             moves: VecDeque::new(),
+            renewals_due_ms: 0,
         };
         shard.install(opened.streams);
         (shard, shared)
@@ -260,11 +267,14 @@ impl Shard {
         took_op
     }
 
-    /// The clean end: a final checkpoint (disk modes, unless a commit failed), and every
-    /// live reader woken to see the shard go.
+    /// The clean end: readers' renewals and a final checkpoint (disk modes, unless a commit
+    /// failed), and every live reader woken to see the shard go.
     pub fn finish(mut self) {
         if !self.failed && !self.in_memory {
-            self.checkpoint(true);
+            self.save_renewals_if_read(true);
+            if self.persist.takes_checkpoints() {
+                self.checkpoint(true);
+            }
         }
         self.shared.live.wake_all();
     }

@@ -5,9 +5,11 @@
 //! - [`LogStore`]: how readers of a disk mode read a stream's chain of records.
 //! - `manifest`: the data directory's identity (format, mode, shard count, hash).
 //! - `open`: opening a data directory for a mode: lock, manifest, recovery.
+//! - `renewals`: TTL windows renewed by reads, saved now and then so a crash keeps them.
 
 pub mod manifest;
 pub mod open;
+pub mod renewals;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -62,6 +64,12 @@ pub(crate) trait Persist: Send {
     /// record, in order). An error is fatal: nothing of the batch is acknowledged.
     fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> std::io::Result<()>;
 
+    /// Whether this storage takes checkpoints at all (acid); the shard snapshots its streams
+    /// only for one that does.
+    fn takes_checkpoints(&self) -> bool {
+        false
+    }
+
     /// Whether the shard should hand over a checkpoint after this batch.
     fn checkpoint_due(&self) -> bool {
         false
@@ -84,6 +92,16 @@ pub(crate) trait Persist: Send {
         _wait: bool,
     ) {
     }
+
+    /// Which incarnation of its name a stream is, for its saved renewals.
+    fn incarnation(&self, id: u64, _chain_tail: u64) -> u64 {
+        id
+    }
+
+    /// Saves when the shard's streams with a TTL were last read or written; with `wait`,
+    /// returns once that is durable. Nothing acknowledged depends on it, so a failure is
+    /// logged, not fatal.
+    fn save_renewals(&mut self, _renewals: Vec<renewals::Renewal>, _wait: bool) {}
 }
 
 /// Memory mode: nothing survives a restart, so there is nothing to write.

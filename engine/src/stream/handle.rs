@@ -84,9 +84,12 @@ impl StreamHandle {
         self.stream.ttl_remaining_secs(self.clock.now_ms())
     }
 
-    /// Renews the TTL window.
+    /// Renews the TTL window (and tells the shard to save it, if the stream has a TTL).
     pub fn touch(&self) {
         self.stream.touch(self.clock.now_ms());
+        if self.stream.config.ttl_secs.is_some() {
+            self.shard.note_read_renewal();
+        }
     }
 
     /// Reads whole messages from `start`, at most about `bytes_max` stored bytes (always at

@@ -271,6 +271,11 @@ impl Stream {
         Some(deadline.saturating_sub(now_ms).div_ceil(1000))
     }
 
+    /// When a read or append last renewed the TTL window (clock milliseconds).
+    pub fn last_access_ms(&self) -> u64 {
+        self.last_access_ms.load(Ordering::Acquire)
+    }
+
     /// Renews the TTL window (reads and appends do; HEAD does not).
     pub fn touch(&self, now_ms: u64) {
         self.last_access_ms.fetch_max(now_ms, Ordering::AcqRel);

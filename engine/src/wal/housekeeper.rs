@@ -3,7 +3,8 @@
 //! One thread per engine takes tasks in order: preparing zero-filled segments before a shard
 //! needs them, writing the checkpoints shards encode (then removing segments they made
 //! unnecessary), and walking deleted streams' chains to subtract their records from the
-//! ledger. A failed write or sync here is as fatal as one on the commit path.
+//! ledger, and saving readers' TTL renewals. A failed write or sync here is as fatal as one
+//! on the commit path, except for renewals, which nothing acknowledged depends on.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -17,6 +18,7 @@ use super::ledger::Ledger;
 use super::source::{Resident, WalSource};
 use super::{segment, split_location, SegmentTable};
 use crate::config::IoErrorPolicy;
+use crate::storage::renewals::{self, Renewal};
 use crate::vfs::{write_file_durably, Vfs};
 
 /// Most tasks waiting for the housekeeper (senders wait beyond it).
@@ -36,6 +38,8 @@ pub enum Task {
         ledger: Arc<Ledger>,
         remove_below: u32,
     },
+    /// Save readers' TTL renewals to `path` (`crate::storage::renewals`).
+    SaveRenewals { path: PathBuf, renewals: Vec<Renewal> },
     /// List the streams with records in segment `ordinal` (compaction).
     Survey { source: WalSource, ordinal: u32, reply: Sender<Vec<Resident>> },
     /// Answer once every earlier task is done (tests and shutdown).
@@ -115,6 +119,13 @@ impl Worker {
                 if let Err(error) = written {
                     self.failed = true;
                     self.policy.fatal("checkpoint", &error);
+                }
+            }
+            Task::SaveRenewals { path, renewals } => {
+                if let Err(error) = renewals::save(vfs, &path, &renewals) {
+                    // A stream kept alive by reads alone may come back with its window
+                    // restarted at its last write or checkpoint.
+                    tracing::error!(%error, path = %path.display(), "cannot save TTL renewals");
                 }
             }
             Task::Survey { source, ordinal, reply } => {

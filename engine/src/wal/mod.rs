@@ -12,7 +12,8 @@
 //! - `housekeeper`: a background thread that prepares segments, writes checkpoints,
 //!   reclaims deleted streams' space and removes dead segments.
 //!
-//! A record's location is `ordinal << 32 | position` within its segment.
+//! A record's location is `ordinal << 32 | position` within its segment. Readers' TTL
+//! renewals are saved next to the segments, in [`RENEWALS_FILE`], keyed by stream id.
 
 pub mod checkpoint;
 pub mod housekeeper;
@@ -29,6 +30,9 @@ use std::sync::{Arc, RwLock};
 
 use crate::vfs::Vfs;
 use segment::Segment;
+
+/// The file in a shard's directory that holds its readers' TTL renewals.
+pub const RENEWALS_FILE: &str = "renewals.bin";
 
 /// Where one shard's log lives and how its segments are sized.
 #[derive(Clone)]

@@ -7,6 +7,7 @@
 //! record is written and synced right after that record and writing continues in a new
 //! segment: the stale bytes stay behind the seal, where no replay ever reads, so they can
 //! never be taken for records after another crash (and stay there for inspection).
+//! Finally, saved TTL renewals (`crate::storage::renewals`) move read streams' windows on.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -18,8 +19,9 @@ use super::ledger::LedgerState;
 use super::replay::{damage_at, Replay, ReplayEnd};
 use super::segment::{self, is_prepared_name, parse_segment_name, Segment, SegmentHeader};
 use super::writer::WalPosition;
-use super::SegmentTable;
+use super::{SegmentTable, RENEWALS_FILE};
 use crate::record::codec::Header;
+use crate::storage::renewals;
 use crate::storage::{Damage, RecoveryReport};
 use crate::stream::StreamSnapshot;
 use crate::vfs::{read_exact_at, read_file, Vfs};
@@ -184,13 +186,16 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
         }
     };
     reconcile_ledger(&mut replay.ledger, &table);
+    let mut streams: Vec<StreamSnapshot> = std::mem::take(&mut replay.streams).into_values().collect();
+    let renewed = renewals::load(vfs, [dir.join(RENEWALS_FILE)]);
+    renewals::apply(&renewed, &mut streams, |stream| stream.id);
     Ok(Recovered {
         checkpoint_resume: replay.start.0,
         table,
         ledger: std::mem::take(&mut replay.ledger),
         position,
         stream_id_next: replay.stream_id_next,
-        streams: std::mem::take(&mut replay.streams).into_values().collect(),
+        streams,
         report,
     })
 }

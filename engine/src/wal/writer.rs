@@ -22,11 +22,12 @@ use super::housekeeper::{Housekeeper, Task};
 use super::ledger::Ledger;
 use super::segment::{self, Segment, SegmentHeader};
 use super::source::{Resident, WalSource};
-use super::{location, SegmentTable, ShardFiles};
+use super::{location, SegmentTable, ShardFiles, RENEWALS_FILE};
 use crate::chain::Levels;
 use crate::limits::halve_when_over;
 use crate::record::codec::{Chain, Header, HEADER_BYTES};
 use crate::record::{encode, Record};
+use crate::storage::renewals::Renewal;
 use crate::storage::{Persist, Place};
 use crate::stream::StreamSnapshot;
 
@@ -342,6 +343,10 @@ impl Persist for WalWriter {
         Ok(())
     }
 
+    fn takes_checkpoints(&self) -> bool {
+        true
+    }
+
     fn checkpoint_due(&self) -> bool {
         self.checkpoint_due
     }
@@ -359,5 +364,14 @@ impl Persist for WalWriter {
         wait: bool,
     ) {
         self.write_checkpoint(streams, stream_id_next, time_ms, clean, wait);
+    }
+
+    /// The housekeeper saves them, off the shard thread.
+    fn save_renewals(&mut self, renewals: Vec<Renewal>, wait: bool) {
+        let path = self.files.dir.join(RENEWALS_FILE);
+        self.housekeeper.send(Task::SaveRenewals { path, renewals });
+        if wait {
+            self.housekeeper.flush();
+        }
     }
 }

@@ -1,0 +1,191 @@
+//! TTL windows renewed by reads, saved now and then and at a clean stop (disk modes).
+//!
+//! Records carry the times of writes only, so from the log alone recovery can restart a
+//! sliding TTL window at the last write, and a stream kept alive by reads would come back
+//! already expired, its acknowledged data gone. So a shard whose readers renewed a window
+//! saves, at most every [`SAVE_INTERVAL_MS`] and at a clean stop, when each of its streams
+//! with a TTL was last read or written (written durably: temporary file, fsync, rename,
+//! directory fsync), and recovery takes the later of that time and the log's. A crash
+//! loses at most the last interval's renewals.
+//!
+//! An entry names its stream and its incarnation (acid: the stream id; file modes: the
+//! file's collision suffix), and only ever moves a window forward to a time that very
+//! incarnation really was read; an entry left over from an older save or a stream deleted
+//! since is therefore harmless, and a damaged file is ignored with a warning.
+//!
+//! Format (`crate::binary`): `DSRN`, version u32, entry count u64, then per entry the
+//! incarnation u64, the name (u32 length, bytes), the time u64 (ms); a crc32 of all that.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::binary::{Decoder, Encoder};
+use crate::stream::StreamSnapshot;
+use crate::vfs::{read_file, write_file_durably, Vfs};
+
+/// Readers' renewals are saved at most this often (and at a clean stop).
+pub const SAVE_INTERVAL_MS: u64 = 5_000;
+const MAGIC: &[u8; 4] = b"DSRN";
+const VERSION: u32 = 2;
+
+/// When one stream with a TTL was last read or written, as its shard saw it.
+pub struct Renewal {
+    pub name: Arc<str>,
+    /// Which incarnation of the name (see the module comment).
+    pub incarnation: u64,
+    pub last_access_ms: u64,
+}
+
+/// Saved renewals: by name, then by incarnation.
+pub type Renewals = HashMap<Box<str>, Vec<(u64, u64)>>;
+
+/// Writes `renewals` to `path`, durably.
+pub fn save(vfs: &dyn Vfs, path: &Path, renewals: &[Renewal]) -> io::Result<()> {
+    let mut encoder = Encoder::default();
+    encoder.bytes.extend_from_slice(MAGIC);
+    encoder.u32(VERSION).u64(renewals.len() as u64);
+    for renewal in renewals {
+        encoder.u64(renewal.incarnation).text(&renewal.name).u64(renewal.last_access_ms);
+    }
+    let crc = crc32fast::hash(&encoder.bytes);
+    encoder.u32(crc);
+    if let Some(dir) = path.parent() {
+        vfs.create_dir_all(dir)?;
+    }
+    write_file_durably(vfs, path, &encoder.bytes)
+}
+
+/// Every renewal saved in `paths` (the latest time where files disagree); missing files
+/// are skipped, damaged ones too, with a warning.
+pub fn load(vfs: &dyn Vfs, paths: impl IntoIterator<Item = PathBuf>) -> Renewals {
+    let mut renewals = Renewals::new();
+    for path in paths {
+        if !vfs.exists(&path) {
+            continue;
+        }
+        match read_file(vfs, &path).and_then(|bytes| parse(&bytes)) {
+            Ok(entries) => {
+                for (name, incarnation, time_ms) in entries {
+                    let kept = renewals.entry(name).or_default();
+                    match kept.iter_mut().find(|(saved, _)| *saved == incarnation) {
+                        Some((_, kept_ms)) => *kept_ms = (*kept_ms).max(time_ms),
+                        None => kept.push((incarnation, time_ms)),
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(path = %path.display(), %error, "saved TTL renewals ignored"),
+        }
+    }
+    renewals
+}
+
+/// Moves each recovered stream's window to its saved renewal, if that is later;
+/// `incarnation` says which incarnation a recovered stream is.
+pub fn apply(
+    renewals: &Renewals,
+    streams: &mut [StreamSnapshot],
+    incarnation: impl Fn(&StreamSnapshot) -> u64,
+) {
+    if renewals.is_empty() {
+        return;
+    }
+    for stream in streams {
+        let Some(saved) = renewals.get(&*stream.name) else { continue };
+        let this = incarnation(stream);
+        if let Some((_, time_ms)) = saved.iter().find(|(saved, _)| *saved == this) {
+            stream.last_access_ms = stream.last_access_ms.max(*time_ms);
+        }
+    }
+}
+
+/// The entries of a renewals file: name, incarnation, time.
+fn parse(bytes: &[u8]) -> io::Result<Vec<(Box<str>, u64, u64)>> {
+    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+    let Some((body, crc)) = bytes.split_last_chunk::<4>() else { return Err(invalid("too short")) };
+    if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
+        return Err(invalid("checksum mismatch"));
+    }
+    let Some(fields) = body.strip_prefix(MAGIC.as_slice()) else {
+        return Err(invalid("not a renewals file"));
+    };
+    let mut decoder = Decoder::new(fields);
+    let mut entries = Vec::new();
+    let decoded = (|| {
+        if decoder.u32()? != VERSION {
+            return Err(crate::binary::DecodeFailure);
+        }
+        for _ in 0..decoder.u64()? {
+            let incarnation = decoder.u64()?;
+            let name = decoder.text()?;
+            entries.push((name.into_boxed_str(), incarnation, decoder.u64()?));
+        }
+        Ok(())
+    })();
+    decoded.map_err(|_| invalid("unknown version or truncated entry"))?;
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vfs::sim::SimVfs;
+
+    fn renewal(name: &str, incarnation: u64, last_access_ms: u64) -> Renewal {
+        Renewal { name: name.into(), incarnation, last_access_ms }
+    }
+
+    fn snapshot(name: &str, id: u64, last_access_ms: u64) -> StreamSnapshot {
+        StreamSnapshot {
+            id,
+            name: name.into(),
+            config: crate::stream::StreamConfig {
+                content_type: crate::content_type::ContentType::default_type(),
+                ttl_secs: Some(10),
+                expires_at_ms: None,
+            },
+            last_access_ms,
+            tail: crate::offset::Offset::ZERO,
+            closed: false,
+            stream_seq: None,
+            producers: Vec::new(),
+            chain_tail: 0,
+            chain_n: 0,
+        }
+    }
+
+    #[test]
+    fn saved_times_only_move_the_same_incarnations_windows_forward() {
+        let vfs = SimVfs::new();
+        let (older, newer) = (PathBuf::from("/data/r/a.bin"), PathBuf::from("/data/r/b.bin"));
+        save(&vfs, &older, &[renewal("read", 1, 6_000), renewal("written-later", 2, 5_000)]).unwrap();
+        save(&vfs, &newer, &[renewal("read", 1, 9_000), renewal("recreated", 3, 8_000)]).unwrap();
+        let renewals = load(&vfs, [older, newer, PathBuf::from("/data/r/missing.bin")]);
+        assert_eq!(renewals.len(), 3);
+        let mut recovered = [
+            snapshot("read", 1, 1_000),
+            snapshot("written-later", 2, 7_000),
+            snapshot("recreated", 4, 2_000),
+            snapshot("unknown", 5, 3_000),
+        ];
+        apply(&renewals, &mut recovered, |stream| stream.id);
+        let times: Vec<u64> = recovered.iter().map(|s| s.last_access_ms).collect();
+        assert_eq!(times, [9_000, 7_000, 2_000, 3_000], "the latest save, later only, same incarnation only");
+    }
+
+    #[test]
+    fn damaged_or_foreign_files_are_refused() {
+        assert!(parse(b"").is_err());
+        assert!(parse(b"DSRN").is_err());
+        let vfs = SimVfs::new();
+        let path = Path::new("/data/renewals.bin");
+        save(&vfs, path, &[]).unwrap();
+        let mut bytes = read_file(&vfs, path).unwrap();
+        assert_eq!(parse(&bytes).unwrap(), Vec::new());
+        bytes[5] ^= 1;
+        assert!(parse(&bytes).is_err(), "a flipped bit fails the checksum");
+        write_file_durably(&vfs, path, &bytes).unwrap();
+        assert!(load(&vfs, [path.to_path_buf()]).is_empty(), "and the file is ignored");
+    }
+}
