@@ -5,6 +5,11 @@
 //! TTL). After a batch, at most every [`SAVE_INTERVAL_MS`], a shard that finds the flag
 //! raised lowers it and hands its storage the renewal time of every stream with a TTL; at
 //! a clean stop it does so at once. A shard nobody read from writes nothing.
+//!
+//! The renewal time, the flag and the shard's reads of both are all `SeqCst` (plain loads
+//! and the locked instructions it needs anyway on x86): a reader that finds the flag still
+//! raised skips raising it, so its renewal must be visible to the shard's swap that lowers
+//! it, which only a single total order promises.
 
 use std::sync::atomic::Ordering;
 
@@ -15,8 +20,8 @@ impl ShardShared {
     /// A reader renewed the window of one of this shard's streams with a TTL.
     pub fn note_read_renewal(&self) {
         // Load first: under steady reads the flag is already up and the line stays shared.
-        if !self.renewed_by_read.load(Ordering::Relaxed) {
-            self.renewed_by_read.store(true, Ordering::Release);
+        if !self.renewed_by_read.load(Ordering::SeqCst) {
+            self.renewed_by_read.store(true, Ordering::SeqCst);
         }
     }
 }
@@ -34,8 +39,8 @@ impl Shard {
     /// Saves the renewals if readers renewed a window since the last save; with `wait`,
     /// returns once they are durable.
     pub(super) fn save_renewals_if_read(&mut self, wait: bool) {
-        // AcqRel: the times read below are at least those the flag's raisers wrote.
-        if !self.shared.renewed_by_read.swap(false, Ordering::AcqRel) {
+        // Every renewal ordered before this swap is seen by the loads below (module comment).
+        if !self.shared.renewed_by_read.swap(false, Ordering::SeqCst) {
             return;
         }
         let mut renewals = Vec::new();

@@ -273,12 +273,13 @@ impl Stream {
 
     /// When a read or append last renewed the TTL window (clock milliseconds).
     pub fn last_access_ms(&self) -> u64 {
-        self.last_access_ms.load(Ordering::Acquire)
+        // SeqCst, with `touch` and the shard's renewal flag: see `shard::renewals`.
+        self.last_access_ms.load(Ordering::SeqCst)
     }
 
     /// Renews the TTL window (reads and appends do; HEAD does not).
     pub fn touch(&self, now_ms: u64) {
-        self.last_access_ms.fetch_max(now_ms, Ordering::AcqRel);
+        self.last_access_ms.fetch_max(now_ms, Ordering::SeqCst);
     }
 
     pub(crate) fn read_state(&self) -> std::sync::RwLockReadGuard<'_, StreamState> {
