@@ -7,6 +7,7 @@
 //
 //   gcc -O2 -pthread bench/probes/loopback_fanout.c -o /tmp/loopback_fanout
 //   /tmp/loopback_fanout 1000 200 4599   # connections events port
+//   VEC=1 /tmp/loopback_fanout 1000 200 4598   # each frame as a three-slice writev
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -107,6 +109,7 @@ int main(int argc, char **argv) {
     pthread_t receiver;
     if (pthread_create(&receiver, NULL, receive, NULL)) fail("pthread_create");
     pin(0);
+    int vectored = getenv("VEC") != NULL;
     char frame[FRAME_BYTES];
     memset(frame, 'x', sizeof frame);
     double loop_us = 0;
@@ -114,7 +117,13 @@ int main(int argc, char **argv) {
         double start = now_us();
         memcpy(frame, &start, sizeof start);
         for (int i = 0; i < connections; i++)
-            if (write(sending[i], frame, sizeof frame) != sizeof frame) fail("write");
+            if (vectored) {
+                // The shape of a chunked HTTP body frame: size line, data, CRLF.
+                struct iovec slices[3] = {{frame, 40}, {frame + 40, 58}, {frame + 98, 2}};
+                if (writev(sending[i], slices, 3) != sizeof frame) fail("writev");
+            } else if (write(sending[i], frame, sizeof frame) != sizeof frame) {
+                fail("write");
+            }
         loop_us += now_us() - start;
         usleep(20000);
     }

@@ -4,7 +4,8 @@
 //!
 //! - [`config`]: every `DS_*` variable as a flag, checked into a [`config::Config`].
 //! - [`serve`]: the accept loop (hyper HTTP/1.1 connections, the connection limit, TLS
-//!   handshakes via [`tls`], write stalls via [`stall`], graceful shutdown).
+//!   handshakes via [`tls`], write stalls via [`stall`], small writes joined by [`coalesce`],
+//!   graceful shutdown).
 //! - [`router`]: path and method to route; the headers every response carries; metrics and
 //!   the [`access_log`] line of each request.
 //! - [`routes`]: one module per endpoint (create, append, read, head, delete, health,
@@ -24,6 +25,7 @@
 
 pub mod access_log;
 pub mod app;
+pub mod coalesce;
 pub mod config;
 pub mod http;
 pub mod live;

@@ -2,7 +2,8 @@
 //! TLS handshakes, graceful shutdown.
 //!
 //! Connections get keep-alive, `TCP_NODELAY`, a bounded request head (size and hyper's
-//! default of 100 headers), a head read timeout and a write-stall guard ([`StallGuard`]).
+//! default of 100 headers), a head read timeout, a write-stall guard ([`StallGuard`]) and
+//! small vectored writes joined into one ([`Coalesced`]).
 //! At most `DS_SERVER__MAX_CONNECTIONS` are served at once; one more gets a canned 503 with
 //! `Retry-After` and is closed (at most [`REFUSALS_MAX`] of those at a time, past which a
 //! connection is simply closed). With TLS, the handshake runs in the connection's task,
@@ -24,6 +25,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::app::App;
+use crate::coalesce::Coalesced;
 use crate::metrics::ErrorKind;
 use crate::router;
 use crate::stall::StallGuard;
@@ -119,7 +121,7 @@ async fn serve_http<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watcher
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let io = StallGuard::new(io, app.write_stall_timeout, Arc::clone(&app.metrics));
+    let io = StallGuard::new(Coalesced::new(io), app.write_stall_timeout, Arc::clone(&app.metrics));
     let service_app = Arc::clone(app);
     let service = service_fn(move |request| router::handle(Arc::clone(&service_app), request));
     let connection = http1::Builder::new()

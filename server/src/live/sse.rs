@@ -103,8 +103,10 @@ pub struct SseBody {
     app: Arc<App>,
     handle: StreamHandle,
     subscription: Subscription,
-    /// Enabled wait for the next tail advance (re-armed after each wake).
-    woken: Option<Pin<Box<OwnedNotified>>>,
+    /// The wait for the next tail advance; its allocation is reused for every wait.
+    woken: Pin<Box<OwnedNotified>>,
+    /// `woken` is enabled and has not fired yet.
+    woken_armed: bool,
     shutdown: Pin<Box<OwnedNotified>>,
     idle: Option<IdleClose>,
     offset: Offset,
@@ -131,12 +133,14 @@ impl SseBody {
             sleep: Box::pin(tokio::time::sleep(interval)),
         });
         app.metrics.sse_started();
+        let subscription = handle.subscribe();
         SseBody {
-            subscription: handle.subscribe(),
+            woken: Box::pin(Arc::clone(subscription.notify()).notified_owned()),
+            woken_armed: false,
+            subscription,
             shutdown: app.shutdown.owned_wait(),
             app,
             handle,
-            woken: None,
             idle,
             offset,
             client_cursor,
@@ -221,16 +225,13 @@ impl SseBody {
 
     /// Arms (once) the wait for the next tail advance; true if it already fired.
     fn woken(&mut self, cx: &mut Context<'_>) -> bool {
-        let subscription = &self.subscription;
-        let wait = self.woken.get_or_insert_with(|| {
-            let mut wait = Box::pin(Arc::clone(subscription.notify()).notified_owned());
-            wait.as_mut().enable();
-            wait
-        });
-        let fired = wait.as_mut().poll(cx).is_ready();
-        if fired {
-            self.woken = None;
+        if !self.woken_armed {
+            self.woken.set(Arc::clone(self.subscription.notify()).notified_owned());
+            self.woken.as_mut().enable();
+            self.woken_armed = true;
         }
+        let fired = self.woken.as_mut().poll(cx).is_ready();
+        self.woken_armed = !fired;
         fired
     }
 }
