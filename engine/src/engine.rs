@@ -212,6 +212,14 @@ impl Engine {
             .collect()
     }
 
+    /// Wakes every live reader of every stream, whether or not its stream moved (the
+    /// front's shutdown: woken readers look at the front's signal and end).
+    pub fn wake_live_readers(&self) {
+        for shard in &self.inner.shards {
+            shard.live.wake_all();
+        }
+    }
+
     /// Stops every shard after its current batch and waits for the threads. Idempotent.
     pub fn shutdown(&self) {
         self.inner.stop_and_join();

@@ -46,4 +46,11 @@ impl App {
             write_stall_timeout: config.write_stall_timeout,
         }
     }
+
+    /// Fires the shutdown signal, then wakes every live reader so each sees it and ends
+    /// (SSE bodies wait only on their stream's tail, not on the signal itself).
+    pub fn begin_shutdown(&self) {
+        self.shutdown.trigger();
+        self.engine.wake_live_readers();
+    }
 }

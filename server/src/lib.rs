@@ -170,5 +170,5 @@ async fn trigger_on_signal(app: Arc<App>) {
         _ = interrupt => tracing::info!("SIGINT: shutting down"),
         _ = terminate => tracing::info!("SIGTERM: shutting down"),
     }
-    app.shutdown.trigger();
+    app.begin_shutdown();
 }

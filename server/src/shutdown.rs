@@ -6,7 +6,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 
 #[derive(Default)]
@@ -16,7 +15,8 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
-    /// Fires the signal (idempotent).
+    /// Fires the signal (idempotent). The server calls it through `App::begin_shutdown`,
+    /// which also wakes the SSE bodies: they do not wait on this signal themselves.
     pub fn trigger(&self) {
         self.triggered.store(true, Ordering::Release);
         self.notify.notify_waiters();
@@ -35,13 +35,5 @@ impl Shutdown {
             return;
         }
         notified.await;
-    }
-
-    /// An owned, already enabled wait (for poll-based bodies); check
-    /// [`Shutdown::is_triggered`] after creating it.
-    pub fn owned_wait(&self) -> std::pin::Pin<Box<OwnedNotified>> {
-        let mut notified = Box::pin(Arc::clone(&self.notify).notified_owned());
-        notified.as_mut().enable();
-        notified
     }
 }

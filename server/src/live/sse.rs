@@ -6,8 +6,8 @@
 //! recorded at the last commit and touches the stream only when there is something new;
 //! frames are shared through the slot, so readers at the same position and with the same
 //! format cost one formatting. When caught up the body waits on the tail notification
-//! (enabled before each look), the idle timer and shutdown. It ends after the control event
-//! that reports a closed stream, when the stream is deleted, after
+//! (enabled before each look; the shutdown fires it too) and the idle timer. It ends after
+//! the control event that reports a closed stream, when the stream is deleted, after
 //! `DS_SERVER__SSE_RECONNECT_INTERVAL_SECS` without data, or at shutdown.
 
 use std::convert::Infallible;
@@ -107,7 +107,6 @@ pub struct SseBody {
     woken: Pin<Box<OwnedNotified>>,
     /// `woken` is enabled and has not fired yet.
     woken_armed: bool,
-    shutdown: Pin<Box<OwnedNotified>>,
     idle: Option<IdleClose>,
     offset: Offset,
     client_cursor: Option<String>,
@@ -138,7 +137,6 @@ impl SseBody {
             woken: Box::pin(Arc::clone(subscription.notify()).notified_owned()),
             woken_armed: false,
             subscription,
-            shutdown: app.shutdown.owned_wait(),
             app,
             handle,
             idle,
@@ -252,11 +250,12 @@ impl http_body::Body for SseBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = &mut *self;
         loop {
+            // Arm the wait before looking, so an advance (or the shutdown's wake of every live
+            // reader, `App::begin_shutdown`) right after the look still wakes us.
+            let fired = this.woken(cx);
             if this.finished || this.app.shutdown.is_triggered() {
                 return Poll::Ready(None);
             }
-            // Arm the wait before looking, so an advance right after the look still wakes us.
-            let fired = this.woken(cx);
             if this.may_have_news() {
                 if let Some(frame) = this.next_frame() {
                     Metrics::add(&this.app.metrics.read_bytes, frame.len() as u64);
@@ -268,9 +267,6 @@ impl http_body::Body for SseBody {
             }
             if fired {
                 continue;
-            }
-            if this.shutdown.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(None);
             }
             if this.idle.as_mut().is_some_and(|idle| idle.expired(cx)) {
                 return Poll::Ready(None);
