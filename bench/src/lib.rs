@@ -5,6 +5,8 @@
 //! - [`target`]: the server under test (URL and stream path prefix).
 //! - [`http`]: keep-alive HTTP/1.1 connections (hyper's client connection API).
 //! - [`sse`]: an incremental server-sent-events parser.
+//! - [`sse_stream`]: a lean SSE response reader on its own connection (the fan-out's
+//!   subscribers, so the generator's cost per delivery stays below the server's).
 //! - [`stats`]: latency histograms (HDR) and their summaries.
 //! - [`process`]: the server's resident memory and CPU time from `/proc` (`--server-pid`).
 //! - [`run`]: what scenarios share — settings, the warm-up/measured clock, per-worker tallies,
@@ -23,5 +25,6 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod sse;
+pub mod sse_stream;
 pub mod stats;
 pub mod target;

@@ -11,10 +11,14 @@
 //! range and the bytes), so readers at the same position share one formatting of the same
 //! messages — with a thousand SSE subscribers on one stream, one formats and the rest copy a
 //! pointer.
+//!
+//! A slot can also carry one companion object of the front's choosing ([`Subscription::companion`],
+//! the server's SSE fan-out), made on first use and dropped with the slot.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -39,6 +43,7 @@ pub struct LiveSlot {
     /// The published tail as `messages << 2 | closed << 1 | gone`; it only grows.
     tail: AtomicU64,
     frame: Mutex<Option<CachedFrame>>,
+    companion: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 /// The published tail as a live slot knows it.
@@ -66,7 +71,12 @@ fn encode(published: Published) -> u64 {
 
 impl LiveSlot {
     fn new() -> LiveSlot {
-        LiveSlot { notify: Arc::new(Notify::new()), tail: AtomicU64::new(0), frame: Mutex::new(None) }
+        LiveSlot {
+            notify: Arc::new(Notify::new()),
+            tail: AtomicU64::new(0),
+            frame: Mutex::new(None),
+            companion: OnceLock::new(),
+        }
     }
 
     /// Records a published state (states only move forward, so the largest wins).
@@ -163,6 +173,13 @@ impl Subscription {
     pub fn share_frame(&self, frame: CachedFrame) {
         *self.slot.frame.lock().expect("frame cache lock") = Some(frame);
     }
+
+    /// The slot's companion, made by `make` on first use; it lives as long as the slot (while
+    /// the stream has live readers). A slot holds companions of one type only.
+    pub fn companion<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Arc<T> {
+        let companion = self.slot.companion.get_or_init(|| Arc::new(make()));
+        Arc::clone(companion).downcast::<T>().unwrap_or_else(|_| panic!("a slot holds one companion type"))
+    }
 }
 
 impl Drop for Subscription {
@@ -224,5 +241,20 @@ mod tests {
         assert_eq!(second.cached_frame(9, Offset::ZERO).unwrap().to, to);
         assert!(second.cached_frame(8, Offset::ZERO).is_none(), "another format");
         assert!(second.cached_frame(9, to).is_none(), "another position");
+    }
+
+    #[test]
+    fn companions_are_made_once_per_slot_and_go_with_it() {
+        let registry = Arc::new(LiveRegistry::default());
+        let first = registry.subscribe(1, || published(0, false));
+        let second = registry.subscribe(1, || published(0, false));
+        let made = first.companion(|| Mutex::new(7u32));
+        *made.lock().unwrap() = 8;
+        let again = second.companion(|| Mutex::new(0u32));
+        assert!(Arc::ptr_eq(&made, &again), "one companion per slot");
+        drop((first, second, again));
+        assert_eq!(Arc::strong_count(&made), 1, "the slot let go of it");
+        let fresh = registry.subscribe(1, || published(0, false));
+        assert_eq!(*fresh.companion(|| Mutex::new(0u32)).lock().unwrap(), 0, "a new slot, a new one");
     }
 }

@@ -5,12 +5,14 @@
 //! - [`config`]: every `DS_*` variable as a flag, checked into a [`config::Config`].
 //! - [`serve`]: the accept loop (hyper HTTP/1.1 connections, the connection limit, TLS
 //!   handshakes via [`tls`], write stalls via [`stall`], small writes joined by [`coalesce`],
-//!   graceful shutdown).
+//!   graceful shutdown); [`socket_link`] shares a plain TCP socket between hyper and the
+//!   SSE fan-out.
 //! - [`router`]: path and method to route; the headers every response carries; metrics and
 //!   the [`access_log`] line of each request.
 //! - [`routes`]: one module per endpoint (create, append, read, head, delete, health,
 //!   metrics).
-//! - [`live`]: long-poll and SSE reads, the SSE wire format, stream cursors.
+//! - [`live`]: long-poll and SSE reads, the per-stream SSE fan-out, the SSE wire format,
+//!   stream cursors.
 //! - [`http`]: bodies, problems, header and query parsing, CORS.
 //! - [`app`], [`metrics`] and [`shutdown`]: state shared by all requests.
 //! - [`log_writer`]: where log lines go (access lines gathered per worker turn).
@@ -35,6 +37,7 @@ pub mod router;
 pub mod routes;
 pub mod serve;
 pub mod shutdown;
+pub mod socket_link;
 pub mod stall;
 pub mod tls;
 

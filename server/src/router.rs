@@ -21,18 +21,24 @@ use crate::http::problem::Problem;
 use crate::http::response::{finish, Body};
 use crate::metrics::{Metrics, Route};
 use crate::routes;
+use crate::socket_link::SocketLink;
 
 /// Where stream names start in the path.
 pub const STREAM_PREFIX: &str = "/v1/stream/";
 
-/// Answers one request (never fails: errors become problem responses).
-pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+/// Answers one request (never fails: errors become problem responses). `link`: the
+/// connection's socket when it is plain TCP (SSE may write to it directly).
+pub async fn handle(
+    app: Arc<App>,
+    request: Request<Incoming>,
+    link: Option<Arc<SocketLink>>,
+) -> Result<Response<Body>, Infallible> {
     // A worker kept busy never goes idle to ring the shards it held rings back for.
     ds_engine::wake_batch::ring_overdue();
     let origin = request.headers().get(ORIGIN).cloned();
     let label = route_label(request.method(), request.uri());
     let access = AccessRecord::begin(&request);
-    let mut response = route(&app, label, request).await.unwrap_or_else(Problem::into_response);
+    let mut response = route(&app, label, request, link).await.unwrap_or_else(Problem::into_response);
     finish(&mut response, &app.cors, origin.as_ref());
     let status = response.status().as_u16();
     let bytes = response.body().size_hint().exact();
@@ -74,7 +80,12 @@ fn route_label(method: &Method, uri: &Uri) -> Route {
 }
 
 /// Runs the route `label` names (an unknown path is a 404, an unknown method a 405).
-async fn route(app: &Arc<App>, label: Route, request: Request<Incoming>) -> Result<Response<Body>, Problem> {
+async fn route(
+    app: &Arc<App>,
+    label: Route,
+    request: Request<Incoming>,
+    link: Option<Arc<SocketLink>>,
+) -> Result<Response<Body>, Problem> {
     match label {
         Route::Health => return routes::health::health(request.method()),
         Route::Metrics => return routes::metrics::metrics(app, request.method()),
@@ -90,7 +101,7 @@ async fn route(app: &Arc<App>, label: Route, request: Request<Incoming>) -> Resu
     match label {
         Route::Create => routes::create::create(app, name, request).await,
         Route::Append => routes::append::append(app, name, request).await,
-        Route::Read | Route::LongPoll | Route::Sse => routes::read::read(app, name, request).await,
+        Route::Read | Route::LongPoll | Route::Sse => routes::read::read(app, name, request, link).await,
         Route::Head => routes::head::head(app, &name),
         Route::Delete => routes::delete::delete(app, name).await,
         _ => Err(Problem::new(

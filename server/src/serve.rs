@@ -3,7 +3,8 @@
 //!
 //! Connections get keep-alive, `TCP_NODELAY`, a bounded request head (size and hyper's
 //! default of 100 headers), a head read timeout, a write-stall guard ([`StallGuard`]) and
-//! small vectored writes joined into one ([`Coalesced`]).
+//! small vectored writes joined into one ([`Coalesced`]). A plain TCP socket is shared
+//! through a [`SocketLink`], so SSE's fan-out can write to it directly.
 //! At most `DS_SERVER__MAX_CONNECTIONS` are served at once; one more gets a canned 503 with
 //! `Retry-After` and is closed (at most [`REFUSALS_MAX`] of those at a time, past which a
 //! connection is simply closed). With TLS, the handshake runs in the connection's task,
@@ -28,6 +29,7 @@ use crate::app::App;
 use crate::coalesce::Coalesced;
 use crate::metrics::ErrorKind;
 use crate::router;
+use crate::socket_link::SocketLink;
 use crate::stall::StallGuard;
 
 /// Largest request head (request line and headers) accepted, in bytes.
@@ -100,9 +102,12 @@ async fn connection(
 ) {
     app.metrics.connections_open.fetch_add(1, Ordering::Relaxed);
     match tls {
-        None => serve_http(&app, socket, peer, watcher).await,
+        None => {
+            let (link, io) = SocketLink::new(socket);
+            serve_http(&app, io, Some(link), peer, watcher).await
+        }
         Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
-            Ok(Ok(stream)) => serve_http(&app, stream, peer, watcher).await,
+            Ok(Ok(stream)) => serve_http(&app, stream, None, peer, watcher).await,
             Ok(Err(error)) => {
                 app.metrics.error(ErrorKind::TlsHandshake);
                 tracing::debug!(%error, %peer, "TLS handshake failed");
@@ -116,14 +121,20 @@ async fn connection(
     app.metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// HTTP/1.1 over `io` until the client or the shutdown ends it.
-async fn serve_http<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watcher)
-where
+/// HTTP/1.1 over `io` until the client or the shutdown ends it; `link` is the socket under
+/// `io` when the connection is plain TCP.
+async fn serve_http<I>(
+    app: &Arc<App>,
+    io: I,
+    link: Option<Arc<SocketLink>>,
+    peer: SocketAddr,
+    watcher: Watcher,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let io = StallGuard::new(Coalesced::new(io), app.write_stall_timeout, Arc::clone(&app.metrics));
     let service_app = Arc::clone(app);
-    let service = service_fn(move |request| router::handle(Arc::clone(&service_app), request));
+    let service = service_fn(move |request| router::handle(Arc::clone(&service_app), request, link.clone()));
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .keep_alive(true)

@@ -134,7 +134,15 @@ impl Client {
         let (status, headers) = read_head(&mut reader).expect("response head");
         let chunked =
             header_of(&headers, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
-        StreamingResponse { status, headers, reader, chunked, received: Vec::new(), ended: false }
+        StreamingResponse {
+            status,
+            headers,
+            reader,
+            chunked,
+            received: Vec::new(),
+            ended: false,
+            ended_cleanly: false,
+        }
     }
 
     fn connect(&self) -> TcpStream {
@@ -152,6 +160,8 @@ pub struct StreamingResponse {
     chunked: bool,
     received: Vec<u8>,
     ended: bool,
+    /// The body ended with its terminating chunk (not by the connection closing).
+    ended_cleanly: bool,
 }
 
 impl StreamingResponse {
@@ -190,6 +200,11 @@ impl StreamingResponse {
         self.ended
     }
 
+    /// Whether a chunked body ended with its terminating chunk.
+    pub fn ended_cleanly(&self) -> bool {
+        self.ended_cleanly
+    }
+
     fn read_some(&mut self) {
         if self.chunked {
             let mut size_line = String::new();
@@ -199,6 +214,9 @@ impl StreamingResponse {
                     let size = usize::from_str_radix(size_line.trim(), 16).expect("chunk size");
                     if size == 0 {
                         self.ended = true;
+                        let mut last_line = String::new();
+                        self.ended_cleanly =
+                            self.reader.read_line(&mut last_line).is_ok() && last_line == "\r\n";
                         return;
                     }
                     let mut chunk = vec![0; size + 2];
@@ -207,6 +225,7 @@ impl StreamingResponse {
                         self.ended = true;
                         return;
                     }
+                    assert_eq!(&chunk[size..], b"\r\n", "chunk data must end with CRLF");
                     self.received.extend_from_slice(&chunk[..size]);
                 }
                 Err(e) if is_timeout(&e) => {}

@@ -6,11 +6,10 @@
 //! last offset it saw, as a real client would; events it never receives count as lost.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::Method;
 use tokio::sync::{watch, Notify};
 
@@ -19,6 +18,7 @@ use crate::process;
 use crate::report::Report;
 use crate::run::{Clock, Live, Progress, ServerProbe, Settings};
 use crate::sse::SseParser;
+use crate::sse_stream::SseStream;
 use crate::stats::Latencies;
 use crate::target::Target;
 
@@ -34,8 +34,13 @@ pub struct FanoutOptions {
 /// Longest wait for subscribers to connect, and for the last events after the writer stops.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Latencies a subscriber keeps before adding them to the shared histogram. One histogram
+/// for all keeps the generator's memory small and its cache warm (a histogram per
+/// subscriber is 150 KB).
+const LATENCY_BATCH: usize = 256;
+
 struct Tally {
-    latencies: Latencies,
+    pending_us: Vec<u32>,
     received: u64,
     reconnects: u64,
 }
@@ -55,9 +60,11 @@ pub async fn run(settings: &Settings, options: &FanoutOptions) -> Result<Report,
     let base = Instant::now();
     let ready = Arc::new((AtomicUsize::new(0), Notify::new()));
     let (total_tx, total_rx) = watch::channel(None::<u64>);
+    let latencies = Arc::new(Mutex::new(Latencies::default()));
     let subscribers: Vec<_> = (0..options.subscribers)
         .map(|_| {
-            tokio::spawn(subscribe(target.clone(), path.clone(), base, Arc::clone(&ready), total_rx.clone()))
+            let (ready, total, latencies) = (Arc::clone(&ready), total_rx.clone(), Arc::clone(&latencies));
+            tokio::spawn(subscribe(target.clone(), path.clone(), base, ready, total, latencies))
         })
         .collect();
     wait_until_ready(&ready, options.subscribers).await?;
@@ -69,17 +76,15 @@ pub async fn run(settings: &Settings, options: &FanoutOptions) -> Result<Report,
     let probe = ServerProbe::start(settings.server_pid, clock);
     let (sent, errors) = write_events(&mut writer, &path, base, clock, &live, options).await;
     let _ = total_tx.send(Some(sent));
-    let mut all = Latencies::default();
     let (mut received, mut reconnects) = (0u64, 0u64);
     for subscriber in subscribers {
         let tally = subscriber.await.map_err(|e| format!("subscriber task: {e}"))??;
-        all.merge(&tally.latencies);
         received += tally.received;
         reconnects += tally.reconnects;
     }
     progress.finish();
     let expected = sent * options.subscribers as u64;
-    let summary = all.summary();
+    let summary = latencies.lock().expect("latency histogram lock").summary();
     let mut report = Report::new("fanout");
     report
         .add("subscribers", options.subscribers as u64, "")
@@ -156,61 +161,70 @@ async fn subscribe(
     base: Instant,
     ready: Arc<(AtomicUsize, Notify)>,
     mut total: watch::Receiver<Option<u64>>,
+    latencies: Arc<Mutex<Latencies>>,
 ) -> Result<Tally, String> {
-    let mut tally = Tally { latencies: Latencies::default(), received: 0, reconnects: 0 };
+    let mut tally = Tally { pending_us: Vec::with_capacity(LATENCY_BATCH), received: 0, reconnects: 0 };
     let mut offset = "now".to_string();
     let mut announced = false;
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {
-        let mut connection =
-            Connection::open(&target).await.map_err(|e| format!("subscriber connect: {e}"))?;
-        let url = format!("{path}?offset={offset}&live=sse");
-        let response =
-            connection.start(Method::GET, &url, &[], Bytes::new()).await.map_err(|e| e.to_string())?;
-        if response.status() != 200 {
-            return Err(format!("subscribe: status {}", response.status()));
-        }
-        let mut body = response.into_body();
+        let mut stream = SseStream::open(&target, &format!("{path}?offset={offset}&live=sse")).await?;
         let mut parser = SseParser::default();
         loop {
             if total.borrow().is_some_and(|sent| tally.received >= sent) {
+                tally.flush(&latencies);
                 return Ok(tally);
             }
-            let frame = tokio::select! {
-                frame = body.frame() => frame,
+            let piece = tokio::select! {
+                piece = stream.next() => piece,
                 _ = total.changed(), if deadline.is_none() => {
                     deadline = Some(tokio::time::Instant::now() + SETTLE_TIMEOUT);
                     continue;
                 }
-                _ = sleep_until(deadline) => return Ok(tally),
+                _ = sleep_until(deadline) => {
+                    tally.flush(&latencies);
+                    return Ok(tally);
+                }
             };
-            let Some(Ok(frame)) = frame else { break };
-            let Ok(data) = frame.into_data() else { continue };
-            for event in parser.push(&data)? {
+            let Ok(Some(piece)) = piece else { break };
+            parser.push_each(piece, |event| {
                 if event.event == "control" && !announced {
                     announced = true;
                     ready.0.fetch_add(1, Ordering::AcqRel);
                     ready.1.notify_waiters();
                 }
                 if let Some(id) = &event.id {
-                    offset = id.clone();
+                    offset.clone_from(id);
                 }
                 if event.event == "data" {
-                    record(&mut tally, &event.data, base);
+                    tally.record(&event.data, base);
                 }
+            })?;
+            if tally.pending_us.len() >= LATENCY_BATCH {
+                tally.flush(&latencies);
             }
         }
         tally.reconnects += 1;
     }
 }
 
-fn record(tally: &mut Tally, data: &str, base: Instant) {
-    let mut fields = data.split(' ');
-    let _seq = fields.next();
-    if let Some(sent_us) = fields.next().and_then(|f| f.parse::<u64>().ok()) {
-        let now_us = base.elapsed().as_micros() as u64;
-        tally.latencies.record_us(now_us.saturating_sub(sent_us));
-        tally.received += 1;
+impl Tally {
+    fn record(&mut self, data: &str, base: Instant) {
+        let mut fields = data.split(' ');
+        let _seq = fields.next();
+        if let Some(sent_us) = fields.next().and_then(|f| f.parse::<u64>().ok()) {
+            let now_us = base.elapsed().as_micros() as u64;
+            self.pending_us.push(u32::try_from(now_us.saturating_sub(sent_us)).unwrap_or(u32::MAX));
+            self.received += 1;
+        }
+    }
+
+    /// Moves the batched latencies into the shared histogram.
+    fn flush(&mut self, latencies: &Mutex<Latencies>) {
+        let mut shared = latencies.lock().expect("latency histogram lock");
+        for latency_us in self.pending_us.drain(..) {
+            shared.record_us(u64::from(latency_us));
+        }
     }
 }
 

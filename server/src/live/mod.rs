@@ -2,6 +2,9 @@
 //!
 //! - `long_poll`: one response, as soon as data arrives or the wait times out (204).
 //! - `sse`: a server-sent-event body that pulls from the stream as the client drains it.
+//! - `fanout`: one writer per stream that sends new events to caught-up SSE readers'
+//!   sockets directly.
+//! - `frame`: what an SSE reader sends next, formatted once per position and format.
 //! - `event`: the SSE wire format (data and control events).
 //! - `cursor`: `Stream-Cursor` values for CDN request collapsing.
 //!
@@ -10,5 +13,7 @@
 
 pub mod cursor;
 pub mod event;
+pub mod fanout;
+pub mod frame;
 pub mod long_poll;
 pub mod sse;

@@ -1,25 +1,27 @@
 //! `live=sse`: a response body that pulls events from the stream as the client drains it.
 //!
-//! [`SseBody`] holds no queue and runs no task: hyper polls it when the socket can take
-//! more, and each poll sends at most one frame of up to [`FRAME_STORED_BYTES_MAX`] stored
-//! bytes, so a slow client only slows itself. A poll first looks at the tail its live slot
-//! recorded at the last commit and touches the stream only when there is something new;
-//! frames are shared through the slot, so readers at the same position and with the same
-//! format cost one formatting. When caught up the body waits on the tail notification
-//! (enabled before each look; the shutdown fires it too) and the idle timer. It ends after
-//! the control event that reports a closed stream, when the stream is deleted, after
-//! `DS_SERVER__SSE_RECONNECT_INTERVAL_SECS` without data, or at shutdown.
+//! [`SseBody`] holds no queue: hyper polls it when the socket can take more, and each poll
+//! sends at most one frame (`super::frame`, up to [`FRAME_STORED_BYTES_MAX`] stored bytes),
+//! so a slow client only slows itself. A poll first looks at the tail its live slot recorded
+//! at the last commit and touches the stream only when there is something new. When caught
+//! up on a plain HTTP/1.1 connection, the body lends itself to its stream's fan-out
+//! (`super::fanout`), which writes new events to the socket directly and hands the body
+//! back when it cannot; elsewhere (TLS) it waits on the tail notification (enabled before
+//! each look; the shutdown fires it too). Either way it also waits on the idle timer. It
+//! ends after the control event that reports a closed stream, when the stream is deleted,
+//! after `DS_SERVER__SSE_RECONNECT_INTERVAL_SECS` without data, or at shutdown.
 
 use std::convert::Infallible;
 use std::future::Future as _;
+use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use ds_engine::content_type::SseEncoding;
-use ds_engine::live::{CachedFrame, Subscription};
+use ds_engine::live::Subscription;
 use ds_engine::{Offset, StartAt, StreamHandle};
 use http_body::Frame;
 use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
@@ -28,27 +30,38 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 
 use super::cursor::response_cursor;
-use super::event::{write_control, write_message, ControlState, EventFormat};
+use super::event::EventFormat;
+use super::fanout::{FanOut, Lent, Parked};
+use super::frame::{FrameSource, Next};
 use crate::app::App;
 use crate::http::headers::STREAM_SSE_DATA_ENCODING;
 use crate::http::problem::Problem;
 use crate::http::response::{response, Body};
-use crate::metrics::Metrics;
+use crate::metrics::{ErrorKind, Metrics};
 use crate::routes::read::ReadStart;
 use crate::routes::read_problem;
+use crate::socket_link::SocketLink;
+
+pub use super::frame::FRAME_STORED_BYTES_MAX;
 
 /// Tells nginx-style proxies not to buffer the event stream.
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
-/// Most stored message bytes formatted into one frame.
-pub const FRAME_STORED_BYTES_MAX: usize = 64 * 1024;
+/// Where a body starts and how it formats.
+struct Start {
+    offset: Offset,
+    client_cursor: Option<Arc<str>>,
+    format: EventFormat,
+}
 
-/// Starts an SSE response at `start` (400 when it is not a message boundary).
+/// Starts an SSE response at `start` (400 when it is not a message boundary). `link`: the
+/// connection's socket, when the stream's fan-out may write to it directly.
 pub fn serve(
     app: &Arc<App>,
     handle: StreamHandle,
     start: ReadStart,
     client_cursor: Option<String>,
+    link: Option<Arc<SocketLink>>,
 ) -> Result<Response<Body>, Problem> {
     let status = handle.status().ok_or_else(Problem::not_found)?;
     let from = match start.at {
@@ -61,7 +74,8 @@ pub fn serve(
     handle.touch();
     let content_type = &handle.config().content_type;
     let format = EventFormat { encoding: content_type.sse_encoding(), json: content_type.is_json() };
-    let body = SseBody::new(Arc::clone(app), handle, from, client_cursor, format);
+    let start = Start { offset: from, client_cursor: client_cursor.map(Arc::from), format };
+    let body = SseBody::new(Arc::clone(app), handle, start, link);
     let mut reply = response(StatusCode::OK, Body::Live(Box::pin(body)));
     let headers = reply.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -109,23 +123,31 @@ pub struct SseBody {
     woken_armed: bool,
     idle: Option<IdleClose>,
     offset: Offset,
-    client_cursor: Option<String>,
+    client_cursor: Option<Arc<str>>,
     format: EventFormat,
     /// When this reader last renewed the stream's TTL (clock milliseconds).
     touched_ms: u64,
     /// A control event with `upToDate` went out since the reader last fell behind.
     told_up_to_date: bool,
     finished: bool,
+    /// The way to the stream's fan-out (plain HTTP/1.1 connections only).
+    direct: Option<Direct>,
+}
+
+/// What a body needs to lend itself to its stream's fan-out, and what it gets back.
+struct Direct {
+    link: Arc<SocketLink>,
+    fanout: Arc<FanOut>,
+    /// Set while lent.
+    parked: Option<Arc<Parked>>,
+    /// The end of a chunk the fan-out began: written raw before anything else.
+    remainder: Bytes,
+    /// Armed while the remainder waits for the socket.
+    stall: Option<Pin<Box<Sleep>>>,
 }
 
 impl SseBody {
-    fn new(
-        app: Arc<App>,
-        handle: StreamHandle,
-        offset: Offset,
-        client_cursor: Option<String>,
-        format: EventFormat,
-    ) -> SseBody {
+    fn new(app: Arc<App>, handle: StreamHandle, start: Start, link: Option<Arc<SocketLink>>) -> SseBody {
         let idle = app.sse_idle_close.map(|interval| IdleClose {
             interval,
             data_since_armed: false,
@@ -133,6 +155,13 @@ impl SseBody {
         });
         app.metrics.sse_started();
         let subscription = handle.subscribe();
+        let direct = link.map(|link| Direct {
+            link,
+            fanout: subscription.companion(FanOut::default),
+            parked: None,
+            remainder: Bytes::new(),
+            stall: None,
+        });
         SseBody {
             woken: Box::pin(Arc::clone(subscription.notify()).notified_owned()),
             woken_armed: false,
@@ -140,12 +169,13 @@ impl SseBody {
             app,
             handle,
             idle,
-            offset,
-            client_cursor,
-            format,
+            offset: start.offset,
+            client_cursor: start.client_cursor,
+            format: start.format,
             touched_ms: 0,
             told_up_to_date: false,
             finished: false,
+            direct,
         }
     }
 
@@ -159,44 +189,28 @@ impl SseBody {
     fn next_frame(&mut self) -> Option<Bytes> {
         let now_ms = ds_engine::time::Clock::System.now_ms();
         let cursor = response_cursor(self.client_cursor.as_deref(), now_ms);
-        let key = self.frame_key(cursor);
-        if let Some(shared) = self.subscription.cached_frame(key, self.offset) {
-            self.advance(shared.to, shared.last, now_ms);
-            return Some(shared.bytes);
-        }
-        let Ok(Some(read)) = self.handle.read_messages(self.offset, FRAME_STORED_BYTES_MAX) else {
-            // The stream is gone (or the impossible: the offset stopped being a boundary).
-            self.finished = true;
-            return None;
+        let source = FrameSource {
+            handle: &self.handle,
+            subscription: &self.subscription,
+            format: self.format,
+            cursor,
         };
-        let mut out = BytesMut::new();
-        let Some(last) = read.messages.last().map(|m| m.next) else {
-            if !read.closed && self.told_up_to_date {
+        let frame = match source.next_frame(self.offset, self.told_up_to_date) {
+            Next::Frame(frame) => frame,
+            Next::Nothing => return None,
+            Next::Gone => {
+                self.finished = true;
                 return None;
             }
-            let state = ControlState { cursor, up_to_date: true, closed: read.closed };
-            write_control(&mut out, self.offset, state);
-            self.told_up_to_date = true;
-            self.finished = read.closed;
-            return Some(out.freeze());
         };
-        for message in &read.messages {
-            let at_tail = message.next == read.tail;
-            let state = ControlState { cursor, up_to_date: at_tail, closed: at_tail && read.closed };
-            write_message(&mut out, self.format, &message.payload(self.format.json), message.next, state);
+        if frame.to == self.offset {
+            // A control event alone: caught up, or closed.
+            self.told_up_to_date = true;
+            self.finished = frame.closes;
+        } else {
+            self.advance(frame.to, frame.closes, now_ms);
         }
-        let bytes = out.freeze();
-        let closes = read.closed && last == read.tail;
-        let from = self.offset;
-        self.subscription.share_frame(CachedFrame {
-            key,
-            from,
-            to: last,
-            bytes: bytes.clone(),
-            last: closes,
-        });
-        self.advance(last, closes, now_ms);
-        Some(bytes)
+        Some(frame.bytes)
     }
 
     /// Moves past a sent frame ending at `to` (`closes`: it carried the closing event).
@@ -214,13 +228,6 @@ impl SseBody {
         }
     }
 
-    /// Frames are shared between readers with the same format and cursor.
-    fn frame_key(&self, cursor: u64) -> u64 {
-        cursor << 2
-            | u64::from(self.format.encoding == SseEncoding::Base64) << 1
-            | u64::from(self.format.json)
-    }
-
     /// Arms (once) the wait for the next tail advance; true if it already fired.
     fn woken(&mut self, cx: &mut Context<'_>) -> bool {
         if !self.woken_armed {
@@ -232,10 +239,103 @@ impl SseBody {
         self.woken_armed = !fired;
         fired
     }
+
+    /// Ready once the body owns its connection again: back from the fan-out (or taken back
+    /// to end), with any chunk remainder written.
+    fn poll_direct(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(direct) = &mut self.direct else { return Poll::Ready(()) };
+        if let Some(parked) = &direct.parked {
+            let (back, wrote_data) = parked.poll_back(cx.waker());
+            if let Some(idle) = self.idle.as_mut().filter(|_| wrote_data) {
+                idle.data_since_armed = true;
+            }
+            let returned = match back {
+                Some(returned) => returned,
+                None => {
+                    let ending = self.app.shutdown.is_triggered()
+                        || self.idle.as_mut().is_some_and(|idle| idle.expired(cx));
+                    if !ending {
+                        return Poll::Pending;
+                    }
+                    self.finished = true;
+                    parked.take_back()
+                }
+            };
+            direct.parked = None;
+            debug_assert!(returned.offset >= self.offset, "the fan-out only moves readers forward");
+            self.offset = returned.offset;
+            self.finished |= returned.finished;
+            direct.remainder = returned.remainder;
+        }
+        if let Err(error) = ready!(direct.poll_remainder(cx, self.app.write_stall_timeout)) {
+            // Mid-chunk: the response cannot end cleanly; the client sees it broken.
+            if error.kind() == io::ErrorKind::TimedOut {
+                self.app.metrics.error(ErrorKind::WriteStall);
+            }
+            tracing::debug!(%error, "SSE chunk remainder not written; closing");
+            direct.link.abort();
+            self.finished = true;
+        }
+        Poll::Ready(())
+    }
+
+    /// Lends the body to its stream's fan-out if it can: caught up, told so, and nothing of
+    /// hyper's left to write (otherwise the flush wakes it to try again).
+    fn lend(&mut self, cx: &mut Context<'_>) {
+        let Some(direct) = &mut self.direct else { return };
+        if self.finished || !self.told_up_to_date || !direct.link.flushed_or_wake_later() {
+            return;
+        }
+        // No tail wait while lent: the fan-out writes, and hands the body back when it must.
+        self.woken.set(Arc::clone(self.subscription.notify()).notified_owned());
+        self.woken_armed = false;
+        let lent = Lent {
+            link: Arc::clone(&direct.link),
+            offset: self.offset,
+            format: self.format,
+            client_cursor: self.client_cursor.clone(),
+            waker: cx.waker().clone(),
+        };
+        direct.parked = Some(direct.fanout.park(&self.app, &self.handle, lent));
+    }
+}
+
+impl Direct {
+    /// Writes the remainder straight to the socket (hyper's buffer is empty meanwhile);
+    /// fails after a stall of `stall_timeout`.
+    fn poll_remainder(&mut self, cx: &mut Context<'_>, stall_timeout: Duration) -> Poll<io::Result<()>> {
+        while !self.remainder.is_empty() {
+            let socket = self.link.socket();
+            match socket.poll_write_ready(cx) {
+                Poll::Ready(Ok(())) => match socket.try_write(&self.remainder) {
+                    Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Ok(written) => {
+                        self.remainder.advance(written);
+                        self.stall = None;
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(error) => return Poll::Ready(Err(error)),
+                },
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending => {
+                    let stall = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall_timeout)));
+                    if stall.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+        self.stall = None;
+        Poll::Ready(Ok(()))
+    }
 }
 
 impl Drop for SseBody {
     fn drop(&mut self) {
+        if let Some(parked) = self.direct.as_mut().and_then(|direct| direct.parked.take()) {
+            parked.take_back();
+        }
         self.app.metrics.sse_ended();
     }
 }
@@ -249,6 +349,7 @@ impl http_body::Body for SseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = &mut *self;
+        ready!(this.poll_direct(cx));
         loop {
             // Arm the wait before looking, so an advance (or the shutdown's wake of every live
             // reader, `App::begin_shutdown`) right after the look still wakes us.
@@ -259,6 +360,9 @@ impl http_body::Body for SseBody {
             if this.may_have_news() {
                 if let Some(frame) = this.next_frame() {
                     Metrics::add(&this.app.metrics.read_bytes, frame.len() as u64);
+                    if let Some(direct) = &this.direct {
+                        direct.link.mark_unflushed();
+                    }
                     return Poll::Ready(Some(Ok(Frame::data(frame))));
                 }
                 if this.finished {
@@ -271,6 +375,7 @@ impl http_body::Body for SseBody {
             if this.idle.as_mut().is_some_and(|idle| idle.expired(cx)) {
                 return Poll::Ready(None);
             }
+            this.lend(cx);
             return Poll::Pending;
         }
     }

@@ -12,7 +12,7 @@ use ds_engine::read::json_array;
 use ds_engine::{ReadResult, StartAt, StreamHandle, StreamName};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode, Version};
 
 use super::read_problem;
 use crate::app::App;
@@ -23,6 +23,7 @@ use crate::http::problem::Problem;
 use crate::http::query::{Live, ReadQuery};
 use crate::http::response::{response, set, Body};
 use crate::live::{long_poll, sse};
+use crate::socket_link::SocketLink;
 
 /// Where a read starts, and how the client spelled it (the ETag repeats the spelling).
 #[derive(Clone, Debug)]
@@ -55,10 +56,12 @@ impl ReadStart {
     }
 }
 
+/// Answers a read; `link` is the connection's socket when it is plain TCP.
 pub async fn read(
     app: &Arc<App>,
     name: StreamName,
     request: Request<Incoming>,
+    link: Option<Arc<SocketLink>>,
 ) -> Result<Response<Body>, Problem> {
     let query = ReadQuery::parse(request.uri().query())?;
     let start = ReadStart::resolve(&query, request.headers())?;
@@ -70,7 +73,11 @@ pub async fn read(
             Ok(chunk_response(&handle, result, &start.text, if_none_match.as_ref(), None))
         }
         Live::LongPoll => long_poll::serve(app, handle, start, query.cursor, if_none_match).await,
-        Live::Sse => sse::serve(app, handle, start, query.cursor),
+        Live::Sse => {
+            // Direct writes frame their own chunks: only where hyper sends chunked bodies.
+            let link = link.filter(|_| request.version() == Version::HTTP_11);
+            sse::serve(app, handle, start, query.cursor, link)
+        }
     }
 }
 

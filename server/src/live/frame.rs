@@ -1,0 +1,125 @@
+//! What an SSE reader at a position sends next: one frame of events, formatted once.
+//!
+//! [`next_frame`] turns the messages after a position into data and control events (at
+//! most [`FRAME_STORED_BYTES_MAX`] stored bytes), or into the control event that reports
+//! catching up or the closing. Message frames are offered to the stream's live slot, so
+//! readers at the same position with the same format and cursor share one formatting.
+//! [`chunked`] wraps a frame in HTTP/1.1 chunk framing for the fan-out's direct writes.
+//! Leaves only: the callers decide what to do with a frame.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use ds_engine::content_type::SseEncoding;
+use ds_engine::live::{CachedFrame, Subscription};
+use ds_engine::{Offset, StreamHandle};
+
+use super::event::{write_control, write_message, ControlState, EventFormat};
+
+/// Most stored message bytes formatted into one frame.
+pub const FRAME_STORED_BYTES_MAX: usize = 64 * 1024;
+
+/// Events for a reader, covering the messages up to `to`.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub bytes: Bytes,
+    /// Where the reader stands after the frame (its start, for a control-only frame).
+    pub to: Offset,
+    /// The frame ends with the closing control event: nothing follows it.
+    pub closes: bool,
+}
+
+/// What a reader at some position has to send.
+#[derive(Clone, Debug)]
+pub enum Next {
+    Frame(Frame),
+    /// Nothing new (the reader was already told it is up to date).
+    Nothing,
+    /// The stream is gone.
+    Gone,
+}
+
+/// Who is asking: the stream, its live slot and the reader's view of it.
+pub struct FrameSource<'a> {
+    pub handle: &'a StreamHandle,
+    pub subscription: &'a Subscription,
+    pub format: EventFormat,
+    pub cursor: u64,
+}
+
+impl FrameSource<'_> {
+    /// The frame for a reader at `from`; `told_up_to_date`: it already had a control event
+    /// saying so (no bare one is repeated).
+    pub fn next_frame(&self, from: Offset, told_up_to_date: bool) -> Next {
+        let key = frame_key(self.format, self.cursor);
+        if let Some(shared) = self.subscription.cached_frame(key, from) {
+            return Next::Frame(Frame { bytes: shared.bytes, to: shared.to, closes: shared.last });
+        }
+        let Ok(Some(read)) = self.handle.read_messages(from, FRAME_STORED_BYTES_MAX) else {
+            // The stream is gone (or the impossible: the offset stopped being a boundary).
+            return Next::Gone;
+        };
+        let mut out = BytesMut::new();
+        let Some(last) = read.messages.last().map(|m| m.next) else {
+            if !read.closed && told_up_to_date {
+                return Next::Nothing;
+            }
+            let state = ControlState { cursor: self.cursor, up_to_date: true, closed: read.closed };
+            write_control(&mut out, from, state);
+            return Next::Frame(Frame { bytes: out.freeze(), to: from, closes: read.closed });
+        };
+        for message in &read.messages {
+            let at_tail = message.next == read.tail;
+            let state =
+                ControlState { cursor: self.cursor, up_to_date: at_tail, closed: at_tail && read.closed };
+            write_message(&mut out, self.format, &message.payload(self.format.json), message.next, state);
+        }
+        let bytes = out.freeze();
+        let closes = read.closed && last == read.tail;
+        let frame = CachedFrame { key, from, to: last, bytes: bytes.clone(), last: closes };
+        self.subscription.share_frame(frame);
+        Next::Frame(Frame { bytes, to: last, closes })
+    }
+}
+
+/// Frames are shared between readers with the same format and cursor.
+fn frame_key(format: EventFormat, cursor: u64) -> u64 {
+    cursor << 2 | u64::from(format.encoding == SseEncoding::Base64) << 1 | u64::from(format.json)
+}
+
+/// `bytes` as one HTTP/1.1 chunk: size line, data, CRLF.
+pub fn chunked(bytes: &[u8]) -> Bytes {
+    debug_assert!(!bytes.is_empty(), "an empty chunk would end the body");
+    let size_line = format!("{:x}\r\n", bytes.len());
+    let mut out = BytesMut::with_capacity(size_line.len() + bytes.len() + 2);
+    out.put_slice(size_line.as_bytes());
+    out.put_slice(bytes);
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_carry_their_size_in_hex() {
+        assert_eq!(&chunked(b"hello")[..], b"5\r\nhello\r\n");
+        let big = vec![b'x'; 300];
+        let chunk = chunked(&big);
+        assert!(chunk.starts_with(b"12c\r\nxxx"));
+        assert!(chunk.ends_with(b"xx\r\n"));
+        assert_eq!(chunk.len(), 5 + 300 + 2);
+    }
+
+    #[test]
+    fn keys_tell_formats_and_cursors_apart() {
+        let text = EventFormat { encoding: SseEncoding::Text, json: false };
+        let json = EventFormat { encoding: SseEncoding::Text, json: true };
+        let binary = EventFormat { encoding: SseEncoding::Base64, json: false };
+        let keys = [frame_key(text, 5), frame_key(json, 5), frame_key(binary, 5), frame_key(text, 6)];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+    }
+}
