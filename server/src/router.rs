@@ -6,6 +6,7 @@
 //! in the metrics and writes its access log line.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 
 use ds_engine::StreamName;
@@ -27,16 +28,27 @@ use crate::socket_link::SocketLink;
 pub const STREAM_PREFIX: &str = "/v1/stream/";
 
 /// Answers one request (never fails: errors become problem responses). `link`: the
-/// connection's socket when it is plain TCP (SSE may write to it directly).
-pub async fn handle(
+/// connection's socket when it is plain TCP (an SSE response may write to it directly; no
+/// other route gets it).
+pub fn handle(
     app: Arc<App>,
     request: Request<Incoming>,
+    link: &Option<Arc<SocketLink>>,
+) -> impl Future<Output = Result<Response<Body>, Infallible>> + Send + 'static {
+    let label = route_label(request.method(), request.uri());
+    let link = if label == Route::Sse { link.clone() } else { None };
+    handle_route(app, request, label, link)
+}
+
+async fn handle_route(
+    app: Arc<App>,
+    request: Request<Incoming>,
+    label: Route,
     link: Option<Arc<SocketLink>>,
 ) -> Result<Response<Body>, Infallible> {
     // A worker kept busy never goes idle to ring the shards it held rings back for.
     ds_engine::wake_batch::ring_overdue();
     let origin = request.headers().get(ORIGIN).cloned();
-    let label = route_label(request.method(), request.uri());
     let access = AccessRecord::begin(&request);
     let mut response = route(&app, label, request, link).await.unwrap_or_else(Problem::into_response);
     finish(&mut response, &app.cors, origin.as_ref());

@@ -29,7 +29,7 @@ use crate::app::App;
 use crate::coalesce::Coalesced;
 use crate::metrics::ErrorKind;
 use crate::router;
-use crate::socket_link::SocketLink;
+use crate::socket_link::{LinkedSocket, SocketLink};
 use crate::stall::StallGuard;
 
 /// Largest request head (request line and headers) accepted, in bytes.
@@ -103,7 +103,8 @@ async fn connection(
     app.metrics.connections_open.fetch_add(1, Ordering::Relaxed);
     match tls {
         None => {
-            let (link, io) = SocketLink::new(socket);
+            let io = LinkedSocket::new(socket);
+            let link = Arc::clone(io.link());
             serve_http(&app, io, Some(link), peer, watcher).await
         }
         Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
@@ -134,7 +135,7 @@ async fn serve_http<I>(
 {
     let io = StallGuard::new(Coalesced::new(io), app.write_stall_timeout, Arc::clone(&app.metrics));
     let service_app = Arc::clone(app);
-    let service = service_fn(move |request| router::handle(Arc::clone(&service_app), request, link.clone()));
+    let service = service_fn(move |request| router::handle(Arc::clone(&service_app), request, &link));
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .keep_alive(true)

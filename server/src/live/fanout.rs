@@ -10,12 +10,12 @@
 //!
 //! A reader goes back to its body ([`Parked::poll_back`]) whenever the fast path cannot
 //! finish: the socket is full (nothing written: the body resends through hyper and its
-//! stall guard), a write was partial (the body writes the chunk's [remainder] raw before
-//! anything else), the reader is still behind after a few frames, the closing event went
-//! out, the stream is gone, or the server shuts down. A body ending for its own reasons
-//! takes itself back ([`Parked::take_back`]); from then on the fan-out never touches that
-//! socket. The writer task ends when no reader is lent. It lives in the stream's live slot
-//! (a companion), so idle streams have none.
+//! stall guard), a write was partial (the chunk's [remainder] goes out ahead of hyper's
+//! next bytes, see `crate::socket_link`), the reader is still behind after a few frames,
+//! the closing event went out, the stream is gone, or the server shuts down. A body (or
+//! its connection) ending takes the reader back ([`Parked::take_back`]); from then on the
+//! fan-out never touches that socket. The writer task ends when no reader is lent. Its
+//! state lives in the stream's live slot (a companion), so idle streams have none.
 //!
 //! [remainder]: Returned::remainder
 
@@ -308,7 +308,7 @@ impl ParkedState {
     /// and more may follow; the bytes written.
     fn write(&mut self, frame: &Frame, chunk: &Bytes) -> usize {
         let Some(link) = &self.link else { return 0 };
-        let written = match link.socket().try_write(chunk) {
+        let written = match link.send(chunk) {
             Ok(written) => written,
             Err(_) => {
                 // Full (the body resends through hyper) or broken (hyper finds out).

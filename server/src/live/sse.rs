@@ -13,13 +13,12 @@
 
 use std::convert::Infallible;
 use std::future::Future as _;
-use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use ds_engine::content_type::SseEncoding;
 use ds_engine::live::Subscription;
 use ds_engine::{Offset, StartAt, StreamHandle};
@@ -37,7 +36,7 @@ use crate::app::App;
 use crate::http::headers::STREAM_SSE_DATA_ENCODING;
 use crate::http::problem::Problem;
 use crate::http::response::{response, Body};
-use crate::metrics::{ErrorKind, Metrics};
+use crate::metrics::Metrics;
 use crate::routes::read::ReadStart;
 use crate::routes::read_problem;
 use crate::socket_link::SocketLink;
@@ -134,16 +133,12 @@ pub struct SseBody {
     direct: Option<Direct>,
 }
 
-/// What a body needs to lend itself to its stream's fan-out, and what it gets back.
+/// What a body needs to lend itself to its stream's fan-out.
 struct Direct {
     link: Arc<SocketLink>,
     fanout: Arc<FanOut>,
     /// Set while lent.
     parked: Option<Arc<Parked>>,
-    /// The end of a chunk the fan-out began: written raw before anything else.
-    remainder: Bytes,
-    /// Armed while the remainder waits for the socket.
-    stall: Option<Pin<Box<Sleep>>>,
 }
 
 impl SseBody {
@@ -155,13 +150,8 @@ impl SseBody {
         });
         app.metrics.sse_started();
         let subscription = handle.subscribe();
-        let direct = link.map(|link| Direct {
-            link,
-            fanout: subscription.companion(FanOut::default),
-            parked: None,
-            remainder: Bytes::new(),
-            stall: None,
-        });
+        let direct =
+            link.map(|link| Direct { link, fanout: subscription.companion(FanOut::default), parked: None });
         SseBody {
             woken: Box::pin(Arc::clone(subscription.notify()).notified_owned()),
             woken_armed: false,
@@ -240,8 +230,8 @@ impl SseBody {
         fired
     }
 
-    /// Ready once the body owns its connection again: back from the fan-out (or taken back
-    /// to end), with any chunk remainder written.
+    /// Ready once the body owns its connection again: back from the fan-out, or taken back
+    /// to end. A chunk the fan-out left unfinished goes to the link, ahead of hyper's bytes.
     fn poll_direct(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let Some(direct) = &mut self.direct else { return Poll::Ready(()) };
         if let Some(parked) = &direct.parked {
@@ -262,19 +252,11 @@ impl SseBody {
                 }
             };
             direct.parked = None;
+            direct.link.set_lent(None);
+            direct.link.prepend(returned.remainder);
             debug_assert!(returned.offset >= self.offset, "the fan-out only moves readers forward");
             self.offset = returned.offset;
             self.finished |= returned.finished;
-            direct.remainder = returned.remainder;
-        }
-        if let Err(error) = ready!(direct.poll_remainder(cx, self.app.write_stall_timeout)) {
-            // Mid-chunk: the response cannot end cleanly; the client sees it broken.
-            if error.kind() == io::ErrorKind::TimedOut {
-                self.app.metrics.error(ErrorKind::WriteStall);
-            }
-            tracing::debug!(%error, "SSE chunk remainder not written; closing");
-            direct.link.abort();
-            self.finished = true;
         }
         Poll::Ready(())
     }
@@ -296,45 +278,19 @@ impl SseBody {
             client_cursor: self.client_cursor.clone(),
             waker: cx.waker().clone(),
         };
-        direct.parked = Some(direct.fanout.park(&self.app, &self.handle, lent));
-    }
-}
-
-impl Direct {
-    /// Writes the remainder straight to the socket (hyper's buffer is empty meanwhile);
-    /// fails after a stall of `stall_timeout`.
-    fn poll_remainder(&mut self, cx: &mut Context<'_>, stall_timeout: Duration) -> Poll<io::Result<()>> {
-        while !self.remainder.is_empty() {
-            let socket = self.link.socket();
-            match socket.poll_write_ready(cx) {
-                Poll::Ready(Ok(())) => match socket.try_write(&self.remainder) {
-                    Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                    Ok(written) => {
-                        self.remainder.advance(written);
-                        self.stall = None;
-                    }
-                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(error) => return Poll::Ready(Err(error)),
-                },
-                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
-                Poll::Pending => {
-                    let stall = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall_timeout)));
-                    if stall.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
-                    }
-                    return Poll::Pending;
-                }
-            }
-        }
-        self.stall = None;
-        Poll::Ready(Ok(()))
+        let parked = direct.fanout.park(&self.app, &self.handle, lent);
+        direct.link.set_lent(Some(Arc::clone(&parked)));
+        direct.parked = Some(parked);
     }
 }
 
 impl Drop for SseBody {
     fn drop(&mut self) {
-        if let Some(parked) = self.direct.as_mut().and_then(|direct| direct.parked.take()) {
-            parked.take_back();
+        if let Some(direct) = &mut self.direct {
+            if let Some(parked) = direct.parked.take() {
+                direct.link.set_lent(None);
+                direct.link.prepend(parked.take_back().remainder);
+            }
         }
         self.app.metrics.sse_ended();
     }
