@@ -40,6 +40,9 @@ use crate::socket_link::SocketLink;
 const FRAMES_PER_ROUND_MAX: usize = 4;
 /// Most distinct frames kept during one round (readers at other positions or cursors).
 const ROUND_FRAMES_MAX: usize = 16;
+/// Readers written to between yields to the runtime: a round over many subscribers must
+/// not hold a worker from other connections for long (128 sends take about 1 ms here).
+const READERS_PER_TURN: usize = 128;
 /// How often the writer renews the stream's TTL while data flows.
 const TOUCH_INTERVAL_MS: u64 = 1000;
 
@@ -127,8 +130,9 @@ impl FanOut {
         self.roster.lock().expect("fan-out roster lock").readers.len()
     }
 
-    /// One pass over the lent readers; false once none is left (the writer then ends).
-    fn round(
+    /// One pass over the lent readers, yielding to other tasks every [`READERS_PER_TURN`];
+    /// false once none is left (the writer then ends).
+    async fn round(
         &self,
         app: &App,
         source: &RoundFrames<'_>,
@@ -139,13 +143,24 @@ impl FanOut {
         let tail = source.subscription.tail();
         let ending = tail.gone || app.shutdown.is_triggered();
         let mut tally = Tally::default();
-        readers.retain(|reader| {
-            if ending {
-                tally.handbacks += u64::from(reader.state.lock().expect("parked reader lock").hand_back());
-                return false;
+        let mut kept = 0;
+        for index in 0..readers.len() {
+            if index > 0 && index % READERS_PER_TURN == 0 {
+                tokio::task::yield_now().await;
             }
-            reader.deliver(source, frames, tail, &mut tally)
-        });
+            let reader = &readers[index];
+            let keep = if ending {
+                tally.handbacks += u64::from(reader.state.lock().expect("parked reader lock").hand_back());
+                false
+            } else {
+                reader.deliver(source, frames, tail, &mut tally)
+            };
+            if keep {
+                readers.swap(kept, index);
+                kept += 1;
+            }
+        }
+        readers.truncate(kept);
         frames.clear();
         Metrics::add(&app.metrics.sse_fanout_handbacks, tally.handbacks);
         if tally.frames > 0 {
@@ -178,7 +193,7 @@ async fn run(fanout: Arc<FanOut>, app: Arc<App>, handle: StreamHandle) {
         kicked.as_mut().enable();
         let source =
             RoundFrames { handle: &handle, subscription: &subscription, now_ms: Clock::System.now_ms() };
-        if !fanout.round(&app, &source, &mut frames, &mut touched_ms) {
+        if !fanout.round(&app, &source, &mut frames, &mut touched_ms).await {
             return;
         }
         tokio::select! {
