@@ -100,3 +100,25 @@ fn a_reader_that_falls_behind_is_handed_back_and_gets_every_byte() {
     assert!(fanout_counter(&client, "ds_sse_fanout_handbacks_total") > 0, "the reader was handed back");
     assert!(fanout_counter(&client, "ds_sse_fanout_frames_total") > 0);
 }
+
+#[test]
+fn deleting_the_stream_ends_its_lent_readers_cleanly() {
+    let server = Server::start(&[]);
+    let client = server.client();
+    let path = "/v1/stream/fan-deleted";
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    let mut readers: Vec<_> = (0..8).map(|_| subscribe(&client, path)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(client.post(path, "text/plain", b"last words").status, 204);
+    for reader in &mut readers {
+        reader.read_until("last words", Duration::from_secs(5));
+    }
+    assert_eq!(client.send("DELETE", path, &[], b"").status, 204);
+    for reader in &mut readers {
+        assert!(reader.read_to_end(Duration::from_secs(5)), "the deletion ends every reader");
+        assert!(reader.ended_cleanly(), "with the terminating chunk");
+        assert_eq!(events(&reader.text()).0, ["last words"]);
+    }
+    let handbacks = fanout_counter(&client, "ds_sse_fanout_handbacks_total");
+    assert!(handbacks >= 8, "the fan-out handed every reader back ({handbacks})");
+}

@@ -252,6 +252,7 @@ fn sse_connections_close_when_idle(mode: &str) {
     let text = events.read_until("upToDate", Duration::from_secs(10));
     assert!(text.contains("data:[1]"), "{text}");
     assert!(events.read_to_end(Duration::from_secs(10)), "closed after the idle interval");
+    assert!(events.ended_cleanly(), "with the terminating chunk");
 }
 
 fn bodies_and_streams_are_bounded_with_413(mode: &str) {

@@ -161,6 +161,10 @@ impl FanOut {
             }
         }
         readers.truncate(kept);
+        // The next round starts one reader later: no subscriber is always served last.
+        if !readers.is_empty() {
+            readers.rotate_left(1);
+        }
         frames.clear();
         Metrics::add(&app.metrics.sse_fanout_handbacks, tally.handbacks);
         if tally.frames > 0 {
