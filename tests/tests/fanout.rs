@@ -122,3 +122,52 @@ fn deleting_the_stream_ends_its_lent_readers_cleanly() {
     let handbacks = fanout_counter(&client, "ds_sse_fanout_handbacks_total");
     assert!(handbacks >= 8, "the fan-out handed every reader back ({handbacks})");
 }
+
+#[test]
+fn fast_and_stalled_readers_side_by_side_all_get_everything() {
+    let server = Server::start(&[
+        ("DS_LIMITS__MAX_STREAM_BYTES", "67108864"),
+        ("DS_LIMITS__MAX_MEMORY_BYTES", "268435456"),
+    ]);
+    let client = server.client();
+    let path = "/v1/stream/fan-mixed";
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    let readers: Vec<_> = (0..16).map(|_| subscribe(&client, path)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // Sizes from a fixed pseudo-random sequence: small events and ones of tens of KB.
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let messages: Vec<String> = (0..300)
+        .map(|i| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            format!("{i:05}{}", "m".repeat((seed % 40_000) as usize))
+        })
+        .collect();
+    let received: Vec<(bool, Vec<String>)> = std::thread::scope(|scope| {
+        let readers: Vec<_> = readers
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut reader)| {
+                scope.spawn(move || {
+                    if index % 2 == 1 {
+                        // Stalled while most of the stream arrives: its socket fills up.
+                        std::thread::sleep(Duration::from_secs(2));
+                    }
+                    reader.read_to_end(Duration::from_secs(60));
+                    (reader.ended_cleanly(), events(&reader.text()).0)
+                })
+            })
+            .collect();
+        for message in &messages {
+            assert_eq!(client.post(path, "text/plain", message.as_bytes()).status, 204);
+        }
+        assert_eq!(client.send("POST", path, &[("stream-closed", "true")], b"").status, 204);
+        readers.into_iter().map(|reader| reader.join().unwrap()).collect()
+    });
+    for (index, (ended_cleanly, payloads)) in received.iter().enumerate() {
+        assert!(ended_cleanly, "reader {index} ended with the terminating chunk");
+        assert_eq!(payloads.len(), messages.len(), "reader {index} got every message once");
+        assert!(*payloads == messages, "reader {index}: in order and intact");
+    }
+}
