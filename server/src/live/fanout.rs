@@ -125,11 +125,6 @@ impl FanOut {
         parked
     }
 
-    /// Readers currently lent (tests and metrics).
-    pub fn lent(&self) -> usize {
-        self.roster.lock().expect("fan-out roster lock").readers.len()
-    }
-
     /// One pass over the lent readers, yielding to other tasks every [`READERS_PER_TURN`];
     /// false once none is left (the writer then ends).
     async fn round(
