@@ -171,3 +171,39 @@ fn fast_and_stalled_readers_side_by_side_all_get_everything() {
         assert!(*payloads == messages, "reader {index}: in order and intact");
     }
 }
+
+#[test]
+fn readers_that_hang_up_mid_stream_leave_the_others_whole() {
+    let server = Server::start(&[]);
+    let client = server.client();
+    let path = "/v1/stream/fan-churn";
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    let mut readers: Vec<_> = (0..32).map(|_| subscribe(&client, path)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let messages: Vec<String> = (0..200).map(|i| format!("event {i} {}", "c".repeat(i * 13))).collect();
+    for (index, message) in messages.iter().enumerate() {
+        assert_eq!(client.post(path, "text/plain", message.as_bytes()).status, 204);
+        if index % 20 == 10 {
+            // Hang up on the fan-out while it is writing to the others.
+            drop(readers.pop());
+            drop(readers.swap_remove(0));
+        }
+    }
+    assert_eq!(client.send("POST", path, &[("stream-closed", "true")], b"").status, 204);
+    assert_eq!(readers.len(), 12);
+    for reader in &mut readers {
+        assert!(reader.read_to_end(Duration::from_secs(10)));
+        assert!(reader.ended_cleanly(), "with the terminating chunk");
+        assert!(events(&reader.text()).0 == messages, "every message once, in order");
+    }
+    drop(readers);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let metrics = client.get("/metrics").text();
+        if metrics.contains("ds_live_readers{kind=\"sse\"} 0\n") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "every SSE body ended: {metrics}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
