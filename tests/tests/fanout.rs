@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use ds_tests::{Client, Server, StreamingResponse};
 
+/// Limits for tests that append tens of megabytes.
+const ROOM_FOR_MEGABYTES: &[(&str, &str)] =
+    &[("DS_LIMITS__MAX_STREAM_BYTES", "67108864"), ("DS_LIMITS__MAX_MEMORY_BYTES", "268435456")];
+
 /// Data payloads (lines joined with `\n`) and the last control event's JSON of an SSE text.
 fn events(text: &str) -> (Vec<String>, Option<serde_json::Value>) {
     let mut payloads = Vec::new();
@@ -76,10 +80,7 @@ fn many_readers_get_every_event_in_order_in_acid_mode() {
 
 #[test]
 fn a_reader_that_falls_behind_is_handed_back_and_gets_every_byte() {
-    let server = Server::start(&[
-        ("DS_LIMITS__MAX_STREAM_BYTES", "67108864"),
-        ("DS_LIMITS__MAX_MEMORY_BYTES", "268435456"),
-    ]);
+    let server = Server::start(ROOM_FOR_MEGABYTES);
     let client = server.client();
     let path = "/v1/stream/fan-slow";
     assert_eq!(client.put(path, "text/plain", b"").status, 201);
@@ -125,10 +126,7 @@ fn deleting_the_stream_ends_its_lent_readers_cleanly() {
 
 #[test]
 fn fast_and_stalled_readers_side_by_side_all_get_everything() {
-    let server = Server::start(&[
-        ("DS_LIMITS__MAX_STREAM_BYTES", "67108864"),
-        ("DS_LIMITS__MAX_MEMORY_BYTES", "268435456"),
-    ]);
+    let server = Server::start(ROOM_FOR_MEGABYTES);
     let client = server.client();
     let path = "/v1/stream/fan-mixed";
     assert_eq!(client.put(path, "text/plain", b"").status, 201);
