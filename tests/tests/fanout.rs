@@ -32,6 +32,15 @@ fn fanout_counter(client: &Client, name: &str) -> u64 {
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
+/// Creates the text stream `path` and subscribes `count` SSE readers from its start, each
+/// read up to its first up-to-date event, then gives them time to be lent to the fan-out.
+fn lent_readers(client: &Client, path: &str, count: usize) -> Vec<StreamingResponse> {
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    let readers = (0..count).map(|_| subscribe(client, path)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    readers
+}
+
 fn subscribe(client: &Client, path: &str) -> StreamingResponse {
     let mut reader = client.open_stream(&format!("{path}?offset=-1&live=sse"), &[]);
     assert_eq!(reader.status, 200);
@@ -43,9 +52,7 @@ fn many_readers_get_every_event_in_order(mode: &str) {
     let server = Server::start_in(mode, &[]);
     let client = server.client();
     let path = "/v1/stream/fan/out";
-    assert_eq!(client.put(path, "text/plain", b"").status, 201);
-    let mut readers: Vec<_> = (0..24).map(|_| subscribe(&client, path)).collect();
-    std::thread::sleep(Duration::from_millis(200)); // let the caught-up readers be lent
+    let mut readers = lent_readers(&client, path, 24);
     let messages: Vec<String> = (0..60)
         .map(|i| match i % 4 {
             0 => format!("message {i}\nwith a second line"),
@@ -83,9 +90,7 @@ fn a_reader_that_falls_behind_is_handed_back_and_gets_every_byte() {
     let server = Server::start(ROOM_FOR_MEGABYTES);
     let client = server.client();
     let path = "/v1/stream/fan-slow";
-    assert_eq!(client.put(path, "text/plain", b"").status, 201);
-    let mut slow = subscribe(&client, path);
-    std::thread::sleep(Duration::from_millis(200));
+    let mut slow = lent_readers(&client, path, 1).pop().unwrap();
     // More than the socket buffers hold while the reader reads nothing: the fan-out's
     // writes fill the socket, end partially or find it full, and hand the reader back.
     let messages: Vec<String> = (0..200).map(|i| format!("{i:08}{}", "z".repeat(60_000 + i * 7))).collect();
@@ -107,9 +112,7 @@ fn deleting_the_stream_ends_its_lent_readers_cleanly() {
     let server = Server::start(&[]);
     let client = server.client();
     let path = "/v1/stream/fan-deleted";
-    assert_eq!(client.put(path, "text/plain", b"").status, 201);
-    let mut readers: Vec<_> = (0..8).map(|_| subscribe(&client, path)).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    let mut readers = lent_readers(&client, path, 8);
     assert_eq!(client.post(path, "text/plain", b"last words").status, 204);
     for reader in &mut readers {
         reader.read_until("last words", Duration::from_secs(5));
@@ -129,9 +132,7 @@ fn fast_and_stalled_readers_side_by_side_all_get_everything() {
     let server = Server::start(ROOM_FOR_MEGABYTES);
     let client = server.client();
     let path = "/v1/stream/fan-mixed";
-    assert_eq!(client.put(path, "text/plain", b"").status, 201);
-    let readers: Vec<_> = (0..16).map(|_| subscribe(&client, path)).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    let readers = lent_readers(&client, path, 16);
     // Sizes from a fixed pseudo-random sequence: small events and ones of tens of KB.
     let mut seed = 0x2545_f491_4f6c_dd1d_u64;
     let messages: Vec<String> = (0..300)
@@ -175,9 +176,7 @@ fn readers_that_hang_up_mid_stream_leave_the_others_whole() {
     let server = Server::start(&[]);
     let client = server.client();
     let path = "/v1/stream/fan-churn";
-    assert_eq!(client.put(path, "text/plain", b"").status, 201);
-    let mut readers: Vec<_> = (0..32).map(|_| subscribe(&client, path)).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    let mut readers = lent_readers(&client, path, 32);
     let messages: Vec<String> = (0..200).map(|i| format!("event {i} {}", "c".repeat(i * 13))).collect();
     for (index, message) in messages.iter().enumerate() {
         assert_eq!(client.post(path, "text/plain", message.as_bytes()).status, 204);
