@@ -10,6 +10,12 @@
 //!
 //! Locations are opaque `u64`s: a segment and position in acid, a file position in the file
 //! modes. Nothing here touches storage; [`NodeSource`] reads records for it.
+//!
+//! A jump is a hint until the record it leads to proves to be the one the chain names
+//! ([`hop`]): the same stream, the index `n - 2^k`, earlier in the log, ending where (or
+//! before) the record that jumped starts. Chain metadata is outside the header checksum,
+//! so a damaged jump must lead to a refusal ([`Broken`]), never to another record.
+//! [`find_last_tolerant`] searches around records that cannot be read.
 
 use crate::offset::Offset;
 use crate::record::codec::Chain;
@@ -28,17 +34,41 @@ pub fn jump_count(n: u64) -> usize {
 pub struct Node {
     pub location: u64,
     pub n: u64,
+    /// The stream the record belongs to.
+    pub stream: u64,
     /// The stream's offset before and after the record.
     pub start: Offset,
     pub end: Offset,
     /// As in [`Chain::jumps`]: nearest first.
     pub jumps: Vec<u64>,
+    /// Bytes the record takes in its log, padding included.
+    pub len: u64,
 }
+
+/// A jump that does not lead to the record its chain names: damaged chain metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Broken;
 
 /// Reads the record at a location.
 pub trait NodeSource {
-    type Error;
+    type Error: From<Broken>;
     fn node(&self, location: u64) -> Result<Node, Self::Error>;
+}
+
+/// The record `from`'s jump `k` leads to, checked to be the one the chain names.
+pub fn hop<S: NodeSource>(source: &S, from: &Node, k: usize) -> Result<Node, S::Error> {
+    let location = *from.jumps.get(k).ok_or(Broken)?;
+    let n = from.n.checked_sub(1 << k).ok_or(Broken)?;
+    if location >= from.location {
+        return Err(Broken.into());
+    }
+    let target = source.node(location)?;
+    let ends_right = if k == 0 { target.end == from.start } else { target.end <= from.start };
+    let starts_right = n > 0 || target.start == Offset::ZERO;
+    if target.stream != from.stream || target.n != n || !ends_right || !starts_right {
+        return Err(Broken.into());
+    }
+    Ok(target)
 }
 
 /// The writer's view of a chain: enough to give the next record its jumps.
@@ -94,19 +124,19 @@ impl Levels {
     /// Rebuilds the levels of a chain whose last record is `tail`.
     pub fn rebuild<S: NodeSource>(source: &S, tail: &Node) -> Result<Levels, S::Error> {
         let mut latest = Vec::new();
-        let (mut index, mut location, mut jumps) = (tail.n, tail.location, tail.jumps.clone());
+        let (mut index, mut location) = (tail.n, tail.location);
         let mut level = 0;
+        let mut node = tail.clone();
         while index > 0 {
             latest.push(location);
             if index & (1 << level) != 0 {
-                location = jumps[level];
+                node = hop(source, &node, level)?;
+                location = node.location;
                 index -= 1 << level;
-                if index > 0 {
-                    jumps = source.node(location)?.jumps;
-                }
             }
             level += 1;
         }
+        debug_assert_eq!(node.n, 0, "the rebuild ends at the create");
         Ok(Levels { next: tail.n + 1, first: location, latest })
     }
 }
@@ -135,8 +165,8 @@ pub fn find_last<S: NodeSource>(
         debug_assert!(current.n > 0, "the predicate holds for record 0");
         let mut nearest = None;
         let mut farther = None;
-        for (step, location) in current.jumps.iter().enumerate().rev() {
-            let candidate = source.node(*location)?;
+        for step in (0..current.jumps.len()).rev() {
+            let candidate = hop(source, &current, step)?;
             if !keep(&candidate) {
                 farther = Some(candidate);
                 break;
@@ -148,29 +178,81 @@ pub fn find_last<S: NodeSource>(
         match (farther, nearest) {
             (Some(candidate), _) => current = candidate,
             (None, Some(previous)) => return Ok(previous),
-            (None, None) => {
-                unreachable!("the nearest jump is always read when no jump lands above the target")
-            }
+            (None, None) => return Err(Broken.into()),
         }
     }
     Ok(current)
 }
 
-/// The records from `first` to `last` (inclusive, same chain), walking back from `last`.
-/// `limit` bounds the walk; the result is in chain order.
+/// Why [`find_last_tolerant`] could not reach its record: the chain is unreadable right
+/// before a record past it. `below` is the nearest readable record known to satisfy the
+/// predicate, from which a reader may scan the log forward.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    pub below: Option<Node>,
+}
+
+/// [`find_last`] that steps around records it cannot read or that are not what their
+/// chain names, taking a shorter jump instead; it gives up only when the record right
+/// before one past the target is out of reach.
+pub fn find_last_tolerant<S: NodeSource>(
+    source: &S,
+    tail: &Node,
+    keep: impl Fn(&Node) -> bool,
+) -> Result<Node, Blocked> {
+    let mut current = tail.clone();
+    let mut below: Option<Node> = None;
+    while !keep(&current) {
+        let mut nearest = None;
+        let mut farther = None;
+        for step in (0..current.jumps.len()).rev() {
+            let Ok(candidate) = hop(source, &current, step) else {
+                continue;
+            };
+            if !keep(&candidate) {
+                farther = Some(candidate);
+                break;
+            }
+            if step == 0 {
+                nearest = Some(candidate);
+            } else if below.as_ref().is_none_or(|known| known.n < candidate.n) {
+                below = Some(candidate);
+            }
+        }
+        match (farther, nearest) {
+            (Some(candidate), _) => current = candidate,
+            (None, Some(previous)) => return Ok(previous),
+            (None, None) => return Err(Blocked { below }),
+        }
+    }
+    Ok(current)
+}
+
+/// The records from `first` to `last` (inclusive, same chain), walking back from `last`,
+/// each checked to end where the next one starts. `limit` bounds the walk; the result is in
+/// chain order.
 pub fn collect<S: NodeSource>(
     source: &S,
     first: &Node,
     last: Node,
     limit: usize,
 ) -> Result<Vec<Node>, S::Error> {
+    if last.n < first.n || last.stream != first.stream {
+        return Err(Broken.into());
+    }
     let mut nodes = vec![last];
     while let Some(current) = nodes.last() {
         if current.n <= first.n || nodes.len() >= limit {
             break;
         }
-        let previous =
-            if current.n - 1 == first.n { first.clone() } else { source.node(current.jumps[0])? };
+        let previous = if current.n - 1 == first.n {
+            if current.jumps.first() != Some(&first.location) || first.end != current.start {
+                return Err(Broken.into());
+            }
+            first.clone()
+        } else {
+            hop(source, current, 0)?
+        };
         nodes.push(previous);
     }
     nodes.reverse();
@@ -181,35 +263,42 @@ pub fn collect<S: NodeSource>(
 mod tests {
     use super::*;
     use std::cell::Cell;
-    use std::convert::Infallible;
 
     /// A chain built with `Levels` over records of the given data sizes (locations = index × 10).
     struct Model {
         nodes: Vec<Node>,
         reads: Cell<usize>,
+        /// Locations that read as damaged.
+        damaged: Vec<u64>,
     }
 
     impl NodeSource for Model {
-        type Error = Infallible;
-        fn node(&self, location: u64) -> Result<Node, Infallible> {
+        type Error = Broken;
+        fn node(&self, location: u64) -> Result<Node, Broken> {
             self.reads.set(self.reads.get() + 1);
-            Ok(self.nodes[(location / 10) as usize].clone())
+            if self.damaged.contains(&location) {
+                return Err(Broken);
+            }
+            self.nodes.get((location / 10) as usize).cloned().ok_or(Broken)
         }
     }
 
     fn model(sizes: &[u64]) -> Model {
-        let mut nodes =
-            vec![Node { location: 0, n: 0, start: Offset::ZERO, end: Offset::ZERO, jumps: vec![] }];
+        let mut nodes = vec![node(0, 0, Offset::ZERO, Offset::ZERO, vec![])];
         let mut levels = Levels::started_at(0);
         for size in sizes {
             let chain = levels.next_chain();
             let start = nodes.last().unwrap().end;
             let end = start.advance(u64::from(*size > 0), *size);
             let location = chain.n * 10;
-            nodes.push(Node { location, n: chain.n, start, end, jumps: chain.jumps });
+            nodes.push(node(location, chain.n, start, end, chain.jumps));
             levels.push(location);
         }
-        Model { nodes, reads: Cell::new(0) }
+        Model { nodes, reads: Cell::new(0), damaged: Vec::new() }
+    }
+
+    fn node(location: u64, n: u64, start: Offset, end: Offset, jumps: Vec<u64>) -> Node {
+        Node { location, n, stream: 1, start, end, jumps, len: 10 }
     }
 
     #[test]
@@ -280,6 +369,52 @@ mod tests {
             let rebuilt = Levels::rebuild(&chain, tail).unwrap();
             assert_eq!(rebuilt.next_chain(), levels.next_chain(), "length {length}");
             assert_eq!(rebuilt.next_index(), levels.next_index());
+        }
+    }
+
+    #[test]
+    fn a_jump_that_leads_elsewhere_is_refused() {
+        let mut chain = model(&[1; 16]);
+        let tail = chain.nodes[16].clone();
+        // Record 12's nearest jump names record 9 instead of 11.
+        chain.nodes[12].jumps[0] = 90;
+        assert_eq!(hop(&chain, &chain.nodes[12].clone(), 0), Err(Broken));
+        assert_eq!(find(&chain, &tail, 10), Err(Broken), "the search never lands on record 9");
+        assert_eq!(collect(&chain, &chain.nodes[8].clone(), tail.clone(), usize::MAX).err(), Some(Broken));
+        // A record whose index was damaged is refused wherever a jump leads to it.
+        let mut chain = model(&[1; 16]);
+        chain.nodes[4].n = 4 + (1 << 16);
+        assert_eq!(hop(&chain, &chain.nodes[8].clone(), 2), Err(Broken));
+        assert_eq!(hop(&chain, &chain.nodes[5].clone(), 0), Err(Broken));
+        // Forward jumps and other streams' records never pass.
+        let mut chain = model(&[1; 16]);
+        chain.nodes[3].jumps[0] = 150;
+        assert_eq!(hop(&chain, &chain.nodes[3].clone(), 0), Err(Broken));
+        chain.nodes[2].stream = 7;
+        assert_eq!(hop(&chain, &chain.nodes[4].clone(), 1), Err(Broken));
+    }
+
+    #[test]
+    fn the_tolerant_search_steps_around_damage_or_says_where_it_stopped() {
+        // Record 36 damaged: records 33 to 35 are reachable only through it; record 32 is
+        // also named by record 40, but whether it is the last before 33 cannot be told.
+        // Record 32 damaged: records 1 to 31 hang on it alone.
+        for (damaged, blocked, below_n) in [(36u64, 31..=35u64, 32u64), (32, 0..=31, 0)] {
+            let mut chain = model(&[1; 64]);
+            let tail = chain.nodes[64].clone();
+            chain.damaged = vec![damaged * 10];
+            for target in 0..64u64 {
+                match find_last_tolerant(&chain, &tail, |node| node.start.bytes <= target) {
+                    Ok(node) => {
+                        assert!(!blocked.contains(&target), "damaged {damaged}, target {target}");
+                        assert_eq!(node.n, target + 1, "damaged {damaged}, target {target}");
+                    }
+                    Err(Blocked { below }) => {
+                        assert!(blocked.contains(&target), "damaged {damaged}, target {target}");
+                        assert_eq!(below.map(|node| node.n), Some(below_n), "damaged {damaged}");
+                    }
+                }
+            }
         }
     }
 }

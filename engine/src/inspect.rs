@@ -26,7 +26,7 @@ use crate::config::StorageMode;
 use crate::files::recovery::{analyze_file, file_bytes, list_stream_files, FileAnalysis, FileEntry};
 use crate::files::source::FileSource;
 use crate::files::{stream_path, SUFFIX_MAX};
-use crate::logread::LogRead;
+use crate::logread::{LogRead, RecordSource};
 use crate::offset::Offset;
 use crate::read::{Chunk, Message, ReadError};
 use crate::storage::manifest::MANIFEST_NAME;
@@ -219,21 +219,28 @@ impl Store {
 impl StreamReader {
     /// Whole messages from `from`, about `bytes_max` stored bytes at most (at least one).
     pub fn chunk(&self, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
-        let (tail_location, until) = (self.snapshot.chain_tail, self.snapshot.tail);
-        let json = self.snapshot.config.content_type.is_json();
         match &self.source {
-            Source::Wal(source) => LogRead { source, tail_location, until, json }.chunk(from, bytes_max),
-            Source::File(source) => LogRead { source, tail_location, until, json }.chunk(from, bytes_max),
+            Source::Wal(source) => self.read(source).chunk(from, bytes_max),
+            Source::File(source) => self.read(source).chunk(from, bytes_max),
         }
     }
 
     /// Single messages from `from`, about `bytes_max` stored bytes at most (at least one).
     pub fn messages(&self, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
-        let (tail_location, until) = (self.snapshot.chain_tail, self.snapshot.tail);
-        let json = self.snapshot.config.content_type.is_json();
         match &self.source {
-            Source::Wal(source) => LogRead { source, tail_location, until, json }.messages(from, bytes_max),
-            Source::File(source) => LogRead { source, tail_location, until, json }.messages(from, bytes_max),
+            Source::Wal(source) => self.read(source).messages(from, bytes_max),
+            Source::File(source) => self.read(source).messages(from, bytes_max),
+        }
+    }
+
+    fn read<'a, S: RecordSource>(&self, source: &'a S) -> LogRead<'a, S> {
+        LogRead {
+            source,
+            stream: self.snapshot.id,
+            tail_location: self.snapshot.chain_tail,
+            tail_n: self.snapshot.chain_n,
+            until: self.snapshot.tail,
+            json: self.snapshot.config.content_type.is_json(),
         }
     }
 }

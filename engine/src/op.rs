@@ -103,6 +103,11 @@ pub enum OpError {
     Overloaded,
     /// The engine is stopping.
     ShuttingDown,
+    /// The stream's stored data is damaged from `at` on: it is read up to there, and takes
+    /// no more writes (delete it to reuse the name).
+    StreamDamaged { at: Offset },
+    /// The storage cannot take this now (out of file descriptors, say); try again shortly.
+    Unavailable,
 }
 
 impl std::fmt::Display for OpError {
@@ -126,6 +131,12 @@ impl std::fmt::Display for OpError {
             OpError::TooManyProducers => f.write_str("stream tracks too many producers"),
             OpError::Overloaded => f.write_str("shard queue is full"),
             OpError::ShuttingDown => f.write_str("server is shutting down"),
+            OpError::StreamDamaged { at } => write!(
+                f,
+                "the stream's stored data is damaged at offset {at}; it can be read up to there and \
+                 takes no more writes (delete it to reuse the name)"
+            ),
+            OpError::Unavailable => f.write_str("storage is temporarily unavailable; try again shortly"),
         }
     }
 }

@@ -7,6 +7,7 @@
 
 use bytes::Bytes;
 
+use crate::chain::Broken;
 use crate::offset::Offset;
 
 /// Whole messages read from one start position.
@@ -56,7 +57,10 @@ impl Message {
 pub enum ReadError {
     /// The offset is well formed but not a message boundary of this stream.
     NotBoundary,
-    /// Stored data could not be read (an I/O error, or data that fails its checks).
+    /// The stored data at the offset is damaged or gone: it fails its checks, or the log
+    /// that held it is missing. Nothing from here on can be served.
+    Damaged,
+    /// Stored data could not be read (an I/O error).
     Storage,
 }
 
@@ -64,12 +68,19 @@ impl std::fmt::Display for ReadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             ReadError::NotBoundary => "offset is not a message boundary of this stream",
+            ReadError::Damaged => "the stored data at this offset is damaged",
             ReadError::Storage => "stored data could not be read",
         })
     }
 }
 
 impl std::error::Error for ReadError {}
+
+impl From<Broken> for ReadError {
+    fn from(_: Broken) -> ReadError {
+        ReadError::Damaged
+    }
+}
 
 /// Wraps stored JSON messages into a JSON array: `[` + bytes without the last `,` + `]`.
 pub fn json_array(mut slices: Vec<Bytes>) -> Vec<Bytes> {

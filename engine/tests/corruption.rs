@@ -239,6 +239,6 @@ fn a_damaged_record_is_never_served() {
         assert!(report.clean_shutdown && report.records_replayed == 0, "the checkpoint covers the record");
         let handle = harness.engine().open(&support::name("s")).unwrap();
         let read = handle.read(ds_engine::StartAt::Beginning, usize::MAX);
-        assert_eq!(read.err(), Some(ds_engine::read::ReadError::Storage), "{} bytes", body.len());
+        assert_eq!(read.err(), Some(ds_engine::read::ReadError::Damaged), "{} bytes", body.len());
     }
 }

@@ -25,7 +25,7 @@ use crate::limits::halve_when_over;
 use crate::record::codec::{decode_record, Chain, Header, Kind, HEADER_BYTES};
 use crate::record::{encode, Record};
 use crate::storage::renewals::{self, Renewal};
-use crate::storage::{Persist, Place};
+use crate::storage::{Persist, Place, Unprepared};
 use crate::vfs::{read_exact_at, Vfs, VfsFile};
 
 /// Streams whose writer state is kept between batches.
@@ -96,7 +96,9 @@ impl FileWriter {
             Record::Append { stream, name, chain_tail, .. } => {
                 let mut open = match self.streams.remove(stream) {
                     Some(open) => open,
-                    None => self.reopen(*stream, name, *chain_tail)?,
+                    None => self.reopen(*stream, name, *chain_tail).map_err(|unprepared| {
+                        io::Error::other(format!("reopening a prepared stream: {unprepared:?}"))
+                    })?,
                 };
                 let chain = open.levels.next_chain();
                 let place = Place { location: location(open.suffix, open.end), n: chain.n };
@@ -112,7 +114,11 @@ impl FileWriter {
                 self.handles.remove(*stream);
                 self.touched_files.retain(|(touched, _)| touched != stream);
                 let path = stream_path(&self.root, name, suffix);
-                self.vfs.remove_file(&path)?;
+                match self.vfs.remove_file(&path) {
+                    // A damaged stream's file may already be gone.
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                    removed => removed?,
+                }
                 self.touched_dirs.insert(parent(&path));
                 Ok(Place::default())
             }
@@ -147,16 +153,25 @@ impl FileWriter {
     }
 
     /// The writer state of a stream it does not remember: its file, end and chain levels.
-    fn reopen(&mut self, stream: u64, name: &str, chain_tail: u64) -> io::Result<OpenStream> {
+    fn reopen(&mut self, stream: u64, name: &str, chain_tail: u64) -> Result<OpenStream, Unprepared> {
         let (suffix, _) = split_location(chain_tail);
         let path = stream_path(&self.root, name, suffix);
-        let file = self.handles.get_or_open(stream, || self.vfs.open(&path))?;
-        let end = file.size()?;
+        let file = self.handles.get_or_open(stream, || self.vfs.open(&path)).map_err(|error| match error
+            .kind()
+        {
+            io::ErrorKind::NotFound => Unprepared::Damaged(format!("its file {} is gone", path.display())),
+            _ => Unprepared::Unavailable(error),
+        })?;
+        let end = file.size().map_err(Unprepared::Unavailable)?;
         let source = FileSource { file: Arc::clone(&file), stream };
-        let tail =
-            source.head(chain_tail).map_err(|e| io::Error::other(format!("reading a chain tail: {e}")))?;
-        let levels = Levels::rebuild(&source, &tail.node)
-            .map_err(|e| io::Error::other(format!("rebuilding a chain: {e}")))?;
+        let tail = source.head(chain_tail).map_err(Unprepared::from)?;
+        let levels = Levels::rebuild(&source, &tail.node).map_err(Unprepared::from)?;
+        if tail.node.location + tail.node.len != location(suffix, end) {
+            return Err(Unprepared::Damaged(format!(
+                "its file {} does not end after its last record",
+                path.display()
+            )));
+        }
         Ok(OpenStream { file, suffix, end, levels })
     }
 
@@ -223,6 +238,14 @@ impl FileWriter {
 }
 
 impl Persist for FileWriter {
+    fn prepare_append(&mut self, stream: u64, name: &str, chain_tail: u64) -> Result<(), Unprepared> {
+        if !self.streams.contains_key(&stream) {
+            let open = self.reopen(stream, name, chain_tail)?;
+            self.streams.insert(stream, open);
+        }
+        Ok(())
+    }
+
     fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> io::Result<()> {
         for record in records {
             places.push(self.write(record, time_ms)?);

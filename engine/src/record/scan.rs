@@ -3,10 +3,30 @@
 //!
 //! Used wherever records are read in sequence: inspection, verification, statistics and
 //! compaction's surveys. Data comes out as `Bytes` sharing the scanned bytes (a map).
+//! [`next_header`] finds where records resume after bytes that are not a record, so a
+//! reader can tell damage followed by intact records from the end of a log.
 
 use bytes::Bytes;
 
-use super::codec::{decode_record, DecodeError, Header, Kind, Meta, HEADER_BYTES};
+use super::codec::{decode_record, DecodeError, Header, Kind, Meta, HEADER_BYTES, MAGIC, RECORD_ALIGN};
+
+/// The first position at or after `from` (rounded up to the record alignment) where a
+/// header that passes its checks starts, if any.
+pub fn next_header(bytes: &[u8], from: usize) -> Option<(usize, Header)> {
+    let magic = MAGIC.to_le_bytes();
+    let mut position = from.div_ceil(RECORD_ALIGN) * RECORD_ALIGN;
+    while position + HEADER_BYTES <= bytes.len() {
+        if bytes[position..position + 4] == magic {
+            let raw: &[u8; HEADER_BYTES] =
+                bytes[position..position + HEADER_BYTES].try_into().expect("a header's bytes");
+            if let Ok(header) = Header::decode(raw) {
+                return Some((position, header));
+            }
+        }
+        position += RECORD_ALIGN;
+    }
+    None
+}
 
 /// One record read by a [`RecordScan`].
 #[derive(Clone, Debug)]
@@ -148,5 +168,18 @@ mod tests {
         let mut scan = RecordScan::new(Bytes::from(bytes), 0);
         assert_eq!(scan.by_ref().count(), 1);
         assert_eq!(scan.end(), Some(&ScanEnd::End));
+    }
+
+    #[test]
+    fn next_header_skips_bytes_that_are_not_a_record() {
+        let mut bytes = record(1, b"one");
+        let second = bytes.len();
+        bytes.extend(record(2, b"two"));
+        assert_eq!(next_header(&bytes, 0).map(|(at, h)| (at, h.lsn)), Some((0, 1)));
+        assert_eq!(next_header(&bytes, 1).map(|(at, h)| (at, h.lsn)), Some((second, 2)));
+        bytes[3] ^= 0x40;
+        assert_eq!(next_header(&bytes, 0).map(|(at, _)| at), Some(second), "a damaged header is skipped");
+        assert_eq!(next_header(&bytes, second + 1), None);
+        assert_eq!(next_header(&[0; 256], 0), None);
     }
 }

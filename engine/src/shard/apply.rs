@@ -13,6 +13,7 @@ use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateR
 use crate::payload::Payload;
 use crate::producer::Decision;
 use crate::record::Record;
+use crate::storage::Unprepared;
 use crate::stream::{Stream, StreamData, StreamState};
 use crate::wal::source::Resident;
 
@@ -103,6 +104,9 @@ impl Shard {
             return Err(OpError::EmptyAppend);
         }
         let stream = self.live_stream(batch, request.name.as_str()).ok_or(OpError::NotFound)?;
+        if let Some(damage) = stream.damage() {
+            return Err(OpError::StreamDamaged { at: damage.at });
+        }
         if payload.is_some() {
             let matches =
                 request.content_type.as_ref().is_some_and(|ct| ct.matches(&stream.config.content_type));
@@ -150,6 +154,7 @@ impl Shard {
             self.make_room_for_producer(&mut state, &tag.id, batch.now_ms)?;
         }
         let stored_bytes = payload.as_ref().map_or(0, Payload::stored_len);
+        self.prepare_chain(batch, &stream, &state)?;
         self.charge(state.writer.tail.bytes, stored_bytes)?;
 
         // Everything is decided: apply (the data itself is published after the commit).
@@ -186,6 +191,38 @@ impl Shard {
         });
         batch.owners.push(stream);
         Ok(outcome)
+    }
+
+    /// Has the storage make ready what chaining the next record of `stream` needs (nothing
+    /// for a stream created in this batch). A stream whose stored chain cannot be read is
+    /// damaged: it is marked so, and the append refused.
+    fn prepare_chain(
+        &mut self,
+        batch: &Batch,
+        stream: &Arc<Stream>,
+        state: &StreamState,
+    ) -> Result<(), OpError> {
+        let created_here =
+            matches!(batch.overlay.get(&stream.name), Some(Some(new)) if Arc::ptr_eq(new, stream));
+        if self.in_memory || created_here || state.writer.batch == batch.number {
+            return Ok(());
+        }
+        match self.persist.prepare_append(stream.id, &stream.name, state.data.chain().0) {
+            Ok(()) => Ok(()),
+            Err(Unprepared::Damaged(reason)) => {
+                let at = state.writer.tail;
+                stream.note_damage(
+                    at,
+                    &format!("an append found its chain damaged: {reason}"),
+                    &self.shared.counters.damage,
+                );
+                Err(OpError::StreamDamaged { at })
+            }
+            Err(Unprepared::Unavailable(error)) => {
+                tracing::warn!(%error, stream = %stream.name, "an append could not be prepared");
+                Err(OpError::Unavailable)
+            }
+        }
     }
 
     /// Refuses a new producer when the stream already tracks the most it may (after

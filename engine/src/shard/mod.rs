@@ -36,7 +36,7 @@ use crate::op::{AppendOutcome, CreateOutcome, Op, OpError, Reply};
 use crate::record::Record;
 use crate::storage::open::OpenedShard;
 use crate::storage::{LogStore, Persist, Place};
-use crate::stream::{Published, Stream, StreamSnapshot};
+use crate::stream::{DamageCounter, Published, Stream, StreamSnapshot};
 use crate::time::Clock;
 use crate::wal::source::Resident;
 use directory::{Directory, Overlay};
@@ -103,6 +103,8 @@ pub(crate) struct ShardCounters {
     pub batch_ops: Histogram,
     /// Microseconds each commit took (the batch's write and sync in the disk modes).
     pub commit_us: Histogram,
+    /// Streams known to be damaged.
+    pub damage: DamageCounter,
 }
 
 /// Batch limits and the clock of a shard.

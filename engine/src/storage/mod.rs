@@ -58,11 +58,38 @@ pub struct Place {
     pub n: u64,
 }
 
+/// Why an append cannot be prepared.
+#[derive(Debug)]
+pub(crate) enum Unprepared {
+    /// The stream's stored chain is damaged or gone.
+    Damaged(String),
+    /// The storage cannot take it now (an I/O error such as running out of descriptors).
+    Unavailable(std::io::Error),
+}
+
+impl From<ReadError> for Unprepared {
+    fn from(error: ReadError) -> Unprepared {
+        match error {
+            ReadError::Storage => Unprepared::Unavailable(std::io::Error::other(error.to_string())),
+            ReadError::Damaged | ReadError::NotBoundary => {
+                Unprepared::Damaged(format!("its last records cannot be read: {error}"))
+            }
+        }
+    }
+}
+
 /// Step 3 of the shard loop.
 pub(crate) trait Persist: Send {
     /// Makes `records` durable in the mode's sense and says where each went (one place per
     /// record, in order). An error is fatal: nothing of the batch is acknowledged.
     fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> std::io::Result<()>;
+
+    /// Makes ready what chaining an append to `stream` (called `name`, its last committed
+    /// record at `chain_tail`) needs, before the shard accepts it: a refusal here refuses
+    /// that append alone.
+    fn prepare_append(&mut self, _stream: u64, _name: &str, _chain_tail: u64) -> Result<(), Unprepared> {
+        Ok(())
+    }
 
     /// Whether this storage takes checkpoints at all (acid); the shard snapshots its streams
     /// only for one that does.
@@ -115,14 +142,29 @@ impl Persist for MemoryPersist {
 }
 
 /// Which stream a log read is for: its id and name (the file modes find its file by them),
-/// its published tail record and offset, and its framing.
+/// its published tail record (location and chain index) and offset, and its framing.
 #[derive(Clone, Debug)]
 pub(crate) struct LogView {
     pub stream: u64,
     pub name: Arc<str>,
     pub tail_location: u64,
+    pub tail_n: u64,
     pub until: Offset,
     pub json: bool,
+}
+
+impl LogView {
+    /// A read of this view from `source`.
+    pub fn read<'a, S: RecordSource>(&self, source: &'a S) -> LogRead<'a, S> {
+        LogRead {
+            source,
+            stream: self.stream,
+            tail_location: self.tail_location,
+            tail_n: self.tail_n,
+            until: self.until,
+            json: self.json,
+        }
+    }
 }
 
 /// Reading streams whose bytes live in a log of chained records.
@@ -133,12 +175,10 @@ pub(crate) trait LogStore: Send + Sync {
 
 impl<S: RecordSource + Send + Sync> LogStore for S {
     fn chunk(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
-        LogRead { source: self, tail_location: view.tail_location, until: view.until, json: view.json }
-            .chunk(from, bytes_max)
+        view.read(self).chunk(from, bytes_max)
     }
 
     fn messages(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
-        LogRead { source: self, tail_location: view.tail_location, until: view.until, json: view.json }
-            .messages(from, bytes_max)
+        view.read(self).messages(from, bytes_max)
     }
 }

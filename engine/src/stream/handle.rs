@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::live::Subscription;
+use crate::memory::MemLog;
 use crate::offset::{Offset, StartAt};
 use crate::op::Op;
 use crate::read::{Chunk, Message, ReadError};
@@ -45,6 +46,12 @@ impl ReadResult {
     pub fn closed_at_tail(&self) -> bool {
         self.closed && self.up_to_date()
     }
+}
+
+/// Where a read finds a stream's published bytes.
+enum PublishedData<'a> {
+    Memory(&'a MemLog),
+    Log(&'a dyn LogStore),
 }
 
 /// Single messages read for SSE.
@@ -95,26 +102,12 @@ impl StreamHandle {
     /// Reads whole messages from `start`, at most about `bytes_max` stored bytes (always at
     /// least one message when one exists). Renews the TTL. `None` once the stream is gone.
     pub fn read(&self, start: StartAt, bytes_max: usize) -> Result<Option<ReadResult>, ReadError> {
-        let state = self.stream.read_state();
-        let published = state.published;
-        if !self.alive(published) {
+        let read = self.read_published(start, |data, view, from| match data {
+            PublishedData::Memory(log) => log.read(from, view.until, bytes_max),
+            PublishedData::Log(log) => log.chunk(view, from, bytes_max),
+        })?;
+        let Some((from, published, chunk)) = read else {
             return Ok(None);
-        }
-        let from = match start {
-            StartAt::Beginning => Offset::ZERO,
-            StartAt::Tail => published.tail,
-            StartAt::At(offset) => offset,
-        };
-        let chunk = match &state.data {
-            StreamData::Memory(log) => log.read(from, published.tail, bytes_max)?,
-            StreamData::Log { tail, .. } => {
-                let view = self.view(*tail, published.tail);
-                drop(state);
-                let Some(chunk) = self.read_log(|log| log.chunk(view, from, bytes_max))? else {
-                    return Ok(None);
-                };
-                chunk
-            }
         };
         self.touch();
         Ok(Some(ReadResult { start: from, chunk, tail: published.tail, closed: published.closed }))
@@ -122,23 +115,70 @@ impl StreamHandle {
 
     /// Reads single messages from `from` (for SSE), at most about `bytes_max` stored bytes.
     pub fn read_messages(&self, from: Offset, bytes_max: usize) -> Result<Option<MessagesResult>, ReadError> {
-        let state = self.stream.read_state();
-        let published = state.published;
-        if !self.alive(published) {
-            return Ok(None);
-        }
-        let messages = match &state.data {
-            StreamData::Memory(log) => log.read_messages(from, published.tail, bytes_max)?,
-            StreamData::Log { tail, .. } => {
-                let view = self.view(*tail, published.tail);
-                drop(state);
-                let Some(messages) = self.read_log(|log| log.messages(view, from, bytes_max))? else {
-                    return Ok(None);
-                };
-                messages
+        let read = self.read_published(StartAt::At(from), |data, view, from| match data {
+            PublishedData::Memory(log) => log.read_messages(from, view.until, bytes_max),
+            PublishedData::Log(log) => log.messages(view, from, bytes_max),
+        })?;
+        Ok(read.map(|(_, published, messages)| MessagesResult {
+            messages,
+            tail: published.tail,
+            closed: published.closed,
+        }))
+    }
+
+    /// Runs `read` against the published view from `start` (resolved against it). Memory
+    /// reads run under the stream's read lock; log reads after it, and a log read that finds
+    /// damage runs once more if compaction moved the stream's records meanwhile. Damage that
+    /// stays is noted on the stream (logged once, counted, writes refused).
+    fn read_published<T>(
+        &self,
+        start: StartAt,
+        read: impl Fn(PublishedData<'_>, LogView, Offset) -> Result<T, ReadError>,
+    ) -> Result<Option<(Offset, Published, T)>, ReadError> {
+        let mut moved_once = false;
+        loop {
+            let state = self.stream.read_state();
+            let published = state.published;
+            if !self.alive(published) {
+                return Ok(None);
             }
-        };
-        Ok(Some(MessagesResult { messages, tail: published.tail, closed: published.closed }))
+            let from = match start {
+                StartAt::Beginning => Offset::ZERO,
+                StartAt::Tail => published.tail,
+                StartAt::At(offset) => offset,
+            };
+            let (tail_location, tail_n) = match &state.data {
+                StreamData::Memory(log) => {
+                    let value = read(PublishedData::Memory(log), self.view(0, 0, published.tail), from)?;
+                    return Ok(Some((from, published, value)));
+                }
+                StreamData::Log { tail, n, .. } => (*tail, *n),
+            };
+            drop(state);
+            let log = self.shard.log.as_deref().ok_or(ReadError::Storage)?;
+            match read(PublishedData::Log(log), self.view(tail_location, tail_n, published.tail), from) {
+                Ok(value) => return Ok(Some((from, published, value))),
+                Err(ReadError::Damaged) => {
+                    let state = self.stream.read_state();
+                    if state.published.gone {
+                        return Ok(None);
+                    }
+                    let moved = matches!(state.data, StreamData::Log { tail, .. } if tail != tail_location);
+                    drop(state);
+                    if moved && !moved_once {
+                        moved_once = true;
+                        continue;
+                    }
+                    self.stream.note_damage(
+                        from,
+                        "a read found stored data that fails its checks",
+                        &self.shard.counters.damage,
+                    );
+                    return Err(ReadError::Damaged);
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// Registers for tail-advance wakes of this stream.
@@ -146,11 +186,12 @@ impl StreamHandle {
         self.shard.live.subscribe(self.stream.id, || self.stream.read_state().published)
     }
 
-    fn view(&self, tail_location: u64, until: Offset) -> LogView {
+    fn view(&self, tail_location: u64, tail_n: u64, until: Offset) -> LogView {
         LogView {
             stream: self.stream.id,
             name: Arc::clone(&self.stream.name),
             tail_location,
+            tail_n,
             until,
             json: self.is_json(),
         }
@@ -158,20 +199,6 @@ impl StreamHandle {
 
     fn is_json(&self) -> bool {
         self.stream.config.content_type.is_json()
-    }
-
-    /// A read of the stream's log. The stream may be deleted while the read runs (and its
-    /// records go); a read that then fails finds it gone.
-    fn read_log<T>(
-        &self,
-        read: impl FnOnce(&dyn LogStore) -> Result<T, ReadError>,
-    ) -> Result<Option<T>, ReadError> {
-        let log = self.shard.log.as_deref().ok_or(ReadError::Storage)?;
-        match read(log) {
-            Ok(value) => Ok(Some(value)),
-            Err(ReadError::Storage) if self.stream.read_state().published.gone => Ok(None),
-            Err(error) => Err(error),
-        }
     }
 
     fn alive(&self, published: Published) -> bool {

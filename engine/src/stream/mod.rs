@@ -11,7 +11,7 @@ pub mod handle;
 pub mod replay;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::content_type::ContentType;
 use crate::memory::MemLog;
@@ -42,6 +42,14 @@ impl StreamConfig {
     }
 }
 
+/// Damage found in a stream's stored bytes (disk modes): where its intact data ends as far
+/// as known, and why. A damaged stream is read up to the damage and refuses writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamDamage {
+    pub at: Offset,
+    pub reason: Box<str>,
+}
+
 /// A stream's durable state: what recovery rebuilds and a checkpoint stores.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamSnapshot {
@@ -57,6 +65,14 @@ pub struct StreamSnapshot {
     pub chain_tail: u64,
     /// Index of that record in the stream's chain.
     pub chain_n: u64,
+    /// Damage found in its stored bytes, if any.
+    pub damage: Option<StreamDamage>,
+}
+
+/// How many streams of a shard are known to be damaged (a gauge: deleting one lowers it).
+#[derive(Default)]
+pub(crate) struct DamageCounter {
+    pub damaged_streams: AtomicU64,
 }
 
 /// A stream shared by its shard and its readers.
@@ -69,6 +85,8 @@ pub struct Stream {
     /// When a read or append last renewed the TTL (clock milliseconds).
     last_access_ms: AtomicU64,
     pub(crate) state: RwLock<StreamState>,
+    /// Damage found in the stream's stored bytes (set once, by recovery or a read).
+    damage: OnceLock<StreamDamage>,
 }
 
 pub(crate) struct StreamState {
@@ -109,9 +127,12 @@ impl StreamData {
             Record::Append { offset, payload, .. } => (*offset, payload.as_ref()),
             Record::Delete { .. } => return,
             Record::Move { .. } => {
+                // A move that did not happen leaves the chain where it was.
                 if let StreamData::Log { committed_tail, committed_n, .. } = self {
-                    debug_assert_eq!(place.n, *committed_n, "a move keeps the chain's length");
-                    *committed_tail = place.location;
+                    if place.location != *committed_tail {
+                        debug_assert_eq!(place.n, *committed_n, "a move keeps the chain's length");
+                        *committed_tail = place.location;
+                    }
                 }
                 return;
             }
@@ -189,6 +210,7 @@ impl Stream {
                 writer: WriterState::default(),
                 data,
             }),
+            damage: OnceLock::new(),
         }
     }
 
@@ -208,12 +230,17 @@ impl Stream {
             batch: 0,
         };
         let data = StreamData::log_at(snapshot.chain_tail, snapshot.chain_n);
+        let damage = OnceLock::new();
+        if let Some(found) = snapshot.damage {
+            let _ = damage.set(found);
+        }
         Stream {
             id: snapshot.id,
             name: snapshot.name,
             config: snapshot.config,
             last_access_ms: AtomicU64::new(snapshot.last_access_ms),
             state: RwLock::new(StreamState { published, writer, data }),
+            damage,
         }
     }
 
@@ -232,6 +259,26 @@ impl Stream {
             producers: state.writer.producers.iter().map(|(id, producer)| (id.into(), *producer)).collect(),
             chain_tail,
             chain_n,
+            damage: self.damage.get().cloned(),
+        }
+    }
+
+    /// Damage found in the stream's stored bytes, if any.
+    pub fn damage(&self) -> Option<&StreamDamage> {
+        self.damage.get()
+    }
+
+    /// Notes damage found at `at` (the first note stays): logged once and counted.
+    pub(crate) fn note_damage(&self, at: Offset, reason: &str, counters: &DamageCounter) {
+        let damage = StreamDamage { at, reason: reason.into() };
+        if self.damage.set(damage).is_ok() {
+            tracing::error!(
+                stream = %self.name,
+                offset = %at,
+                reason,
+                "stream damaged: it is served up to the damage and refuses writes"
+            );
+            counters.damaged_streams.fetch_add(1, Ordering::Relaxed);
         }
     }
 

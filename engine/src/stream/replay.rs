@@ -33,6 +33,7 @@ pub fn created(header: &Header, meta: &Meta, at: u64) -> Result<StreamSnapshot, 
         producers: Vec::new(),
         chain_tail: at,
         chain_n: 0,
+        damage: None,
     })
 }
 

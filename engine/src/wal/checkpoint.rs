@@ -6,6 +6,7 @@
 //! record after it starts), next LSN, next stream id, time written,
 //! ledger: live bytes of each segment, and deleted chains not yet subtracted,
 //! streams: id, name, config, last access, tail, closed, Stream-Seq, chain tail, producers,
+//!   damage found in the stream (version 2 on: where its intact data ends, and why),
 //! crc32 of everything before it
 //! ```
 //!
@@ -20,11 +21,12 @@ use crate::binary::{DecodeFailure, Decoder, Encoder};
 use crate::content_type::ContentType;
 use crate::offset::Offset;
 use crate::producer::ProducerState;
-use crate::stream::{StreamConfig, StreamSnapshot};
+use crate::stream::{StreamConfig, StreamDamage, StreamSnapshot};
 use crate::wal::ledger::LedgerState;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"DSK1");
-const VERSION: u32 = 1;
+/// The version written; version 1 (without stream damage) is still read.
+const VERSION: u32 = 2;
 /// File name of a shard's checkpoint.
 pub const CHECKPOINT_NAME: &str = "checkpoint";
 
@@ -78,7 +80,11 @@ impl Checkpoint {
             return Err(DecodeFailure);
         }
         let mut input = Decoder::new(body);
-        if input.u32()? != MAGIC || input.u32()? != VERSION {
+        if input.u32()? != MAGIC {
+            return Err(DecodeFailure);
+        }
+        let version = input.u32()?;
+        if !(1..=VERSION).contains(&version) {
             return Err(DecodeFailure);
         }
         let shard = input.u32()?;
@@ -95,7 +101,7 @@ impl Checkpoint {
         let count = input.u64()?;
         let mut streams = Vec::with_capacity(count.min(1 << 20) as usize);
         for _ in 0..count {
-            streams.push(decode_stream(&mut input)?);
+            streams.push(decode_stream(&mut input, version)?);
         }
         if !input.is_empty() {
             return Err(DecodeFailure);
@@ -127,9 +133,17 @@ fn encode_stream(out: &mut Encoder, stream: &StreamSnapshot) {
     for (id, state) in &stream.producers {
         out.text(id).u64(state.epoch).u64(state.last_seq).u64(state.last_used_ms);
     }
+    match &stream.damage {
+        Some(damage) => {
+            out.u8(1).u64(damage.at.messages).u64(damage.at.bytes).text(&damage.reason);
+        }
+        None => {
+            out.u8(0);
+        }
+    }
 }
 
-fn decode_stream(input: &mut Decoder<'_>) -> Result<StreamSnapshot, DecodeFailure> {
+fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot, DecodeFailure> {
     let id = input.u64()?;
     let name: Arc<str> = Arc::from(input.text()?);
     let content_type = ContentType::parse(&input.text()?).map_err(|_| DecodeFailure)?;
@@ -147,6 +161,17 @@ fn decode_stream(input: &mut Decoder<'_>) -> Result<StreamSnapshot, DecodeFailur
         let state = ProducerState { epoch: input.u64()?, last_seq: input.u64()?, last_used_ms: input.u64()? };
         producers.push((producer_id, state));
     }
+    let damage = match version {
+        1 => None,
+        _ => match input.u8()? {
+            0 => None,
+            1 => Some(StreamDamage {
+                at: Offset { messages: input.u64()?, bytes: input.u64()? },
+                reason: input.text()?.into(),
+            }),
+            _ => return Err(DecodeFailure),
+        },
+    };
     Ok(StreamSnapshot {
         id,
         name,
@@ -158,6 +183,7 @@ fn decode_stream(input: &mut Decoder<'_>) -> Result<StreamSnapshot, DecodeFailur
         producers,
         chain_tail,
         chain_n,
+        damage,
     })
 }
 
@@ -181,6 +207,13 @@ mod tests {
             producers: vec![("p".into(), ProducerState { epoch: 2, last_seq: 5, last_used_ms: 1000 })],
             chain_tail: 0x0000_0002_0000_0040,
             chain_n: 3,
+            damage: None,
+        };
+        let damaged = StreamSnapshot {
+            id: 10,
+            name: "c".into(),
+            damage: Some(StreamDamage { at: Offset { messages: 1, bytes: 3 }, reason: "lost".into() }),
+            ..stream.clone()
         };
         Checkpoint {
             shard: 4,
@@ -195,7 +228,7 @@ mod tests {
                 live: std::collections::BTreeMap::from([(1, 0), (2, 512)]),
                 pending: std::collections::BTreeSet::from([0x0000_0001_0000_0100]),
             },
-            streams: vec![stream],
+            streams: vec![stream, damaged],
         }
     }
 
@@ -203,6 +236,19 @@ mod tests {
     fn checkpoints_round_trip() {
         let checkpoint = sample();
         assert_eq!(Checkpoint::decode(&checkpoint.encode()).unwrap(), checkpoint);
+    }
+
+    #[test]
+    fn version_1_checkpoints_still_read() {
+        let mut checkpoint = sample();
+        checkpoint.streams.truncate(1);
+        let mut bytes = checkpoint.encode();
+        bytes.truncate(bytes.len() - 4);
+        bytes.pop(); // the last stream's "no damage" byte, which version 1 does not have
+        bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(Checkpoint::decode(&bytes).unwrap(), checkpoint);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::ledger::Ledger;
 use super::source::{Resident, WalSource};
 use super::{segment, split_location, SegmentTable};
+use crate::chain::{hop, NodeSource};
 use crate::config::IoErrorPolicy;
 use crate::storage::renewals::{self, Renewal};
 use crate::vfs::{write_file_durably, Vfs};
@@ -147,25 +148,24 @@ fn write_checkpoint(vfs: &dyn Vfs, dir: &std::path::Path, bytes: &[u8]) -> io::R
     write_file_durably(vfs, &current, bytes)
 }
 
-/// Walks a deleted chain back to its create and subtracts its records from the ledger.
+/// Walks a deleted chain back to its create and subtracts its records from the ledger. Every
+/// step is checked ([`hop`]): a damaged chain subtracts nothing, so its segments stay (a
+/// wrong step could subtract another stream's live records and lose them with a segment).
 fn reclaim(source: &WalSource, ledger: &Ledger, tail: u64) {
     let mut removed: BTreeMap<u32, u64> = BTreeMap::new();
-    let mut location = tail;
-    loop {
-        let head = match source.head(location) {
-            Ok(head) => head,
-            Err(_) => {
-                tracing::warn!(location, "cannot walk a deleted stream's records; its segments stay");
-                return;
-            }
-        };
-        *removed.entry(split_location(location).0).or_default() += head.header.record_len() as u64;
-        if head.node.n == 0 {
-            break;
+    let walked = source.node(tail).and_then(|mut node| loop {
+        *removed.entry(split_location(node.location).0).or_default() += node.len;
+        if node.n == 0 {
+            return Ok(());
         }
-        location = head.node.jumps[0];
+        node = hop(source, &node, 0)?;
+    });
+    match walked {
+        Ok(()) => ledger.reclaimed(tail, &removed),
+        Err(error) => {
+            tracing::warn!(tail, %error, "a deleted stream's records cannot be walked; its segments stay");
+        }
     }
-    ledger.reclaimed(tail, &removed);
 }
 
 /// Removes segments below `remove_below` that hold no live record.

@@ -3,7 +3,9 @@
 //! Headers are copied out of the map (64 bytes plus the chain part of the meta) and checked
 //! again on every read; stream data is checked against its crc, then handed out as `Bytes`
 //! that point into the map, so a catch-up read copies nothing until the socket does. Bytes
-//! that fail a check are never served: the read fails with [`ReadError::Storage`].
+//! that fail a check, or a segment that is gone, are never served: the read fails with
+//! [`ReadError::Damaged`]. Where a stream's chain is damaged, [`RecordSource::successor`]
+//! finds the stream's next record by reading the log forward from a record.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,10 +18,10 @@ use crate::chain::{find_index, Node, NodeSource};
 use crate::logread::RecordSource;
 use crate::read::ReadError;
 use crate::record::codec::{
-    chain_bytes, decode_chain, decode_record, payload_crc, Chain, Header, Kind, Meta, HEADER_BYTES,
-    JUMPS_MAX, META_BYTES_MAX,
+    chain_bytes, decode_chain, decode_record, payload_crc, Chain, DecodeError, Header, Kind, Meta,
+    HEADER_BYTES, JUMPS_MAX, META_BYTES_MAX,
 };
-use crate::record::scan::RecordScan;
+use crate::record::scan::{next_header, RecordScan};
 
 /// A shard's segments as a source of records.
 #[derive(Clone)]
@@ -33,6 +35,15 @@ pub struct RecordHead {
     pub node: Node,
 }
 
+/// What is at a position of a segment.
+enum Slot {
+    Record(Header, Option<Chain>),
+    /// Zeros: nothing was ever written here.
+    Unwritten,
+    /// Bytes that are not a record (or a record that runs past the segment).
+    Damaged,
+}
+
 impl WalSource {
     /// Reads and checks the header of the record at `location` (and its chain, with
     /// `with_chain`), in place in the map, and that the whole record lies inside it.
@@ -42,18 +53,11 @@ impl WalSource {
         with_chain: bool,
     ) -> Result<(Header, Option<Chain>, Arc<Segment>), ReadError> {
         let (ordinal, position) = split_location(location);
-        let segment = self.table.get(ordinal).ok_or(ReadError::Storage)?;
-        let (position, size) = (position as usize, segment.map.size());
-        if position + HEADER_BYTES > size {
-            return Err(ReadError::Storage);
+        let segment = self.table.get(ordinal).ok_or(ReadError::Damaged)?;
+        match slot(&segment, position, with_chain) {
+            Slot::Record(header, chain) => Ok((header, chain, segment)),
+            Slot::Unwritten | Slot::Damaged => Err(ReadError::Damaged),
         }
-        let end = size.min(position + HEADER_BYTES + chain_bytes(JUMPS_MAX));
-        let mut decoded = Err(ReadError::Storage);
-        segment
-            .map
-            .visit(position, end, &mut |bytes| decoded = decode_head(bytes, size - position, with_chain));
-        let (header, chain) = decoded?;
-        Ok((header, chain, segment))
     }
 
     /// Reads and checks the header of the record at `location`; returns its segment too.
@@ -65,45 +69,73 @@ impl WalSource {
     /// Reads and checks the header and chain of the record at `location`.
     pub fn head(&self, location: u64) -> Result<RecordHead, ReadError> {
         let (header, chain, _) = self.read_head(location, true)?;
-        let chain = chain.expect("asked for the chain");
-        let node =
-            Node { location, n: chain.n, start: header.offset, end: header.end_offset(), jumps: chain.jumps };
-        Ok(RecordHead { header, node })
+        let chain = chain.ok_or(ReadError::Damaged)?;
+        Ok(RecordHead { node: node_of(location, &header, chain), header })
     }
+}
+
+fn node_of(location: u64, header: &Header, chain: Chain) -> Node {
+    Node {
+        location,
+        n: chain.n,
+        stream: header.stream,
+        start: header.offset,
+        end: header.end_offset(),
+        jumps: chain.jumps,
+        len: header.record_len() as u64,
+    }
+}
+
+/// What is at `position` of `segment` (with the chain at the start of the meta when asked).
+fn slot(segment: &Segment, position: u64, with_chain: bool) -> Slot {
+    let (position, size) = (position as usize, segment.map.size());
+    if position + HEADER_BYTES > size {
+        return Slot::Damaged;
+    }
+    let end = size.min(position + HEADER_BYTES + chain_bytes(JUMPS_MAX));
+    let mut found = Slot::Damaged;
+    segment.map.visit(position, end, &mut |bytes| found = decode_head(bytes, size - position, with_chain));
+    found
 }
 
 /// Decodes a header (and the chain at the start of its meta) from `bytes`, the start of a
 /// record with `room` bytes to the end of its segment.
-fn decode_head(bytes: &[u8], room: usize, with_chain: bool) -> Result<(Header, Option<Chain>), ReadError> {
+fn decode_head(bytes: &[u8], room: usize, with_chain: bool) -> Slot {
     let raw: &[u8; HEADER_BYTES] = bytes[..HEADER_BYTES].try_into().expect("a header's bytes");
-    let header = Header::decode(raw).map_err(|_| ReadError::Storage)?;
+    let header = match Header::decode(raw) {
+        Ok(header) => header,
+        Err(DecodeError::Zeroed) => return Slot::Unwritten,
+        Err(_) => return Slot::Damaged,
+    };
     if header.record_len() > room {
-        return Err(ReadError::Storage);
+        return Slot::Damaged;
     }
-    if !with_chain {
-        return Ok((header, None));
+    if !with_chain || !matches!(header.kind, Kind::Create | Kind::Append) {
+        return Slot::Record(header, None);
     }
     let meta = &bytes[HEADER_BYTES..];
     let meta_len = usize::from(header.meta_len);
-    let jumps = usize::from(*meta.get(8).ok_or(ReadError::Storage)?);
+    let Some(jumps) = meta.get(8).map(|count| usize::from(*count)) else {
+        return Slot::Damaged;
+    };
     let chain_len = chain_bytes(jumps);
     if jumps > JUMPS_MAX || chain_len > meta_len || chain_len > meta.len() {
-        return Err(ReadError::Storage);
+        return Slot::Damaged;
     }
-    let chain = decode_chain(&meta[..chain_len]).map_err(|_| ReadError::Storage)?;
-    Ok((header, Some(chain)))
+    match decode_chain(&meta[..chain_len]) {
+        Ok(chain) => Slot::Record(header, Some(chain)),
+        Err(_) => Slot::Damaged,
+    }
 }
 
 impl WalSource {
     /// The whole record at `location`, checked end to end: its header, its meta and its data
     /// (sharing the mapped bytes).
     pub fn record(&self, location: u64) -> Result<(Header, Meta, Bytes), ReadError> {
-        let head = self.head(location)?;
-        let (ordinal, position) = split_location(location);
-        let segment = self.table.get(ordinal).ok_or(ReadError::Storage)?;
-        let start = position as usize;
-        let bytes = segment.map.slice(start, start + HEADER_BYTES + head.header.payload_len as usize);
-        let decoded = decode_record(&bytes).map_err(|_| ReadError::Storage)?;
+        let (header, segment) = self.header(location)?;
+        let start = split_location(location).1 as usize;
+        let bytes = segment.map.slice(start, start + HEADER_BYTES + header.payload_len as usize);
+        let decoded = decode_record(&bytes).map_err(|_| ReadError::Damaged)?;
         let data_start = HEADER_BYTES + usize::from(decoded.header.meta_len);
         Ok((decoded.header, decoded.meta, bytes.slice(data_start..)))
     }
@@ -134,8 +166,15 @@ impl WalSource {
         let node = self.node(witness)?;
         let create = find_index(self, &node, 0)?;
         let (_, meta, _) = self.record(create.location)?;
-        let name = meta.create.ok_or(ReadError::Storage)?.name;
+        let name = meta.create.ok_or(ReadError::Damaged)?.name;
         Ok(Resident { stream, name: Arc::from(name), witness, witness_n: node.n })
+    }
+
+    /// Where records resume after the bytes at `position` of `segment`, which are not one.
+    fn resume_after(&self, segment: &Segment, position: u64) -> Option<u64> {
+        let size = segment.readable_len() as usize;
+        let bytes = segment.map.slice(position as usize, size);
+        next_header(&bytes, 1).map(|(offset, _)| position + offset as u64)
     }
 }
 
@@ -162,10 +201,10 @@ impl RecordSource for WalSource {
         let (header, segment) = self.header(node.location)?;
         let meta_len = usize::from(header.meta_len);
         let start = split_location(node.location).1 as usize + HEADER_BYTES;
-        let mut checked = Err(ReadError::Storage);
+        let mut checked = Err(ReadError::Damaged);
         segment.map.visit(start, start + header.payload_len as usize, &mut |payload| {
             let (meta, data) = payload.split_at(meta_len.min(payload.len()));
-            if header.offset == node.start
+            if belongs(&header, node)
                 && payload_crc(meta, &[data]) == header.payload_crc
                 && skip <= data.len()
             {
@@ -183,16 +222,100 @@ impl RecordSource for WalSource {
         let (ordinal, position) = split_location(node.location);
         let meta_len = usize::from(header.meta_len);
         if meta_len > META_BYTES_MAX {
-            return Err(ReadError::Storage);
+            return Err(ReadError::Damaged);
         }
         // `header` checked that the whole record lies inside the map.
         let start = position as usize + HEADER_BYTES;
         let payload = segment.map.slice(start, start + header.payload_len as usize);
         let (meta, data) = payload.split_at(meta_len);
-        if header.offset != node.start || payload_crc(meta, &[data]) != header.payload_crc {
+        if !belongs(&header, node) || payload_crc(meta, &[data]) != header.payload_crc {
             tracing::error!(ordinal, position, "stored data fails its checksum; the read is refused");
-            return Err(ReadError::Storage);
+            return Err(ReadError::Damaged);
         }
         Ok(payload.slice(meta_len..))
     }
+
+    /// Reads the log forward from `node`, over other streams' records (and past bytes that
+    /// are not records), to the record that names `node` as its predecessor.
+    fn successor(&self, node: &Node, limit: u64, scan_bytes: &mut u64) -> Result<Option<Node>, ReadError> {
+        let (ordinal, position) = split_location(node.location);
+        self.walk((ordinal, position + node.len), limit, scan_bytes, |next| {
+            let named = next.stream == node.stream && next.jumps.first() == Some(&node.location);
+            match named && next.n == node.n + 1 {
+                true if next.start == node.end => Walk::Found,
+                true => Walk::Damaged,
+                false => Walk::On,
+            }
+        })
+    }
+
+    /// Reads the log forward from its oldest segment to the stream's create record.
+    fn first_record(&self, stream: u64, limit: u64, scan_bytes: &mut u64) -> Result<Option<Node>, ReadError> {
+        let Some(oldest) = self.table.all().first().map(|segment| segment.ordinal()) else {
+            return Ok(None);
+        };
+        self.walk((oldest, Segment::records_start()), limit, scan_bytes, |next| {
+            match next.stream == stream && next.n == 0 {
+                true => Walk::Found,
+                false => Walk::On,
+            }
+        })
+    }
+}
+
+/// What a forward walk makes of a record it passes.
+enum Walk {
+    On,
+    Found,
+    Damaged,
+}
+
+impl WalSource {
+    /// Reads the log forward from `start` (segment ordinal and position) up to the location
+    /// `limit`, across sealed segments and past bytes that are not records, offering each
+    /// create and append record to `visit` until it finds one. Counts down `*scan_bytes`.
+    fn walk(
+        &self,
+        start: (u32, u64),
+        limit: u64,
+        scan_bytes: &mut u64,
+        visit: impl Fn(&Node) -> Walk,
+    ) -> Result<Option<Node>, ReadError> {
+        let (mut ordinal, mut position) = start;
+        while location(ordinal, position) <= limit && *scan_bytes > 0 {
+            let segment = self.table.get(ordinal).ok_or(ReadError::Damaged)?;
+            let step = match slot(&segment, position, true) {
+                Slot::Record(header, _) if header.kind == Kind::Seal => None,
+                Slot::Record(header, Some(chain)) => {
+                    let node = node_of(location(ordinal, position), &header, chain);
+                    match visit(&node) {
+                        Walk::Found => return Ok(Some(node)),
+                        Walk::Damaged => return Err(ReadError::Damaged),
+                        Walk::On => Some(header.record_len() as u64),
+                    }
+                }
+                Slot::Record(header, None) => Some(header.record_len() as u64),
+                Slot::Unwritten => return Ok(None),
+                Slot::Damaged => self.resume_after(&segment, position).map(|at| at - position),
+            };
+            let skipped = match step {
+                Some(bytes) => {
+                    position += bytes;
+                    bytes
+                }
+                None => {
+                    let rest = segment.readable_len().saturating_sub(position);
+                    (ordinal, position) = (ordinal + 1, Segment::records_start());
+                    rest
+                }
+            };
+            *scan_bytes = scan_bytes.saturating_sub(skipped);
+        }
+        Ok(None)
+    }
+}
+
+/// Whether the header read for a data read is the record `node` describes.
+fn belongs(header: &Header, node: &Node) -> bool {
+    header.offset == node.start && header.stream == node.stream && header.end_offset() == node.end
 }

@@ -25,10 +25,11 @@ use super::source::{Resident, WalSource};
 use super::{location, SegmentTable, ShardFiles, RENEWALS_FILE};
 use crate::chain::Levels;
 use crate::limits::halve_when_over;
+use crate::read::ReadError;
 use crate::record::codec::{Chain, Header, HEADER_BYTES};
 use crate::record::{encode, Record};
 use crate::storage::renewals::Renewal;
-use crate::storage::{Persist, Place};
+use crate::storage::{Persist, Place, Unprepared};
 use crate::stream::StreamSnapshot;
 
 mod compact;
@@ -197,18 +198,25 @@ impl WalWriter {
         *self.added.entry(self.active.ordinal()).or_default() += record_len;
     }
 
-    /// The levels of `stream`'s chain, rebuilt from `chain_tail` when not cached.
+    /// The levels of `stream`'s chain, rebuilt from `chain_tail` when not cached (an append
+    /// was prepared first, so they are there unless compaction just replaced them).
     fn levels(&mut self, stream: u64, chain_tail: u64) -> io::Result<&mut Levels> {
+        self.load_levels(stream, chain_tail)
+            .map_err(|error| io::Error::other(format!("rebuilding a prepared chain: {error}")))?;
+        Ok(self.chains.get_mut(&stream).expect("just loaded"))
+    }
+
+    /// Caches the levels of `stream`'s chain, rebuilt from its last record `chain_tail`.
+    fn load_levels(&mut self, stream: u64, chain_tail: u64) -> Result<(), ReadError> {
         if !self.chains.contains_key(&stream) {
-            let tail = self
-                .source
-                .head(chain_tail)
-                .map_err(|e| io::Error::other(format!("reading a chain tail: {e}")))?;
-            let levels = Levels::rebuild(&self.source, &tail.node)
-                .map_err(|e| io::Error::other(format!("rebuilding a chain: {e}")))?;
+            let tail = self.source.head(chain_tail)?.node;
+            if tail.stream != stream {
+                return Err(ReadError::Damaged);
+            }
+            let levels = Levels::rebuild(&self.source, &tail)?;
             self.chains.insert(stream, levels);
         }
-        Ok(self.chains.get_mut(&stream).expect("just inserted"))
+        Ok(())
     }
 
     /// Makes sure `record_len` more bytes and a seal fit in the active segment.
@@ -321,6 +329,10 @@ impl WalWriter {
 }
 
 impl Persist for WalWriter {
+    fn prepare_append(&mut self, stream: u64, _name: &str, chain_tail: u64) -> Result<(), Unprepared> {
+        self.load_levels(stream, chain_tail).map_err(Unprepared::from)
+    }
+
     fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> io::Result<()> {
         debug_assert!(self.parts.is_empty() && self.staging.is_empty());
         self.run_start = self.position;

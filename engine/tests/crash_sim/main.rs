@@ -306,6 +306,10 @@ impl Sim {
                     "{}: {op:?} answered after an unanswered write",
                     self.context(name)
                 );
+                if *answer == Answer::Refused(OpError::Unavailable) {
+                    // The storage could not take it (the disk failing): refused, no effect.
+                    continue;
+                }
                 let agrees = match answer {
                     Answer::Ok { duplicate } => prediction.ok && *duplicate == prediction.duplicate,
                     Answer::Refused(_) => !prediction.ok,

@@ -244,7 +244,7 @@ impl RoundFrames<'_> {
         let next = source.next_frame(from, true);
         let chunk = match &next {
             Next::Frame(frame) => chunked(&frame.bytes),
-            Next::Nothing | Next::Gone => Bytes::new(),
+            Next::Nothing | Next::Gone | Next::Damaged => Bytes::new(),
         };
         if frames.len() == ROUND_FRAMES_MAX {
             frames.remove(0);
@@ -298,7 +298,7 @@ impl Parked {
             let built = &frames[index];
             let frame = match &built.next {
                 Next::Nothing => return true,
-                Next::Gone => break,
+                Next::Gone | Next::Damaged => break,
                 Next::Frame(frame) => frame,
             };
             let written = state.write(frame, &built.chunk);

@@ -35,6 +35,8 @@ pub enum Next {
     Nothing,
     /// The stream is gone.
     Gone,
+    /// The stored data at the reader's position is damaged.
+    Damaged,
 }
 
 /// Who is asking: the stream, its live slot and the reader's view of it.
@@ -53,9 +55,12 @@ impl FrameSource<'_> {
         if let Some(shared) = self.subscription.cached_frame(key, from) {
             return Next::Frame(Frame { bytes: shared.bytes, to: shared.to, closes: shared.last });
         }
-        let Ok(Some(read)) = self.handle.read_messages(from, FRAME_STORED_BYTES_MAX) else {
-            // The stream is gone (or the impossible: the offset stopped being a boundary).
-            return Next::Gone;
+        let read = match self.handle.read_messages(from, FRAME_STORED_BYTES_MAX) {
+            Ok(Some(read)) => read,
+            // The stream is gone.
+            Ok(None) => return Next::Gone,
+            // Damage (or an I/O error, or the impossible: the offset stopped being a boundary).
+            Err(_) => return Next::Damaged,
         };
         let mut out = BytesMut::new();
         let Some(last) = read.messages.last().map(|m| m.next) else {

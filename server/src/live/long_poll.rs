@@ -31,13 +31,14 @@ pub async fn serve(
         StartAt::Tail => StartAt::At(handle.status().ok_or_else(Problem::not_found)?.tail),
         other => other,
     };
+    let resolved = ReadStart { at, text: start.text.clone() };
     let deadline = Instant::now() + app.long_poll_timeout;
     let mut timed_out = false;
     loop {
         let woken = subscription.notify().notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let result = read_once(app, &handle, at)?;
+        let result = read_once(app, &handle, &resolved)?;
         let cursor = || response_cursor(client_cursor.as_deref(), now_ms());
         if !result.chunk.is_empty() {
             return Ok(chunk_response(&handle, result, &start.text, if_none_match.as_ref(), Some(cursor())));

@@ -69,7 +69,10 @@ pub fn serve(
         StartAt::At(offset) => offset,
     };
     // Check the start before answering 200, and renew the TTL: a live read has started.
-    handle.read_messages(from, 0).map_err(read_problem)?.ok_or_else(Problem::not_found)?;
+    handle
+        .read_messages(from, 0)
+        .map_err(|error| read_problem(error, &start.text))?
+        .ok_or_else(Problem::not_found)?;
     handle.touch();
     let content_type = &handle.config().content_type;
     let format = EventFormat { encoding: content_type.sse_encoding(), json: content_type.is_json() };
@@ -188,7 +191,9 @@ impl SseBody {
         let frame = match source.next_frame(self.offset, self.told_up_to_date) {
             Next::Frame(frame) => frame,
             Next::Nothing => return None,
-            Next::Gone => {
+            // Damage ends the response after the intact events: the client reconnects from
+            // the last `id:` it got and is answered with the problem at the damage.
+            Next::Gone | Next::Damaged => {
                 self.finished = true;
                 return None;
             }

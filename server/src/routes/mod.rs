@@ -55,13 +55,26 @@ pub fn op_problem(error: OpError) -> Problem {
             .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("1")),
         OpError::ShuttingDown => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "shutting-down", detail)
             .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("1")),
+        OpError::StreamDamaged { .. } => {
+            Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "stream-damaged", detail)
+        }
+        OpError::Unavailable => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "storage-unavailable", detail)
+            .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("1")),
     }
 }
 
-/// The HTTP answer to a read that cannot start where asked.
-pub fn read_problem(error: ReadError) -> Problem {
+/// The HTTP answer to a read that cannot start at `offset` (as the client spelled it).
+pub fn read_problem(error: ReadError, offset: &str) -> Problem {
     match error {
         ReadError::NotBoundary => Problem::bad_request("invalid-offset", error.to_string()),
+        ReadError::Damaged => Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "stream-damaged",
+            format!(
+                "the stored data of this stream is damaged at offset {offset}: it cannot be served \
+                 from there (what comes before it can)"
+            ),
+        ),
         ReadError::Storage => {
             tracing::error!("a read failed: stored data could not be read");
             Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "storage-error", error.to_string())

@@ -69,7 +69,7 @@ pub async fn read(
     let handle = app.engine.open(&name).ok_or_else(Problem::not_found)?;
     match query.live {
         Live::No => {
-            let result = read_once(app, &handle, start.at)?;
+            let result = read_once(app, &handle, &start)?;
             Ok(chunk_response(&handle, result, &start.text, if_none_match.as_ref(), None))
         }
         Live::LongPoll => long_poll::serve(app, handle, start, query.cursor, if_none_match).await,
@@ -81,9 +81,13 @@ pub async fn read(
     }
 }
 
-/// One read of at most the configured size; 400 off a boundary, 404 once gone.
-pub fn read_once(app: &App, handle: &StreamHandle, at: StartAt) -> Result<ReadResult, Problem> {
-    handle.read(at, app.read_bytes_max).map_err(read_problem)?.ok_or_else(Problem::not_found)
+/// One read of at most the configured size; 400 off a boundary, 404 once gone, 500 at
+/// damage.
+pub fn read_once(app: &App, handle: &StreamHandle, start: &ReadStart) -> Result<ReadResult, Problem> {
+    handle
+        .read(start.at, app.read_bytes_max)
+        .map_err(|error| read_problem(error, &start.text))?
+        .ok_or_else(Problem::not_found)
 }
 
 /// A 200 (or 304) answer carrying the messages of `result`.

@@ -18,7 +18,7 @@ use std::io;
 use crossbeam_channel::TryRecvError;
 
 use super::{Part, WalWriter, SYNC_RUN_BYTES_MAX};
-use crate::chain::{find_index, Levels, NodeSource};
+use crate::chain::{find_index, hop, Levels, Node, NodeSource};
 use crate::record::codec::{self, flags, Chain, Header, MetaRef, HEADER_BYTES};
 use crate::storage::Place;
 use crate::wal::housekeeper::Task;
@@ -38,24 +38,13 @@ impl WalWriter {
         witness: (u64, u64),
         time_ms: u64,
     ) -> io::Result<Place> {
-        let read_error = |error| io::Error::other(format!("reading a stream to move: {error}"));
         // Records staged earlier in this batch must be readable from the map to be copied.
         self.write_run()?;
         let tail_location = self.chains.get(&stream).map_or(chain_tail, Levels::last);
-        let tail = self.source.node(tail_location).map_err(read_error)?;
-        let unmoved = Place { location: tail_location, n: tail.n };
-        if witness.1 > tail.n
-            || find_index(&self.source, &tail, witness.1).map_err(read_error)?.location != witness.0
-        {
-            return Ok(unmoved);
-        }
-        let mut locations = vec![tail.location];
-        let mut node = tail.clone();
-        while node.n > 0 {
-            node = self.source.node(node.jumps[0]).map_err(read_error)?;
-            locations.push(node.location);
-        }
-        locations.reverse();
+        let Some((tail, locations)) = self.chain_to_move(stream, tail_location, witness) else {
+            // Not the stream compaction found (moved since), or damaged: it stays where it is.
+            return Ok(Place { location: tail_location, n: 0 });
+        };
         let mut levels = Levels::default();
         let last = locations.len() - 1;
         for (index, original) in locations.into_iter().enumerate() {
@@ -73,6 +62,39 @@ impl WalWriter {
         self.chains.insert(stream, levels);
         self.deleted.push(tail_location);
         Ok(place)
+    }
+
+    /// The chain ending at `tail_location` (its last record, and every record's location in
+    /// order), if its record `witness.1` is still at `witness.0` and every record of it passes
+    /// its checks (a move never copies damage, and never stops half-way).
+    fn chain_to_move(
+        &self,
+        stream: u64,
+        tail_location: u64,
+        witness: (u64, u64),
+    ) -> Option<(Node, Vec<u64>)> {
+        let tail = self.source.node(tail_location).ok().filter(|tail| tail.stream == stream)?;
+        if witness.1 > tail.n || find_index(&self.source, &tail, witness.1).ok()?.location != witness.0 {
+            return None;
+        }
+        let mut locations = vec![tail.location];
+        let mut node = tail.clone();
+        while node.n > 0 {
+            node = match hop(&self.source, &node, 0) {
+                Ok(node) => node,
+                Err(error) => {
+                    tracing::warn!(stream, %error, "a stream with a damaged chain is not compacted");
+                    return None;
+                }
+            };
+            locations.push(node.location);
+        }
+        if let Some(damaged) = locations.iter().find(|location| self.source.record(**location).is_err()) {
+            tracing::warn!(stream, location = damaged, "a stream with a damaged record is not compacted");
+            return None;
+        }
+        locations.reverse();
+        Some((tail, locations))
     }
 
     /// Stages a copy of the record at `original` as the next record of the chain `levels`.

@@ -7,6 +7,16 @@
 //! [`RECORDS_PER_READ_MAX`] records), and walks back to collect them. The data comes back as
 //! `Bytes` straight from the storage ([`RecordSource::data`]); the data of small records is
 //! copied together instead ([`COPY_BELOW_BYTES`]).
+//!
+//! Nothing damaged is served. Every jump is checked to lead to the record the chain names,
+//! the records collected are checked to follow one another exactly from the start offset,
+//! and each record's data is checked against its crc as it is read. Where the chain cannot
+//! be walked (a damaged or missing record on the way), `careful` locates the start around
+//! the damage and reads the stream forward from there. A read that reaches damage returns
+//! the intact records before it (a partial read, never marked up to date); a read that
+//! starts at damage fails with [`ReadError::Damaged`].
+
+mod careful;
 
 use bytes::{Bytes, BytesMut};
 
@@ -23,6 +33,9 @@ pub const RECORDS_PER_READ_MAX: u64 = 4096;
 /// way out, more than copying a few hundred bytes.
 pub const COPY_BELOW_BYTES: u64 = 4096;
 
+/// Most log bytes one read scans forward past other records when the chain is damaged.
+pub const SCAN_BYTES_MAX: u64 = 64 << 20;
+
 /// A log that can hand out a record's stored data.
 pub trait RecordSource: NodeSource<Error = ReadError> {
     /// The stored message bytes of the record `node` describes.
@@ -33,13 +46,30 @@ pub trait RecordSource: NodeSource<Error = ReadError> {
         out.extend_from_slice(&self.data(node)?[skip..]);
         Ok(())
     }
+
+    /// The record after `node` in its stream, found by reading the log forward (never past
+    /// the location `limit`, and at most `*scan_bytes` bytes, which it counts down).
+    /// `None` when none is found; an error when the record there is damaged.
+    fn successor(&self, node: &Node, limit: u64, scan_bytes: &mut u64) -> Result<Option<Node>, ReadError>;
+
+    /// The first record of `stream` (whose last record is at `tail_location`), found
+    /// without its chain: a stream file starts with it; acid reads its log forward from the
+    /// oldest segment (at most `*scan_bytes`). `None` when it is not found.
+    fn first_record(
+        &self,
+        stream: u64,
+        tail_location: u64,
+        scan_bytes: &mut u64,
+    ) -> Result<Option<Node>, ReadError>;
 }
 
-/// Reads stored for the stream whose published tail record is at `tail_location` and whose
-/// published tail offset is `until`.
+/// Reads stored for one stream: its published last record (location and chain index) and
+/// its published tail offset `until`.
 pub struct LogRead<'a, S: RecordSource> {
     pub source: &'a S,
+    pub stream: u64,
     pub tail_location: u64,
+    pub tail_n: u64,
     pub until: Offset,
     pub json: bool,
 }
@@ -61,24 +91,33 @@ impl<S: RecordSource> LogRead<'_, S> {
         };
         let mut slices = Vec::new();
         let mut copied = BytesMut::new();
+        let mut next = from;
         for (index, node) in span.nodes.iter().enumerate() {
-            if node.start == node.end {
-                continue;
-            }
             let skip = if index == 0 { span.skip_bytes } else { 0 };
-            if node.end.bytes - node.start.bytes < COPY_BELOW_BYTES {
-                self.source.copy_data(node, skip, &mut copied)?;
-                continue;
+            let served = if node.start == node.end {
+                Ok(())
+            } else if node.end.bytes - node.start.bytes < COPY_BELOW_BYTES {
+                self.source.copy_data(node, skip, &mut copied)
+            } else {
+                self.source.data(node).map(|data| {
+                    if !copied.is_empty() {
+                        slices.push(copied.split().freeze());
+                    }
+                    slices.push(data.slice(skip..));
+                })
+            };
+            match served {
+                Ok(()) => next = node.end,
+                // Damage right at the start: nothing here can be served.
+                Err(error) if index == 0 => return Err(error),
+                // Damage further on: the intact records before it are the answer.
+                Err(_) => break,
             }
-            if !copied.is_empty() {
-                slices.push(copied.split().freeze());
-            }
-            slices.push(self.source.data(node)?.slice(skip..));
         }
         if !copied.is_empty() {
             slices.push(copied.freeze());
         }
-        let next = span.nodes.last().map_or(from, |node| node.end);
+        debug_assert!(next > from, "a read that returns covers at least one record");
         Ok(Chunk { next, messages: next.messages - from.messages, slices })
     }
 
@@ -92,10 +131,15 @@ impl<S: RecordSource> LogRead<'_, S> {
             if node.start == node.end {
                 continue;
             }
-            let data = self.source.data(node)?;
+            let read = self.source.data(node).and_then(|data| Ok((self.message_ends(&data, node)?, data)));
+            let (ends, data) = match read {
+                Ok(read) => read,
+                Err(error) if messages.is_empty() => return Err(error),
+                Err(_) => break,
+            };
             let mut next = node.start;
             let mut start = 0;
-            for end in self.message_ends(&data, node)? {
+            for end in ends {
                 next = next.advance(1, (end - start) as u64);
                 let skipped = index == 0 && next.messages <= node.start.messages + span.skip_messages;
                 if !skipped {
@@ -116,11 +160,20 @@ impl<S: RecordSource> LogRead<'_, S> {
         if from == self.until {
             return Ok(None);
         }
-        let tail = self.source.node(self.tail_location)?;
-        debug_assert_eq!(tail.end, self.until, "the published tail record ends at the published tail");
+        let span = match self.chained_span(from, bytes_max) {
+            Err(ReadError::Damaged) => careful::span(self, from, bytes_max)?,
+            span => span?,
+        };
+        debug_assert!(span.nodes.windows(2).all(|pair| pair[0].end == pair[1].start), "records follow on");
+        Ok(Some(span))
+    }
+
+    /// The span found through the chain alone, every jump checked.
+    fn chained_span(&self, from: Offset, bytes_max: usize) -> Result<Span, ReadError> {
+        let tail = self.tail()?;
         let first = find(self.source, &tail, from.bytes)?;
         let (skip_bytes, skip_messages) = self.position_in(&first, from)?;
-        let budget_end = from.bytes.saturating_add(bytes_max as u64).min(self.until.bytes);
+        let budget_end = self.budget_end(from, bytes_max);
         let mut last =
             find_last(self.source, &tail, |node| node.start.bytes < budget_end.max(from.bytes + 1))?;
         if last.n > first.n && last.end.bytes > budget_end {
@@ -130,7 +183,22 @@ impl<S: RecordSource> LogRead<'_, S> {
             last = find_index(self.source, &last, first.n + RECORDS_PER_READ_MAX - 1)?;
         }
         let nodes = collect(self.source, &first, last, RECORDS_PER_READ_MAX as usize)?;
-        Ok(Some(Span { nodes, skip_bytes, skip_messages }))
+        Ok(Span { nodes, skip_bytes, skip_messages })
+    }
+
+    /// The published last record, checked to be the one the stream's view names.
+    fn tail(&self) -> Result<Node, ReadError> {
+        let tail = self.source.node(self.tail_location)?;
+        let named = tail.stream == self.stream && tail.n == self.tail_n && tail.end == self.until;
+        if !named {
+            return Err(ReadError::Damaged);
+        }
+        Ok(tail)
+    }
+
+    /// Where a read from `from` of about `bytes_max` bytes ends at the latest.
+    fn budget_end(&self, from: Offset, bytes_max: usize) -> u64 {
+        from.bytes.saturating_add(bytes_max as u64).min(self.until.bytes)
     }
 
     /// How far into `node` (bytes, messages) the offset `at` is; it must be a boundary.
@@ -159,7 +227,7 @@ impl<S: RecordSource> LogRead<'_, S> {
         }
         let ends = stored_json_message_ends(data);
         if ends.len() as u64 != count || ends.last() != Some(&data.len()) {
-            return Err(ReadError::Storage);
+            return Err(ReadError::Damaged);
         }
         Ok(ends)
     }
@@ -171,29 +239,75 @@ mod tests {
     use crate::chain::Levels;
     use crate::payload::Payload;
 
-    /// An in-memory log of records, chained like the disk modes chain them.
+    /// An in-memory log of records, chained like the disk modes chain them, whose records
+    /// can be damaged: unreadable, with a wrong chain index, or with data that fails its crc.
     struct Log {
         nodes: Vec<Node>,
         data: Vec<Bytes>,
+        damage: Option<(u64, Damage)>,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Damage {
+        Header,
+        ChainIndex,
+        Data,
     }
 
     impl NodeSource for Log {
         type Error = ReadError;
         fn node(&self, location: u64) -> Result<Node, ReadError> {
-            self.nodes.get(location as usize).cloned().ok_or(ReadError::Storage)
+            let mut node = self.nodes.get(location as usize).cloned().ok_or(ReadError::Damaged)?;
+            match self.damage {
+                Some((at, Damage::Header)) if at == location => return Err(ReadError::Damaged),
+                Some((at, Damage::ChainIndex)) if at == location => node.n += 1 << 16,
+                _ => {}
+            }
+            Ok(node)
         }
     }
 
     impl RecordSource for Log {
         fn data(&self, node: &Node) -> Result<Bytes, ReadError> {
+            if self.damage.is_some_and(|(at, _)| at == node.location) {
+                return Err(ReadError::Damaged);
+            }
             Ok(self.data[node.location as usize].clone())
+        }
+
+        fn successor(&self, node: &Node, limit: u64, scan: &mut u64) -> Result<Option<Node>, ReadError> {
+            let at = node.location + 1;
+            if at > limit || *scan == 0 {
+                return Ok(None);
+            }
+            *scan -= 1;
+            let next = self.node(at)?;
+            let follows = next.n == node.n + 1 && next.jumps[0] == node.location && next.start == node.end;
+            if follows {
+                Ok(Some(next))
+            } else {
+                Err(ReadError::Damaged)
+            }
+        }
+
+        fn first_record(&self, _stream: u64, _tail: u64, _scan: &mut u64) -> Result<Option<Node>, ReadError> {
+            self.node(0).map(Some)
         }
     }
 
     fn log(payloads: &[Payload]) -> Log {
         let mut log = Log {
-            nodes: vec![Node { location: 0, n: 0, start: Offset::ZERO, end: Offset::ZERO, jumps: vec![] }],
+            nodes: vec![Node {
+                location: 0,
+                n: 0,
+                stream: 1,
+                start: Offset::ZERO,
+                end: Offset::ZERO,
+                jumps: vec![],
+                len: 1,
+            }],
             data: vec![Bytes::new()],
+            damage: None,
         };
         let mut levels = Levels::started_at(0);
         for payload in payloads {
@@ -201,7 +315,7 @@ mod tests {
             let start = log.nodes.last().unwrap().end;
             let end = start.advance(payload.message_count(), payload.stored_len());
             let location = log.nodes.len() as u64;
-            log.nodes.push(Node { location, n: chain.n, start, end, jumps: chain.jumps });
+            log.nodes.push(Node { location, n: chain.n, stream: 1, start, end, jumps: chain.jumps, len: 1 });
             log.data.push(Bytes::from(payload.stored_bytes()));
             levels.push(location);
         }
@@ -210,7 +324,14 @@ mod tests {
 
     fn reader(log: &Log, json: bool) -> LogRead<'_, Log> {
         let tail = log.nodes.last().unwrap();
-        LogRead { source: log, tail_location: tail.location, until: tail.end, json }
+        LogRead {
+            source: log,
+            stream: 1,
+            tail_location: tail.location,
+            tail_n: tail.n,
+            until: tail.end,
+            json,
+        }
     }
 
     fn text(chunk: &Chunk) -> String {
@@ -274,5 +395,63 @@ mod tests {
         assert_eq!(from_inner.last().unwrap().next, read.until);
         let not_boundary = Offset { messages: 1, bytes: 3 };
         assert_eq!(read.chunk(not_boundary, 10).err(), Some(ReadError::NotBoundary));
+    }
+
+    /// Reads from `from` to the end with reads of about `budget` bytes: what was served, and
+    /// whether the reads ended in an error rather than at the tail.
+    fn read_all(read: &LogRead<'_, Log>, mut from: Offset, budget: usize) -> (String, bool) {
+        let mut served = String::new();
+        while from != read.until {
+            match read.chunk(from, budget) {
+                Ok(chunk) => {
+                    assert!(chunk.next > from, "a read moves on");
+                    served.push_str(&text(&chunk));
+                    from = chunk.next;
+                }
+                Err(error) => {
+                    assert_eq!(error, ReadError::Damaged);
+                    return (served, true);
+                }
+            }
+        }
+        (served, false)
+    }
+
+    #[test]
+    fn damage_is_never_served_never_skipped_and_what_is_intact_is() {
+        let payloads: Vec<Payload> = (0..40).map(|i| raw(&format!("<{i:02}>"))).collect();
+        let whole: String = (0..40).map(|i| format!("<{i:02}>")).collect();
+        for damaged in 1..=40u64 {
+            for damage in [Damage::Header, Damage::ChainIndex, Damage::Data] {
+                let mut log = log(&payloads);
+                log.damage = Some((damaged, damage));
+                let read = reader(&log, false);
+                let (start, end) = (log.nodes[damaged as usize].start, log.nodes[damaged as usize].end);
+                for record in 1..=40usize {
+                    let from = log.nodes[record].start;
+                    let case = format!("{damage:?} at {damaged}, from record {record}");
+                    for budget in [1, 9, 1 << 20] {
+                        let (served, failed) = read_all(&read, from, budget);
+                        let expected = &whole[from.bytes as usize..];
+                        if from >= end {
+                            assert_eq!((served.as_str(), failed), (expected, false), "{case}");
+                        } else if from >= start {
+                            assert_eq!((served.as_str(), failed), ("", true), "{case}");
+                        } else {
+                            let intact = &whole[from.bytes as usize..start.bytes as usize];
+                            assert_eq!((served.as_str(), failed), (intact, true), "{case}, budget {budget}");
+                        }
+                    }
+                    let messages = read.messages(from, 1 << 20);
+                    if from < start {
+                        let messages = messages.unwrap();
+                        assert!(messages.last().unwrap().next <= start, "{case}");
+                        assert_eq!(messages.len() as u64, start.messages - from.messages, "{case}");
+                    } else if from < end {
+                        assert_eq!(messages.err(), Some(ReadError::Damaged), "{case}");
+                    }
+                }
+            }
+        }
     }
 }
