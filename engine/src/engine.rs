@@ -70,6 +70,8 @@ pub struct EngineStats {
     pub moves: u64,
     /// Ops answered by those batches.
     pub ops: u64,
+    /// Streams known to be damaged (served up to the damage, refusing writes).
+    pub damaged_streams: u64,
 }
 
 /// One shard's activity, for metrics.
@@ -196,6 +198,12 @@ impl Engine {
             batches: self.inner.shards.iter().map(|s| s.counters.batches.load(Ordering::Relaxed)).sum(),
             ops: self.inner.shards.iter().map(|s| s.counters.ops.load(Ordering::Relaxed)).sum(),
             moves: self.inner.shards.iter().map(|s| s.counters.moves.load(Ordering::Relaxed)).sum(),
+            damaged_streams: self
+                .inner
+                .shards
+                .iter()
+                .map(|s| s.counters.damage.damaged_streams.load(Ordering::Relaxed))
+                .sum(),
         }
     }
 

@@ -23,7 +23,8 @@ use bytes::Bytes;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::StorageMode;
-use crate::files::recovery::{analyze_file, file_bytes, list_stream_files, FileAnalysis, FileEntry};
+use crate::files::analysis::{analyze_file, FileAnalysis};
+use crate::files::recovery::{file_bytes, list_stream_files, FileEntry};
 use crate::files::source::FileSource;
 use crate::files::{stream_path, SUFFIX_MAX};
 use crate::logread::{LogRead, RecordSource};

@@ -78,4 +78,4 @@ pub use shard::wake_batch;
 pub use storage::renewals::SAVE_INTERVAL_MS as RENEWALS_SAVE_INTERVAL_MS;
 pub use storage::{Damage, RecoveryReport};
 pub use stream::handle::{MessagesResult, ReadResult, StreamHandle};
-pub use stream::StreamConfig;
+pub use stream::{StreamConfig, StreamDamage};

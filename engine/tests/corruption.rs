@@ -1,12 +1,16 @@
 //! Recovery from damaged logs: a flipped byte, a zeroed tail, a truncated segment, a torn
-//! batch, lost checkpoints. Recovery keeps every record before the damage, reports what it
-//! dropped, and the log stays writable and recoverable afterwards.
+//! batch, lost checkpoints. A torn write (the unacknowledged end a crash leaves) is cut;
+//! damage to bytes written whole is stepped over: the damaged stream is marked, read up to
+//! the damage and after it, and refuses writes; every other stream goes on. Recovery reports
+//! what it found, and the log stays writable and recoverable afterwards.
 
 mod support;
 
 use std::path::Path;
 
+use ds_engine::read::ReadError;
 use ds_engine::vfs::Vfs;
+use ds_engine::OpError;
 use ds_engine::StorageMode;
 use support::{append_request, plain_config, Harness};
 
@@ -30,45 +34,83 @@ fn ten_records_in(mode: StorageMode) -> (Harness, Vec<String>) {
 }
 
 #[test]
-fn a_flipped_byte_drops_its_record_and_everything_after() {
+fn a_flipped_byte_is_damage_and_the_records_around_it_stay() {
     let (mut harness, bodies) = ten_records();
     let segment = harness.segments()[0].clone();
     let at = harness.find(&segment, "r06-");
     harness.disk.corrupt(&segment, at + 10, b"X").unwrap();
 
-    let report = harness.start();
-    assert_eq!(harness.read("s").unwrap(), bodies[..6].concat(), "every record before the damage is kept");
-    let damage = report.damage.first().expect("the damage is reported");
-    assert_eq!(damage.file, segment);
-    assert!(damage.position < at as u64 && damage.position > harness.find(&segment, "r05-") as u64);
-    assert!(damage.reason.contains("checksum"), "{}", damage.reason);
-    assert!(report.stale_bytes > 0, "the dropped records' bytes are reported");
-
-    // The log goes on after the damage, in a new segment, and recovers again.
-    harness.append(append_request("s", "after")).unwrap();
-    harness.stop_abruptly();
-    let report = harness.start();
-    assert_eq!(report.damage, [], "the damage stays behind a seal");
-    assert_eq!(harness.read("s").unwrap(), bodies[..6].concat() + "after");
-    assert_eq!(harness.segments().len(), 2);
+    for restart in 0..2 {
+        let report = harness.start();
+        let damage = report.damage.first().expect("the damage is reported");
+        assert_eq!(damage.file, segment);
+        assert!(damage.reason.contains("checksum"), "{}", damage.reason);
+        assert_eq!(report.stale_bytes, 0, "nothing is cut");
+        assert_eq!(report.damaged_streams, 1);
+        let six = Harness::offset_of(&bodies, 6);
+        assert_eq!(harness.damage("s").map(|d| d.at), Some(six), "restart {restart}");
+        let (before, error) = harness.read_from("s", ds_engine::Offset::ZERO);
+        assert_eq!(
+            (before, error),
+            (bodies[..6].concat(), Some(ReadError::Damaged)),
+            "the intact part, then the damage"
+        );
+        assert_eq!(
+            harness.read_from("s", Harness::offset_of(&bodies, 7)),
+            (bodies[7..].concat(), None),
+            "and after it"
+        );
+        assert!(matches!(harness.append(append_request("s", "x")), Err(OpError::StreamDamaged { .. })));
+        harness.stop_abruptly();
+    }
 }
 
+/// Zeros from the middle of a record to the end of the log: no sector of the record reads
+/// as zeros as a whole, so it is not a torn write but an acknowledged record damaged; its
+/// stream is marked and read up to it.
 #[test]
-fn a_zeroed_tail_keeps_the_records_before_it() {
+fn a_zeroed_tail_inside_a_sector_is_damage_not_a_torn_write() {
     let (mut harness, bodies) = ten_records();
     let segment = harness.segments()[0].clone();
     let at = harness.find(&segment, "r07-");
     let end = harness.find(&segment, "r09-") + bodies[9].len();
     harness.disk.corrupt(&segment, at + 5, &vec![0; end - at - 5]).unwrap();
 
+    for _ in 0..2 {
+        let report = harness.start();
+        assert!(!report.damage.is_empty());
+        assert_eq!(
+            harness.read_from("s", ds_engine::Offset::ZERO),
+            (bodies[..7].concat(), Some(ReadError::Damaged))
+        );
+        assert_eq!(harness.damage("s").map(|d| d.at), Some(Harness::offset_of(&bodies, 7)));
+        harness.stop_abruptly();
+    }
+}
+
+/// A whole sector of zeros where the last records were: what a crash leaves of a write
+/// that never reached the disk. The torn end is cut; everything before it stays.
+#[test]
+fn a_torn_end_is_cut_and_the_records_before_it_stay() {
+    let mut harness = Harness::new(SEGMENT_BYTES);
+    harness.create("s", plain_config()).unwrap();
+    let bodies: Vec<String> = (0..4).map(|i| format!("r{i}-{}", "x".repeat(700))).collect();
+    for body in &bodies {
+        harness.append(append_request("s", body)).unwrap();
+    }
+    harness.stop_abruptly();
+    let segment = harness.segments()[0].clone();
+    let at = harness.find(&segment, "r3-");
+    let sector = at.div_ceil(512) * 512;
+    harness.disk.corrupt(&segment, sector, &[0; 512]).unwrap();
+
     let report = harness.start();
-    assert_eq!(harness.read("s").unwrap(), bodies[..7].concat());
-    let damage = report.damage.first().expect("a record cut short by zeros is damage");
-    assert!(damage.position < at as u64);
+    assert_eq!(harness.read("s").unwrap(), bodies[..3].concat());
+    assert_eq!((report.damaged_streams, report.damage.len()), (0, 1), "the torn end is reported, not damage");
     harness.append(append_request("s", "after")).unwrap();
     harness.stop_abruptly();
     harness.start();
-    assert_eq!(harness.read("s").unwrap(), bodies[..7].concat() + "after");
+    assert_eq!(harness.read("s").unwrap(), bodies[..3].concat() + "after");
 }
 
 #[test]
@@ -88,27 +130,32 @@ fn a_truncated_segment_keeps_the_records_before_the_cut() {
     assert_eq!(harness.read("s").unwrap(), bodies[..5].concat() + "after");
 }
 
-/// A batch whose first record was torn but whose second survived: once a new record of the
-/// same size is written where the torn one was, the old second record sits exactly where the
-/// next record would, with the next sequence number and a valid checksum. It must never be
-/// replayed.
+/// A batch whose first record was torn (a sector of it never reached the disk) but whose
+/// second survived: once a new record of the same size is written where the torn one was,
+/// the old second record sits exactly where the next record would, with the next sequence
+/// number and a valid checksum. It must never be replayed.
 #[test]
 fn a_record_left_behind_a_torn_one_is_never_replayed() {
     let mut harness = Harness::new(SEGMENT_BYTES);
     harness.create("s", plain_config()).unwrap();
-    harness.append_in_one_batch("s", &["first-aaaa", "second-bbb"]);
+    let first = format!("first-{}", "a".repeat(1200));
+    let second = format!("second-{}", "b".repeat(1200));
+    harness.append_in_one_batch("s", &[&first, &second]);
     harness.stop_abruptly();
     let segment = harness.segments()[0].clone();
-    let at = harness.find(&segment, "first-aaaa");
-    harness.disk.corrupt(&segment, at, b"F").unwrap();
+    let at = harness.find(&segment, "first-");
+    let sector = at.div_ceil(512) * 512;
+    harness.disk.corrupt(&segment, sector, &[0; 512]).unwrap();
 
     let report = harness.start();
     assert_eq!(harness.read("s").unwrap(), "");
     assert!(!report.damage.is_empty());
-    harness.append(append_request("s", "FIRST-cccc")).unwrap();
+    assert_eq!(report.damaged_streams, 0, "a torn write is no damage: it was never acknowledged");
+    let again = format!("FIRST-{}", "c".repeat(1200));
+    harness.append(append_request("s", &again)).unwrap();
     harness.stop_abruptly();
     harness.start();
-    assert_eq!(harness.read("s").unwrap(), "FIRST-cccc", "the stale second record stays dead");
+    assert_eq!(harness.read("s").unwrap(), again, "the stale second record stays dead");
 }
 
 /// Appends `count` bodies of 1500 bytes to `stream`; returns what they add.
@@ -173,29 +220,26 @@ fn without_any_checkpoint_the_whole_log_is_replayed() {
 }
 
 #[test]
-fn a_flipped_byte_in_a_stream_file_cuts_the_file_there() {
+fn a_flipped_byte_in_a_stream_file_is_damage_and_the_rest_of_the_file_stays() {
     for mode in [StorageMode::FileDurable, StorageMode::FileFast] {
         let (mut harness, bodies) = ten_records_in(mode);
         let file = harness.stream_file("s");
         let at = harness.find(&file, "r06-");
         harness.disk.corrupt(&file, at + 10, b"X").unwrap();
 
-        let report = harness.start();
-        assert_eq!(harness.read("s").unwrap(), bodies[..6].concat(), "{mode}");
-        let damage = report.damage.first().expect("the damage is reported");
-        assert_eq!(damage.file, file);
-        assert!(damage.reason.contains("checksum"), "{}", damage.reason);
-        let kept = &damage.quarantined[0];
-        assert!(
-            String::from_utf8_lossy(&harness.file_bytes(kept)).contains("r09-"),
-            "the cut-off bytes are kept"
-        );
-
-        harness.append(append_request("s", "after")).unwrap();
-        harness.stop_abruptly();
-        let report = harness.start();
-        assert_eq!(report.damage, []);
-        assert_eq!(harness.read("s").unwrap(), bodies[..6].concat() + "after", "{mode}");
+        for restart in 0..2 {
+            let report = harness.start();
+            let damage = report.damage.first().expect("the damage is reported");
+            assert_eq!(damage.file, file);
+            assert!(damage.reason.contains("checksum"), "{}", damage.reason);
+            assert_eq!((report.stale_bytes, report.damaged_streams), (0, 1), "nothing is cut");
+            let (before, error) = harness.read_from("s", ds_engine::Offset::ZERO);
+            assert_eq!((before, error), (bodies[..6].concat(), Some(ReadError::Damaged)), "{mode}");
+            let after = harness.read_from("s", Harness::offset_of(&bodies, 7));
+            assert_eq!(after, (bodies[7..].concat(), None), "{mode} restart {restart}");
+            assert!(matches!(harness.append(append_request("s", "x")), Err(OpError::StreamDamaged { .. })));
+            harness.stop_abruptly();
+        }
     }
 }
 

@@ -228,6 +228,13 @@ fn render_front(out: &mut String, metrics: &Metrics) {
 fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], disk: bool) {
     single(out, "ds_streams", "gauge", "Streams stored.", engine.streams);
     single(out, "ds_stored_bytes", "gauge", "Message bytes stored across all streams.", engine.stored_bytes);
+    single(
+        out,
+        "ds_damaged_streams",
+        "gauge",
+        "Streams whose stored data is damaged (served up to the damage, refusing writes).",
+        engine.damaged_streams,
+    );
     header(out, "ds_shard_queue_depth", "gauge", "Operations waiting in each shard's queue.");
     for (index, shard) in shards.iter().enumerate() {
         let _ = writeln!(out, "ds_shard_queue_depth{{shard=\"{index}\"}} {}", shard.queue_depth);

@@ -17,7 +17,7 @@ use ds_engine::{
 };
 use ds_tests::data_dir::DataDir;
 use ds_tests::Server;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Runs the built `ds-tool`; returns its exit code, stdout and stderr.
 fn ds_tool(args: &[&str]) -> (i32, String, String) {
@@ -286,7 +286,13 @@ fn verify_finds_a_damaged_stream_file() {
     bytes[at] ^= 1;
     std::fs::write(&file, &bytes).unwrap();
     let verdict = json_of_exit(&["verify", arg(dir.path()), "--json"], 1);
-    assert!(verdict["recovery_would_drop"].to_string().contains("bytes after"), "{verdict}");
+    let problems = verdict["problems"].to_string();
+    assert!(problems.contains("payload checksum mismatch"), "{verdict}");
+    assert!(
+        problems.contains("stream damaged at offset 0000000000000002_"),
+        "the stream is named: {verdict}"
+    );
+    assert_eq!(verdict["recovery_would_drop"], json!([]), "damage is not cut away: {verdict}");
 }
 
 fn json_of_exit(args: &[&str], expected: i32) -> Value {

@@ -5,6 +5,7 @@
 //!   and one fsync per touched directory before anything is acknowledged.
 //! - `source`: reading a stream's records from its file (positional reads, crc-checked).
 //! - `handles`: the bounded cache of open files that the writer and readers share.
+//! - `analysis`: reading one stream file back (torn ends, damage stepped over).
 //! - `recovery`: scanning every stream file at start, cutting torn tails off.
 //!
 //! A stream's file is named by the 128-bit xxh3 hash of its name, never by the name itself
@@ -16,6 +17,7 @@
 //! file, with the collision suffix in the top byte. Readers' TTL renewals are saved in
 //! `renewals/shard-NNN.bin` (`crate::storage::renewals`), keyed by the collision suffix.
 
+pub mod analysis;
 pub mod handles;
 pub mod recovery;
 pub mod source;

@@ -16,11 +16,11 @@ use bytes::Bytes;
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{belongs_at, incarnation, location, parse_file_name, renewals_path, STREAMS_DIR};
-use crate::record::scan::{RecordScan, ScanEnd};
+use super::analysis::analyze_file;
+use super::{belongs_at, incarnation, parse_file_name, renewals_path, STREAMS_DIR};
 use crate::storage::renewals;
 use crate::storage::{Damage, RecoveryReport};
-use crate::stream::{replay, StreamSnapshot};
+use crate::stream::StreamSnapshot;
 use crate::vfs::{write_file_durably, Vfs, VfsFile};
 
 /// Where files that cannot be streams go.
@@ -40,7 +40,7 @@ enum FileOutcome {
         snapshot: Box<StreamSnapshot>,
         records: u64,
         bytes: u64,
-        damage: Option<Damage>,
+        damage: Vec<Damage>,
         stale_bytes: u64,
     },
     /// Not a stream (no readable create record): moved aside.
@@ -109,6 +109,7 @@ fn gather(
             report.bytes_replayed += bytes;
             report.stale_bytes += stale_bytes;
             report.damage.extend(damage);
+            report.damaged_streams += u64::from(snapshot.damage.is_some());
             if !names.insert(Arc::clone(&snapshot.name)) {
                 tracing::warn!(name = %snapshot.name, "two files hold one stream; the second is ignored");
                 return;
@@ -157,61 +158,6 @@ pub fn list_stream_files(vfs: &dyn Vfs, root: &Path) -> io::Result<(BTreeSet<Pat
     Ok((dirs, files))
 }
 
-/// What a stream file holds, read without changing it.
-pub struct FileAnalysis {
-    /// The stream, if the file opens with a readable create record.
-    pub snapshot: Option<StreamSnapshot>,
-    pub records: u64,
-    /// Where the last good record ends.
-    pub valid_end: u64,
-    /// Why reading stopped before the end of the file, if it did.
-    pub failure: Option<String>,
-}
-
-/// Reads and checks the records of a stream file's `bytes` (its collision suffix `suffix`).
-pub fn analyze_file(bytes: &Bytes, suffix: u8) -> FileAnalysis {
-    let mut scan = RecordScan::new(bytes.clone(), 0);
-    let created = scan.next().filter(|first| first.header.lsn == 0).and_then(|first| {
-        let snapshot = replay::created(&first.header, &first.meta, location(suffix, 0)).ok()?;
-        Some((snapshot, first.header.record_len() as u64))
-    });
-    let Some((mut snapshot, mut valid_end)) = created else {
-        return FileAnalysis {
-            snapshot: None,
-            records: 0,
-            valid_end: 0,
-            failure: Some("no readable create record".into()),
-        };
-    };
-    let mut records = 1;
-    let mut failure = None;
-    for record in scan.by_ref() {
-        let at = location(suffix, record.position);
-        let applied = if record.header.lsn == snapshot.chain_n + 1 {
-            replay::append(&mut snapshot, &record.header, &record.meta, at)
-        } else {
-            Err("record out of sequence")
-        };
-        if let Err(reason) = applied {
-            failure = Some(reason.to_string());
-            break;
-        }
-        valid_end = record.position + record.header.record_len() as u64;
-        records += 1;
-    }
-    if failure.is_none() {
-        failure = match scan.end() {
-            Some(ScanEnd::Damaged(error)) => Some(error.to_string()),
-            Some(ScanEnd::Sealed) => Some("a seal record in a stream file".into()),
-            Some(ScanEnd::Unwritten) if valid_end < bytes.len() as u64 => {
-                Some("unwritten (zeroed) bytes".into())
-            }
-            _ => None,
-        };
-    }
-    FileAnalysis { snapshot: Some(snapshot), records, valid_end, failure }
-}
-
 /// The bytes of the file at `path`, shared from a map.
 pub fn file_bytes(vfs: &dyn Vfs, path: &Path) -> io::Result<(Arc<dyn VfsFile>, Bytes)> {
     let file = vfs.open(path)?;
@@ -238,22 +184,21 @@ fn recover_file(
         return Ok(FileOutcome::Misplaced(path.to_path_buf()));
     }
     let position = analysis.valid_end;
-    let mut damage = analysis.failure.map(|reason| Damage {
-        file: path.to_path_buf(),
-        position,
-        reason,
-        quarantined: Vec::new(),
-    });
+    let at =
+        |(position, reason)| Damage { file: path.to_path_buf(), position, reason, quarantined: Vec::new() };
+    let mut damage: Vec<Damage> = analysis.damage.into_iter().map(at).collect();
+    let mut torn = analysis.failure.map(|reason| at((position, reason)));
     if position < size {
         let cut = &bytes[position as usize..];
-        if let (Some(damage), true) = (damage.as_mut(), cut.iter().any(|b| *b != 0)) {
-            damage.quarantined.push(keep_cut_tail(vfs, root, path, position, cut)?);
+        if let (Some(torn), true) = (torn.as_mut(), cut.iter().any(|b| *b != 0)) {
+            torn.quarantined.extend(keep_cut_tail(vfs, root, path, position, cut));
         }
         file.set_len(position)?;
         if durable {
             file.sync_data()?;
         }
     }
+    damage.extend(torn);
     Ok(FileOutcome::Stream {
         snapshot: Box::new(snapshot),
         records: analysis.records,
@@ -263,14 +208,20 @@ fn recover_file(
     })
 }
 
-/// Keeps the bytes cut off a stream file in `dropped/` (for inspection) before the cut.
-fn keep_cut_tail(vfs: &dyn Vfs, root: &Path, path: &Path, position: u64, cut: &[u8]) -> io::Result<PathBuf> {
+/// Keeps the bytes cut off a stream file in `dropped/` (for inspection) before the cut, if
+/// it can (not on a full disk: they were never acknowledged, so the cut goes on anyway).
+fn keep_cut_tail(vfs: &dyn Vfs, root: &Path, path: &Path, position: u64, cut: &[u8]) -> Option<PathBuf> {
     let dropped = root.join(DROPPED_DIR);
-    vfs.create_dir_all(&dropped)?;
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let target = dropped.join(format!("{name}.from-{position}"));
-    write_file_durably(vfs, &target, cut)?;
-    Ok(target)
+    let kept = vfs.create_dir_all(&dropped).and_then(|()| write_file_durably(vfs, &target, cut));
+    match kept {
+        Ok(()) => Some(target),
+        Err(error) => {
+            tracing::warn!(%error, path = %path.display(), "cannot keep the bytes cut off a torn stream file");
+            None
+        }
+    }
 }
 
 /// Moves a file that is not a stream into `dropped/` (kept for inspection).

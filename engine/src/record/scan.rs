@@ -10,6 +10,37 @@ use bytes::Bytes;
 
 use super::codec::{decode_record, DecodeError, Header, Kind, Meta, HEADER_BYTES, MAGIC, RECORD_ALIGN};
 
+/// Sectors a disk writes whole or not at all (the smallest any disk uses).
+pub const SECTOR_BYTES: usize = 512;
+
+/// Whether the `len` bytes at `start` of `bytes` (which start at a sector boundary of their
+/// file) could be a write the disk did not finish: they run past the end, or some sector of
+/// them reads as zeros, as space no write reached does (segments are zero-filled ahead,
+/// files grow from zeros). Damage to bytes that were written whole shows no such sector.
+pub fn could_be_torn(bytes: &[u8], start: usize, len: usize) -> bool {
+    let end = start + len;
+    if end > bytes.len() {
+        return true;
+    }
+    let mut sector = start / SECTOR_BYTES * SECTOR_BYTES;
+    while sector < end {
+        let (from, to) = (sector.max(start), (sector + SECTOR_BYTES).min(end));
+        if bytes[from..to].iter().all(|b| *b == 0) {
+            return true;
+        }
+        sector += SECTOR_BYTES;
+    }
+    false
+}
+
+/// How many bytes of a record that failed its checks at `start` to judge: the whole record
+/// when its header holds, else the header alone.
+pub fn failed_record_len(bytes: &[u8], start: usize) -> usize {
+    let header =
+        bytes.get(start..start + HEADER_BYTES).and_then(|raw| Header::decode(raw.try_into().ok()?).ok());
+    header.map_or(HEADER_BYTES, |header| header.record_len())
+}
+
 /// The first position at or after `from` (rounded up to the record alignment) where a
 /// header that passes its checks starts, if any.
 pub fn next_header(bytes: &[u8], from: usize) -> Option<(usize, Header)> {
@@ -181,5 +212,21 @@ mod tests {
         assert_eq!(next_header(&bytes, 0).map(|(at, _)| at), Some(second), "a damaged header is skipped");
         assert_eq!(next_header(&bytes, second + 1), None);
         assert_eq!(next_header(&[0; 256], 0), None);
+    }
+
+    #[test]
+    fn torn_writes_leave_a_zero_sector_and_damage_does_not() {
+        let mut bytes = vec![0u8; 64];
+        bytes.extend(vec![7u8; 2000]);
+        assert!(!could_be_torn(&bytes, 64, 2000), "written whole");
+        bytes[700] ^= 1;
+        assert!(!could_be_torn(&bytes, 64, 2000), "a flipped bit is not a tear");
+        bytes[1024..1536].fill(0);
+        assert!(could_be_torn(&bytes, 64, 2000), "a sector that never arrived");
+        assert!(could_be_torn(&bytes, 64, 4000), "a record running past the end");
+        let mut edges = vec![9u8; 1024];
+        edges[500..512].fill(0);
+        assert!(could_be_torn(&edges, 500, 100), "the record's part of a sector counts");
+        assert!(!could_be_torn(&edges, 512, 100));
     }
 }

@@ -299,6 +299,9 @@ impl Shard {
         debug_assert!(!state.writer.gone, "a stream is removed once");
         state.writer.gone = true;
         self.budget.release(state.writer.tail.bytes);
+        if stream.damage().is_some() {
+            self.shared.counters.damage.damaged_streams.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
         mark_touched(batch, stream, &mut state);
         let chain_tail = state.data.chain().0;
         drop(state);

@@ -225,6 +225,19 @@ impl Shard {
             let mut config = snapshot.config.clone();
             self.share_content_type(&mut config.content_type);
             let stream = Arc::new(Stream::from_snapshot(StreamSnapshot { config, ..snapshot }));
+            if let Some(damage) = stream.damage() {
+                tracing::error!(
+                    stream = %stream.name,
+                    offset = %damage.at,
+                    reason = %damage.reason,
+                    "stream damaged: it is served up to the damage and refuses writes"
+                );
+                self.shared
+                    .counters
+                    .damage
+                    .damaged_streams
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             if let Some(deadline) = stream.deadline_ms() {
                 self.expiry.push(deadline, stream.id, Arc::clone(&stream.name));
             }

@@ -32,22 +32,25 @@ pub struct RecoveryReport {
     pub files: u64,
     pub records_replayed: u64,
     pub bytes_replayed: u64,
-    /// Each place where recovery stopped before the end of a log, dropping what followed.
+    /// Each place recovery found damaged or gone (and stepped over), and the torn end of a
+    /// log it cut.
     pub damage: Vec<Damage>,
+    /// Streams recovery found damaged (served up to the damage, refusing writes).
+    pub damaged_streams: u64,
     /// Bytes found after the last good record: behind a seal in acid, cut off in the file
     /// modes.
     pub stale_bytes: u64,
 }
 
-/// Where recovery stopped before the end of a log, and what it dropped.
+/// A place recovery found damaged or gone, or the torn end of a log it cut.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Damage {
     /// The segment (acid) or stream file (file modes).
     pub file: PathBuf,
     pub position: u64,
     pub reason: String,
-    /// Later segments moved to `dropped/` (acid), or the bytes cut off a stream file, kept
-    /// in `dropped/` (file modes).
+    /// Where what was set aside went: files that are not segments of the shard (acid), the
+    /// bytes cut off a stream file's torn end (file modes); kept in `dropped/`.
     pub quarantined: Vec<PathBuf>,
 }
 

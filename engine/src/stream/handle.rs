@@ -14,7 +14,7 @@ use crate::op::Op;
 use crate::read::{Chunk, Message, ReadError};
 use crate::shard::ShardShared;
 use crate::storage::{LogStore, LogView};
-use crate::stream::{Published, Stream, StreamConfig, StreamData};
+use crate::stream::{Published, Stream, StreamConfig, StreamDamage, StreamData};
 use crate::time::Clock;
 
 /// A reader's handle on one stream incarnation.
@@ -84,6 +84,12 @@ impl StreamHandle {
     pub fn status(&self) -> Option<Published> {
         let published = self.stream.read_state().published;
         self.alive(published).then_some(published)
+    }
+
+    /// Damage found in the stream's stored bytes, if any (it is read up to the damage and
+    /// refuses writes).
+    pub fn damage(&self) -> Option<&StreamDamage> {
+        self.stream.damage()
     }
 
     /// Whole seconds left of the TTL window (rounded up), if the stream has a TTL.

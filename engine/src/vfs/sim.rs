@@ -18,8 +18,8 @@ use bytes::Bytes;
 
 use super::{FileMap, Vfs, VfsFile};
 
-/// Granularity of a torn write.
-const SECTOR_BYTES: usize = 512;
+/// Granularity of a torn write: sectors of the file, each kept whole or not at all.
+pub const SECTOR_BYTES: usize = 512;
 
 /// A small deterministic generator (SplitMix64).
 #[derive(Clone, Debug)]
@@ -224,11 +224,15 @@ fn survive(file: &FileRef, rng: &mut SimRng) -> FileRef {
             0 => {}
             1 => write_into(&mut content, *position, bytes),
             _ => {
-                for sector_start in (0..bytes.len()).step_by(SECTOR_BYTES) {
+                // Sectors of the file (not of the write) are what a disk keeps whole or not.
+                let end = position + bytes.len();
+                let mut sector = position / SECTOR_BYTES * SECTOR_BYTES;
+                while sector < end {
+                    let (from, to) = (sector.max(*position), (sector + SECTOR_BYTES).min(end));
                     if rng.chance(50) {
-                        let sector_end = (sector_start + SECTOR_BYTES).min(bytes.len());
-                        write_into(&mut content, position + sector_start, &bytes[sector_start..sector_end]);
+                        write_into(&mut content, from, &bytes[from - position..to - position]);
                     }
+                    sector += SECTOR_BYTES;
                 }
             }
         }

@@ -7,6 +7,7 @@
 //! - `recovery`: rebuilding a shard from its checkpoint and the records after it (`replay`
 //!   checks and applies each record).
 //! - `writer::compact`: moving live streams out of mostly-dead segments.
+//! - `lost`: parts of the log that are gone, and the streams that had records there.
 //! - `checkpoint`: a shard's state at an LSN.
 //! - `ledger`: live bytes per segment, for removing dead ones.
 //! - `housekeeper`: a background thread that prepares segments, writes checkpoints,
@@ -18,6 +19,7 @@
 pub mod checkpoint;
 pub mod housekeeper;
 pub mod ledger;
+pub mod lost;
 pub mod recovery;
 mod replay;
 pub mod segment;

@@ -1,13 +1,21 @@
 //! Rebuilding a shard from its log: the newest valid checkpoint, then every record after it.
 //!
-//! Replay (`wal::replay`) checks every record end to end and stops at the first one that
-//! fails. Everything after that point is dropped and reported: later segments move to
-//! `dropped/`. If replay stopped at damage, or anything but zeros follows the last good
-//! record within the window a crash can have written (see `SYNC_RUN_BYTES_MAX`), a seal
-//! record is written and synced right after that record and writing continues in a new
-//! segment: the stale bytes stay behind the seal, where no replay ever reads, so they can
-//! never be taken for records after another crash (and stay there for inspection).
-//! Finally, saved TTL renewals (`crate::storage::renewals`) move read streams' windows on.
+//! Opening the log sets aside (in `dropped/`) any `.wal` file that is not a readable segment
+//! of this shard, and finds the parts of the log that are gone (`wal::lost`): segments the
+//! checkpoint needs that are missing, and segment files cut short. Replay (`wal::replay`)
+//! then checks every record after the checkpoint: it stops at a torn write (the
+//! unacknowledged end of the log a crash leaves), and steps over damage, marking the
+//! streams it touches. Streams with records in a lost part are marked too. Damage never
+//! stops a start: every undamaged stream is served as it was, a damaged one up to its
+//! damage. Everything found is reported (and logged by the shard, once per stream).
+//!
+//! If replay stopped at a torn write, the last segment is cut short, or anything but zeros
+//! follows the last good record within the window a crash can have written (see
+//! `SYNC_RUN_BYTES_MAX`), a seal record is written and synced right after that record and
+//! writing continues in a new segment: the stale bytes stay behind the seal, where no replay
+//! ever reads, so they can never be taken for records after another crash (and stay there
+//! for inspection). Finally, saved TTL renewals (`crate::storage::renewals`) move read
+//! streams' windows on.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -16,8 +24,10 @@ use std::sync::Arc;
 
 use super::checkpoint::{checkpoint_path, Checkpoint};
 use super::ledger::LedgerState;
-use super::replay::{damage_at, Replay, ReplayEnd};
+use super::lost::{lost_parts, mark_streams, Lost};
+use super::replay::{Replay, ReplayEnd};
 use super::segment::{self, is_prepared_name, parse_segment_name, Segment, SegmentHeader};
+use super::source::WalSource;
 use super::writer::WalPosition;
 use super::{SegmentTable, RENEWALS_FILE};
 use crate::record::codec::Header;
@@ -26,7 +36,7 @@ use crate::storage::{Damage, RecoveryReport};
 use crate::stream::StreamSnapshot;
 use crate::vfs::{read_exact_at, read_file, Vfs};
 
-/// Where quarantined segments go.
+/// Where files that are not segments of the shard go.
 pub const DROPPED_DIR: &str = "dropped";
 /// The previous checkpoint, kept as a fallback.
 pub const PREVIOUS_CHECKPOINT_NAME: &str = "checkpoint.previous";
@@ -60,6 +70,13 @@ pub struct Analysis {
     pub segments: Vec<Arc<Segment>>,
     /// Prepared segment files a crash left unused (recovery removes them).
     pub leftovers: Vec<PathBuf>,
+    /// `.wal` files that are not readable segments of this shard, and why (recovery moves
+    /// them to `dropped/`).
+    pub strays: Vec<(PathBuf, String)>,
+    /// Parts of the log that are gone.
+    pub lost: Vec<Lost>,
+    /// Streams marked damaged by this analysis.
+    pub damaged_streams: usize,
     /// The checkpoint replay started from (its streams are in the replayed state).
     pub checkpoint: Option<CheckpointInfo>,
     /// Non-zero bytes within the stale window after the last good record.
@@ -84,9 +101,22 @@ impl Analysis {
         self.replay.streams.values()
     }
 
-    /// Where replay stopped before the end of the log, and why.
-    pub fn damage(&self) -> Option<&Damage> {
-        self.replay.damage.as_ref()
+    /// Everything found damaged or gone, in the order a reader of the log meets it (the
+    /// torn end of the log, which recovery cuts, is [`Analysis::torn`]).
+    pub fn damage(&self, dir: &Path) -> Vec<Damage> {
+        let strays = self.strays.iter().map(|(file, why)| Damage {
+            file: file.clone(),
+            position: 0,
+            reason: why.clone(),
+            quarantined: Vec::new(),
+        });
+        let lost = self.lost.iter().map(|part| part.damage(dir));
+        strays.chain(lost).chain(self.replay.damage.iter().cloned()).collect()
+    }
+
+    /// Where replay stopped at a torn write, and why.
+    pub fn torn(&self) -> Option<&Damage> {
+        self.replay.torn.as_ref()
     }
 
     /// Live bytes per segment and deleted chains awaiting reclaim, as of the last good record.
@@ -108,27 +138,32 @@ impl Analysis {
         }
     }
 
-    /// What a recovery from here reports (before it repairs anything).
-    pub fn report(&self) -> RecoveryReport {
+    /// What a recovery from here reports (before it repairs anything); `dir` is the shard's.
+    pub fn report(&self, dir: &Path) -> RecoveryReport {
+        let mut damage = self.damage(dir);
+        damage.extend(self.replay.torn.iter().cloned());
         RecoveryReport {
             checkpoint_lsn: self.checkpoint.as_ref().map(|c| c.lsn),
             clean_shutdown: self.checkpoint.as_ref().is_some_and(|c| c.clean) && self.replay.records == 0,
             records_replayed: self.replay.records,
             bytes_replayed: self.replay.bytes,
-            damage: self.replay.damage.iter().cloned().collect(),
+            damage,
             stale_bytes: self.stale_bytes,
+            damaged_streams: self.replay.streams.values().filter(|s| s.damage.is_some()).count() as u64,
             ..RecoveryReport::default()
         }
     }
 }
 
-/// Reads shard `shard`'s log in `dir` (which must exist) without changing it.
-pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, stale_window_bytes: u64) -> io::Result<Analysis> {
+/// Reads shard `shard`'s log in `dir` (which must exist) without changing it; `window`:
+/// bytes past a failed record within which a crash can have left a torn batch.
+pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result<Analysis> {
     let (named, leftovers) = list_segments(vfs, dir)?;
-    let segments = open_segments(vfs, named, shard)?;
+    let (segments, strays) = open_segments(vfs, named, shard)?;
     let checkpoint = load_checkpoint(vfs, dir, shard);
-    let mut replay = Replay::start(checkpoint.as_ref(), &segments);
-    let checkpoint = checkpoint.filter(|_| replay.checkpoint_used).map(|c| CheckpointInfo {
+    let lost = lost_parts(&segments, checkpoint.as_ref());
+    let mut replay = Replay::start(checkpoint.as_ref(), &segments, window);
+    let checkpoint = checkpoint.map(|c| CheckpointInfo {
         lsn: c.lsn,
         clean: c.clean,
         resume_ordinal: c.resume_ordinal,
@@ -138,29 +173,28 @@ pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, stale_window_bytes: u64) -
     let end = replay.run(&segments);
     let mut stale_bytes = 0;
     if let ReplayEnd::Continue { index, position } = end {
-        let segment = &segments[index];
-        stale_bytes = stale_extent(segment, position, stale_window_bytes)?;
-        if replay.damage.is_none() && segment.readable_len() < segment.size() {
-            let reason =
-                format!("segment is {} bytes, its header says {}", segment.readable_len(), segment.size());
-            replay.damage = Some(damage_at(segment, position, reason));
-        }
+        stale_bytes = stale_extent(&segments[index], position, window)?;
     }
-    Ok(Analysis { segments, leftovers, checkpoint, stale_bytes, replay, end })
+    let table = Arc::new(SegmentTable::default());
+    for segment in &segments {
+        table.insert(Arc::clone(segment));
+    }
+    let damaged_streams = mark_streams(&WalSource { table }, &mut replay.streams, &lost);
+    Ok(Analysis { segments, leftovers, strays, lost, damaged_streams, checkpoint, stale_bytes, replay, end })
 }
 
 /// Recovers the shard in `dir`, creating its first segment when the directory is new.
 pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Result<Recovered> {
     vfs.create_dir_all(dir)?;
     let mut analysis = analyze(vfs, dir, settings.shard, settings.stale_window_bytes)?;
+    let mut report = analysis.report(dir);
     for leftover in &analysis.leftovers {
         vfs.remove_file(leftover)?;
     }
-    if !analysis.leftovers.is_empty() {
+    set_aside(vfs, dir, &analysis.strays, &mut report)?;
+    if !analysis.leftovers.is_empty() || !analysis.strays.is_empty() {
         vfs.sync_dir(dir)?;
     }
-    let mut report = analysis.report();
-    report.damage.clear();
     let table = Arc::new(SegmentTable::default());
     for segment in &analysis.segments {
         table.insert(Arc::clone(segment));
@@ -169,14 +203,17 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
     let position = match analysis.end {
         ReplayEnd::Continue { index, position } => {
             let segment = &analysis.segments[index];
-            if let Some(damage) = replay.damage.take() {
-                report.damage.push(quarantine(vfs, dir, &analysis.segments[index + 1..], &table, damage)?);
-            }
-            if report.damage.is_empty() && report.stale_bytes == 0 {
+            let cut = segment.readable_len() < segment.size();
+            if replay.torn.is_none() && report.stale_bytes == 0 && !cut {
                 WalPosition { active: Arc::clone(segment), position, next_lsn: replay.next_lsn }
             } else {
                 let seal = Header::seal(replay.next_lsn, settings.now_ms).encode();
                 segment.file.write_all_at(position, &[&seal])?;
+                if cut {
+                    // Sealed, what followed the cut is history: the file gets its size
+                    // back, so later starts do not report the cut again.
+                    segment.file.set_len(segment.size())?;
+                }
                 segment.file.sync_data()?;
                 start_segment(vfs, dir, settings, segment.ordinal() + 1, replay.next_lsn + 1, &table)?
             }
@@ -198,6 +235,29 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
         streams,
         report,
     })
+}
+
+/// Moves files that are not segments of this shard to `dropped/` (kept for inspection,
+/// never read as segments again).
+fn set_aside(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    strays: &[(PathBuf, String)],
+    report: &mut RecoveryReport,
+) -> io::Result<()> {
+    if strays.is_empty() {
+        return Ok(());
+    }
+    let dropped = dir.join(DROPPED_DIR);
+    vfs.create_dir_all(&dropped)?;
+    for (path, _) in strays {
+        let target = dropped.join(path.file_name().unwrap_or_default());
+        vfs.rename(path, &target)?;
+        if let Some(damage) = report.damage.iter_mut().find(|damage| damage.file == *path) {
+            damage.quarantined.push(target);
+        }
+    }
+    vfs.sync_dir(&dropped)
 }
 
 /// Prepares and activates segment `ordinal`, whose first record will be `first_lsn`.
@@ -240,21 +300,46 @@ fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<(Vec<NamedSegment>, Ve
     Ok((named, leftovers))
 }
 
-/// Opens the named segments and checks each belongs to the shard, in order.
-fn open_segments(vfs: &dyn Vfs, named: Vec<NamedSegment>, shard: u32) -> io::Result<Vec<Arc<Segment>>> {
-    let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(named.len());
+/// A file set aside, and why.
+type Stray = (PathBuf, String);
+
+/// Opens the named segments, in the order of their ordinals. A file that is not a readable
+/// segment of this shard, or a second one with an ordinal already taken, is a stray.
+fn open_segments(
+    vfs: &dyn Vfs,
+    named: Vec<NamedSegment>,
+    shard: u32,
+) -> io::Result<(Vec<Arc<Segment>>, Vec<Stray>)> {
+    let mut by_ordinal: BTreeMap<u32, Arc<Segment>> = BTreeMap::new();
+    let mut strays = Vec::new();
     for (first_lsn, path) in named {
-        let segment = Segment::open(vfs, &path)?;
-        let in_order = segments.last().is_none_or(|previous| previous.ordinal() < segment.ordinal());
-        if segment.header.first_lsn != first_lsn || segment.header.shard != shard || !in_order {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("segment {} does not belong in shard {shard} at this place", path.display()),
-            ));
+        let segment = match Segment::open(vfs, &path) {
+            Ok(segment) => segment,
+            Err(error)
+                if matches!(error.kind(), io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof) =>
+            {
+                strays.push((path, format!("not a readable segment: {error}")));
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let why = if segment.header.shard != shard {
+            Some(format!("a segment of shard {}, not {shard}", segment.header.shard))
+        } else if segment.header.first_lsn != first_lsn {
+            Some(format!("its name says sequence {first_lsn}, its header {}", segment.header.first_lsn))
+        } else if by_ordinal.contains_key(&segment.ordinal()) {
+            Some(format!("a second segment {}", segment.ordinal()))
+        } else {
+            None
+        };
+        match why {
+            Some(why) => strays.push((path, why)),
+            None => {
+                by_ordinal.insert(segment.ordinal(), Arc::new(segment));
+            }
         }
-        segments.push(Arc::new(segment));
     }
-    Ok(segments)
+    Ok((by_ordinal.into_values().collect(), strays))
 }
 
 /// The newest checkpoint that decodes and belongs to this shard, else the previous one.
@@ -290,32 +375,9 @@ fn stale_extent(segment: &Segment, position: u64, window: u64) -> io::Result<u64
     Ok(extent)
 }
 
-/// Moves segments after the damage into `dropped/`, so they can never be replayed.
-fn quarantine(
-    vfs: &dyn Vfs,
-    dir: &Path,
-    later: &[Arc<Segment>],
-    table: &SegmentTable,
-    mut damage: Damage,
-) -> io::Result<Damage> {
-    if later.is_empty() {
-        return Ok(damage);
-    }
-    let dropped = dir.join(DROPPED_DIR);
-    vfs.create_dir_all(&dropped)?;
-    for segment in later {
-        let target = dropped.join(segment.path.file_name().unwrap_or_default());
-        vfs.rename(&segment.path, &target)?;
-        table.remove(segment.ordinal());
-        damage.quarantined.push(target);
-    }
-    vfs.sync_dir(&dropped)?;
-    vfs.sync_dir(dir)?;
-    Ok(damage)
-}
-
 /// Accounts exactly for the segments recovery kept: none a checkpoint names but that is
-/// gone, and every kept one (zero if it holds no live record).
+/// gone (its streams are marked damaged), and every kept one (zero if it holds no live
+/// record).
 fn reconcile_ledger(ledger: &mut LedgerState, table: &SegmentTable) {
     let known: BTreeMap<u32, ()> = table.all().iter().map(|s| (s.ordinal(), ())).collect();
     ledger.live.retain(|ordinal, _| known.contains_key(ordinal));

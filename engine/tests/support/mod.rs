@@ -193,6 +193,42 @@ impl Harness {
         Some(text)
     }
 
+    /// The bytes of `stream` from `from` on, read until its tail or until a read fails,
+    /// with the error a read ended with.
+    pub fn read_from(
+        &self,
+        stream: &str,
+        from: ds_engine::Offset,
+    ) -> (String, Option<ds_engine::read::ReadError>) {
+        let handle = self.engine().open(&name(stream)).expect("the stream exists");
+        let tail = handle.status().expect("the stream exists").tail;
+        let (mut text, mut at) = (String::new(), from);
+        while at < tail {
+            match handle.read(StartAt::At(at), usize::MAX) {
+                Ok(read) => {
+                    let read = read.expect("exists");
+                    read.chunk.slices.iter().for_each(|slice| text.push_str(&String::from_utf8_lossy(slice)));
+                    assert!(read.chunk.next > at, "a read moves on");
+                    at = read.chunk.next;
+                }
+                Err(error) => return (text, Some(error)),
+            }
+        }
+        (text, None)
+    }
+
+    /// Damage the engine knows of in `stream`.
+    pub fn damage(&self, stream: &str) -> Option<ds_engine::StreamDamage> {
+        self.engine().open(&name(stream)).and_then(|handle| handle.damage().cloned())
+    }
+
+    /// The offset where the record holding `body` (one of `bodies`, appended in order to an
+    /// empty stream, one record each) starts.
+    pub fn offset_of(bodies: &[String], index: usize) -> ds_engine::Offset {
+        let bytes: usize = bodies[..index].iter().map(String::len).sum();
+        ds_engine::Offset { messages: index as u64, bytes: bytes as u64 }
+    }
+
     /// The shard's segment files, oldest first.
     pub fn segments(&self) -> Vec<PathBuf> {
         let mut names: Vec<String> = self

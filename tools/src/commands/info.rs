@@ -47,7 +47,7 @@ fn acid(store: &Store, format: Format, out: &mut dyn Write) -> std::io::Result<(
     let mut unclean: Vec<u32> = Vec::new();
     for shard in 0..store.shard_count() {
         let log = store.shard(shard)?;
-        if !log.analysis.report().clean_shutdown {
+        if !log.analysis.report(&log.dir).clean_shutdown {
             unclean.push(shard);
         }
         rows.push(shard_row(&log));
@@ -82,11 +82,17 @@ fn acid(store: &Store, format: Format, out: &mut dyn Write) -> std::io::Result<(
 
 fn shard_row(log: &ShardLog) -> Vec<Value> {
     let analysis = &log.analysis;
-    let report = analysis.report();
+    let report = analysis.report(&log.dir);
     let segment_bytes: u64 = analysis.segments.iter().map(|s| s.size()).sum();
     let live_bytes: u64 = analysis.ledger().live.values().sum();
-    let damage =
-        analysis.damage().map(|d| json!(format!("{} at {}: {}", d.file.display(), d.position, d.reason)));
+    let more = match report.damage.len() {
+        0 | 1 => String::new(),
+        count => format!(" (and {} more)", count - 1),
+    };
+    let damage = report
+        .damage
+        .first()
+        .map(|d| json!(format!("{} at {}: {}{more}", d.file.display(), d.position, d.reason)));
     vec![
         Value::from(log.shard),
         Value::from(analysis.segments.len()),

@@ -2,14 +2,18 @@
 //! every checkpoint file, and says what recovery would drop. Exit code 0 when all is clean,
 //! 1 when anything is damaged.
 //!
-//! acid: each segment is read from its start (not only after the checkpoint, as recovery
-//! does), so damage in data a checkpoint already covers is found too; sequence numbers must
-//! run on across segments. File modes: every stream file is read as recovery reads it.
+//! acid: what recovery finds (segments that are missing, cut short or not this shard's,
+//! damage it would step over, streams it would mark damaged), plus every record a
+//! checkpoint covers (recovery does not replay those), and whether each stream's last
+//! record is where the checkpoint says. File modes: every stream file is read as recovery
+//! reads it.
 
 use std::io::Write;
 
+use ds_engine::chain::NodeSource;
 use ds_engine::inspect::{ShardLog, Store};
-use ds_engine::record::scan::{RecordScan, ScanEnd};
+use ds_engine::record::scan::{next_header, RecordScan, ScanEnd};
+use ds_engine::stream::StreamSnapshot;
 use ds_engine::wal::segment::Segment;
 use ds_engine::StorageMode;
 use serde_json::{json, Value};
@@ -61,68 +65,82 @@ fn verify_shard(store: &Store, log: &ShardLog, findings: &mut Findings) {
             });
         }
     }
-    let segments = &log.analysis.segments;
-    let mut expected_lsn = segments.first().map_or(0, |s| s.header.first_lsn);
-    for (index, segment) in segments.iter().enumerate() {
-        let name = relative(store, &segment.path);
-        findings.logs += 1;
-        if segment.header.first_lsn != expected_lsn {
+    let analysis = &log.analysis;
+    findings.logs += analysis.segments.len() as u64;
+    for damage in analysis.damage(&log.dir) {
+        let what = damage.reason.clone();
+        findings.problems.push(Problem {
+            log: relative(store, &damage.file),
+            position: damage.position,
+            what,
+        });
+    }
+    scan_checkpointed(store, log, findings);
+    for stream in analysis.streams() {
+        if let Some(damage) = &stream.damage {
+            let what =
+                format!("stream {} is damaged at offset {}: {}", stream.name, damage.at, damage.reason);
+            findings.problems.push(Problem { log: format!("shard-{:03}", log.shard), position: 0, what });
+        } else if !last_record_is_there(log, stream) {
             let what = format!(
-                "segment starts at sequence {}, {expected_lsn} was expected",
-                segment.header.first_lsn
+                "stream {}: the checkpoint names its last record at {:#x}, which is not there",
+                stream.name, stream.chain_tail
             );
-            findings.problems.push(Problem { log: name.clone(), position: 0, what });
-            expected_lsn = segment.header.first_lsn;
-        }
-        if segment.readable_len() < segment.size() {
-            let what = format!("truncated: {} bytes of {}", segment.readable_len(), segment.size());
-            findings.problems.push(Problem { log: name.clone(), position: segment.readable_len(), what });
-        }
-        let bytes = segment.map.slice(0, segment.readable_len() as usize);
-        let mut scan = RecordScan::new(bytes, Segment::records_start());
-        let mut out_of_sequence = None;
-        for record in scan.by_ref() {
-            if record.header.lsn != expected_lsn {
-                out_of_sequence = Some((record.position, record.header.lsn));
-                break;
-            }
-            expected_lsn += 1;
-            findings.records += 1;
-        }
-        let last = index + 1 == segments.len();
-        let stop = match (out_of_sequence, scan.end()) {
-            (Some((position, lsn)), _) => {
-                Some((position, format!("sequence {lsn} where {expected_lsn} was expected")))
-            }
-            (None, Some(ScanEnd::Damaged(error))) => Some((scan.position(), format!("bad record: {error}"))),
-            (None, Some(ScanEnd::Unwritten)) if !last => {
-                Some((scan.position(), "unsealed segment followed by another".to_string()))
-            }
-            _ => None,
-        };
-        if let Some((position, mut what)) = stop {
-            let resume = log.analysis.checkpoint.map(|c| (c.resume_ordinal, c.resume_position));
-            if resume.is_some_and(|resume| (segment.ordinal(), position) < resume) {
-                what.push_str(" (before the checkpoint: recovery keeps the streams' state, but reading this record fails)");
-            }
-            findings.problems.push(Problem { log: name, position, what });
+            findings.problems.push(Problem { log: format!("shard-{:03}", log.shard), position: 0, what });
         }
     }
-    if let Some(damage) = log.analysis.damage() {
-        let later = segments.iter().filter(|s| s.path > damage.file).count();
+    if let Some(torn) = analysis.torn() {
         findings.would_drop.push(format!(
-            "shard {}: everything after {} at {} ({}), and {later} later segments",
+            "shard {}: the torn write at {} {} ({}) and what follows it",
             log.shard,
-            relative(store, &damage.file),
-            damage.position,
-            damage.reason
+            relative(store, &torn.file),
+            torn.position,
+            torn.reason
         ));
-    } else if log.analysis.stale_bytes > 0 {
+    } else if analysis.stale_bytes > 0 {
         findings.would_drop.push(format!(
             "shard {}: {} bytes of an unfinished write after the last whole record",
-            log.shard, log.analysis.stale_bytes
+            log.shard, analysis.stale_bytes
         ));
     }
+}
+
+/// Checks the records a checkpoint covers (recovery does not replay them), stepping over
+/// damage to the next record that passes its checks.
+fn scan_checkpointed(store: &Store, log: &ShardLog, findings: &mut Findings) {
+    let Some(checkpoint) = log.analysis.checkpoint else {
+        return;
+    };
+    for segment in log.analysis.segments.iter().filter(|s| s.ordinal() <= checkpoint.resume_ordinal) {
+        let end = match segment.ordinal() == checkpoint.resume_ordinal {
+            true => checkpoint.resume_position.min(segment.readable_len()),
+            false => segment.readable_len(),
+        };
+        let bytes = segment.map.slice(0, end as usize);
+        let mut position = Segment::records_start();
+        loop {
+            let mut scan = RecordScan::new(bytes.clone(), position);
+            findings.records += scan.by_ref().count() as u64;
+            let Some(ScanEnd::Damaged(error)) = scan.end() else { break };
+            let what = format!("bad record: {error} (before the checkpoint: reads of it fail)");
+            findings.problems.push(Problem {
+                log: relative(store, &segment.path),
+                position: scan.position(),
+                what,
+            });
+            match next_header(&bytes, scan.position() as usize + 1) {
+                Some((next, _)) => position = next as u64,
+                None => break,
+            }
+        }
+    }
+}
+
+/// Whether the record a stream's state names as its last is there and is that record.
+fn last_record_is_there(log: &ShardLog, stream: &StreamSnapshot) -> bool {
+    log.source
+        .node(stream.chain_tail)
+        .is_ok_and(|node| node.stream == stream.id && node.n == stream.chain_n && node.end == stream.tail)
 }
 
 fn verify_files(store: &Store, findings: &mut Findings) -> std::io::Result<()> {
@@ -130,8 +148,15 @@ fn verify_files(store: &Store, findings: &mut Findings) -> std::io::Result<()> {
         let file = store.stream_file(&path, suffix)?;
         findings.logs += 1;
         findings.records += file.analysis.records;
-        let Some(why) = &file.analysis.failure else { continue };
         let name = relative(store, &path);
+        for (position, what) in &file.analysis.damage {
+            findings.problems.push(Problem { log: name.clone(), position: *position, what: what.clone() });
+        }
+        if let Some(damage) = file.analysis.snapshot.as_ref().and_then(|s| s.damage.as_ref()) {
+            let what = format!("stream damaged at offset {}: {}", damage.at, damage.reason);
+            findings.problems.push(Problem { log: name.clone(), position: 0, what });
+        }
+        let Some(why) = &file.analysis.failure else { continue };
         let position = file.analysis.valid_end;
         findings.problems.push(Problem { log: name.clone(), position, what: why.clone() });
         findings.would_drop.push(match &file.analysis.snapshot {
