@@ -21,7 +21,7 @@ use super::{belongs_at, incarnation, parse_file_name, renewals_path, STREAMS_DIR
 use crate::storage::renewals;
 use crate::storage::{Damage, RecoveryReport};
 use crate::stream::StreamSnapshot;
-use crate::vfs::{write_file_durably, Vfs, VfsFile};
+use crate::vfs::{create_dir_durably, write_file_durably, Vfs, VfsFile};
 
 /// Where files that cannot be streams go.
 pub const DROPPED_DIR: &str = "dropped";
@@ -138,7 +138,7 @@ pub type FileEntry = (PathBuf, u8);
 /// The stream directories (`streams/ab/cd`) and stream files under `root`.
 pub fn list_stream_files(vfs: &dyn Vfs, root: &Path) -> io::Result<(BTreeSet<PathBuf>, Vec<FileEntry>)> {
     let streams = root.join(STREAMS_DIR);
-    vfs.create_dir_all(&streams)?;
+    create_dir_durably(vfs, &streams)?;
     let is_hex_pair =
         |name: &str| name.len() == 2 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     let mut dirs = BTreeSet::new();
@@ -214,7 +214,7 @@ fn keep_cut_tail(vfs: &dyn Vfs, root: &Path, path: &Path, position: u64, cut: &[
     let dropped = root.join(DROPPED_DIR);
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let target = dropped.join(format!("{name}.from-{position}"));
-    let kept = vfs.create_dir_all(&dropped).and_then(|()| write_file_durably(vfs, &target, cut));
+    let kept = create_dir_durably(vfs, &dropped).and_then(|()| write_file_durably(vfs, &target, cut));
     match kept {
         Ok(()) => Some(target),
         Err(error) => {
@@ -227,7 +227,7 @@ fn keep_cut_tail(vfs: &dyn Vfs, root: &Path, path: &Path, position: u64, cut: &[
 /// Moves a file that is not a stream into `dropped/` (kept for inspection).
 fn drop_aside(vfs: &dyn Vfs, root: &Path, path: &Path) -> io::Result<FileOutcome> {
     let dropped = root.join(DROPPED_DIR);
-    vfs.create_dir_all(&dropped)?;
+    create_dir_durably(vfs, &dropped)?;
     let target = dropped.join(path.file_name().unwrap_or_default());
     vfs.rename(path, &target)?;
     vfs.sync_dir(&dropped)?;

@@ -65,10 +65,12 @@ impl Manifest {
     }
 
     /// Reads the manifest of `dir`, writing `expected` if there is none yet; refuses a
-    /// directory whose manifest differs.
+    /// directory whose manifest differs, and one that holds data but no manifest (it is
+    /// never guessed how such data was written).
     pub fn check_or_create(vfs: &dyn Vfs, dir: &Path, expected: &Manifest) -> io::Result<Manifest> {
         let path = dir.join(MANIFEST_NAME);
         if !vfs.exists(&path) {
+            refuse_unlabelled_data(vfs, dir)?;
             write_file_durably(vfs, &path, expected.encode().as_bytes())?;
             return Ok(expected.clone());
         }
@@ -89,6 +91,39 @@ impl Manifest {
         }
         Ok(found)
     }
+}
+
+/// Entries a new data directory may hold before its manifest is written: the lock, and a
+/// manifest being written when a crash came.
+const BEFORE_MANIFEST: [&str; 2] = ["LOCK", "MANIFEST.tmp"];
+
+/// Refuses `dir` when it holds anything but what a new data directory holds.
+fn refuse_unlabelled_data(vfs: &dyn Vfs, dir: &Path) -> io::Result<()> {
+    let mut found: Vec<String> =
+        vfs.list(dir)?.into_iter().filter(|n| !BEFORE_MANIFEST.contains(&n.as_str())).collect();
+    if found.is_empty() {
+        return Ok(());
+    }
+    found.sort();
+    let shards = found.iter().filter(|n| n.starts_with("shard-")).count();
+    let guess = match (shards, found.iter().any(|n| n == "streams")) {
+        (0, true) => "it looks like file-durable or file-fast data (mode=file-durable)".to_string(),
+        (shards, _) if shards > 0 => {
+            format!("it looks like acid data with {shards} shards (mode=acid, shards={shards})")
+        }
+        _ => "what wrote it is not known".to_string(),
+    };
+    found.truncate(5);
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "{} holds data ({}) but no {MANIFEST_NAME}, so how it was written is not known; {guess}. \
+             Restore its {MANIFEST_NAME} (lines format={FORMAT_VERSION}, mode=..., shards=..., hash={HASH_NAME}) \
+             or point DS_STORAGE__DATA_DIR at an empty directory",
+            dir.display(),
+            found.join(", ")
+        ),
+    ))
 }
 
 /// file-fast and file-durable write the same files (they differ only in when they sync), so
@@ -121,5 +156,22 @@ mod tests {
         assert!(Manifest::check_or_create(&vfs, files, &Manifest::new(StorageMode::Acid, 4)).is_err());
         assert_eq!(Manifest::decode(&acid16.encode()), Some(acid16));
         assert_eq!(Manifest::decode("format=1\nmode=tape\nshards=1\nhash=x\n"), None);
+    }
+
+    #[test]
+    fn data_without_a_manifest_is_never_reinterpreted() {
+        let vfs = SimVfs::new();
+        let dir = Path::new("/data");
+        for shard in ["shard-000", "shard-001"] {
+            vfs.create_dir_all(&dir.join(shard)).unwrap();
+        }
+        vfs.create_new(&dir.join("LOCK")).unwrap();
+        let error = Manifest::check_or_create(&vfs, dir, &Manifest::new(StorageMode::Acid, 4)).unwrap_err();
+        assert!(error.to_string().contains("acid data with 2 shards"), "{error}");
+        assert!(!vfs.exists(&dir.join(MANIFEST_NAME)), "nothing is written");
+        let fresh = Path::new("/fresh");
+        vfs.create_dir_all(fresh).unwrap();
+        vfs.create_new(&fresh.join("LOCK")).unwrap();
+        assert!(Manifest::check_or_create(&vfs, fresh, &Manifest::new(StorageMode::Acid, 4)).is_ok());
     }
 }

@@ -19,7 +19,7 @@ use crate::files::source::FileStore;
 use crate::files::writer::FileWriter;
 use crate::record::codec::{HEADER_BYTES, META_BYTES_MAX, RECORD_ALIGN};
 use crate::stream::StreamSnapshot;
-use crate::vfs::Vfs;
+use crate::vfs::{create_dir_durably, Vfs};
 use crate::wal::housekeeper::{Housekeeper, Task};
 use crate::wal::ledger::Ledger;
 use crate::wal::recovery::{self, Recovered, RecoverySettings};
@@ -88,7 +88,7 @@ pub(crate) fn open(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
 fn lock_data_dir(config: &EngineConfig) -> Result<Box<dyn Any + Send + Sync>, EngineError> {
     let vfs = config.vfs.0.as_ref();
     let dir = &config.data_dir;
-    vfs.create_dir_all(dir).map_err(storage_error(format!("cannot create {}", dir.display())))?;
+    create_dir_durably(vfs, dir).map_err(storage_error(format!("cannot create {}", dir.display())))?;
     let lock = vfs.lock_exclusive(&dir.join(LOCK_NAME)).map_err(|error| {
         EngineError::Storage(format!("{} is in use by another process ({error})", dir.display()))
     })?;

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use crate::binary::{Decoder, Encoder};
 use crate::stream::StreamSnapshot;
-use crate::vfs::{read_file, write_file_durably, Vfs};
+use crate::vfs::{create_dir_durably, read_file, write_file_durably, Vfs};
 
 /// Readers' renewals are saved at most this often (and at a clean stop).
 pub const SAVE_INTERVAL_MS: u64 = 5_000;
@@ -52,7 +52,7 @@ pub fn save(vfs: &dyn Vfs, path: &Path, renewals: &[Renewal]) -> io::Result<()> 
     let crc = crc32fast::hash(&encoder.bytes);
     encoder.u32(crc);
     if let Some(dir) = path.parent() {
-        vfs.create_dir_all(dir)?;
+        create_dir_durably(vfs, dir)?;
     }
     write_file_durably(vfs, path, &encoder.bytes)
 }

@@ -105,6 +105,32 @@ pub fn write_file_durably(vfs: &dyn Vfs, path: &Path, contents: &[u8]) -> io::Re
     vfs.sync_dir(directory)
 }
 
+/// Creates directory `path` and any missing parents, and makes each new entry durable: the
+/// directory holding each created one is synced (deepest first) before this returns, so a
+/// power cut cannot take a directory away with the files acknowledged in it.
+pub fn create_dir_durably(vfs: &dyn Vfs, path: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut current = Some(path);
+    while let Some(dir) = current.filter(|dir| !dir.as_os_str().is_empty() && !vfs.exists(dir)) {
+        missing.push(dir);
+        current = dir.parent();
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    vfs.create_dir_all(path)?;
+    for dir in missing {
+        // The root has no parent; a relative name's parent is the working directory.
+        let holder = match dir.parent() {
+            None => continue,
+            Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
+            Some(parent) => parent,
+        };
+        vfs.sync_dir(holder)?;
+    }
+    Ok(())
+}
+
 /// Reads a whole (small) file.
 pub fn read_file(vfs: &dyn Vfs, path: &Path) -> io::Result<Vec<u8>> {
     let file = vfs.open(path)?;

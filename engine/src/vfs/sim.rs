@@ -2,10 +2,11 @@
 //!
 //! Each file keeps its durable image and the writes made since its last `sync_data`; each
 //! directory keeps its durable entries and the creations, renames and removals made since its
-//! last `sync_dir`. [`SimVfs::crash`] returns the disk as a reboot would find it: durable state,
-//! plus — chosen by a seeded generator — each unsynced write kept, dropped or torn (a random
-//! subset of its 512-byte sectors), and a random prefix of each directory's unsynced entry
-//! changes. [`SimVfs::fail_after`] makes every operation after the next `n` fail, which is how
+//! last `sync_dir` — subdirectories included: a directory created and never synced into its
+//! parent can vanish with everything in it. [`SimVfs::crash`] returns the disk as a reboot
+//! would find it: durable state, plus — chosen by a seeded generator — each unsynced write
+//! kept, dropped or torn (a random subset of its 512-byte sectors), and a random prefix of
+//! each directory's unsynced entry changes. [`SimVfs::fail_after`] makes every operation after the next `n` fail, which is how
 //! a test stops the world in the middle of a commit. Same seed, same disk.
 
 use std::any::Any;
@@ -66,6 +67,7 @@ type FileRef = Arc<Mutex<FileData>>;
 enum DirChange {
     Put(String, FileRef),
     Remove(String),
+    MakeDir(String),
 }
 
 #[derive(Default)]
@@ -73,6 +75,8 @@ struct Dir {
     current: BTreeMap<String, FileRef>,
     durable: BTreeMap<String, FileRef>,
     unsynced: Vec<DirChange>,
+    /// Subdirectories whose entries are durable here.
+    durable_subdirs: std::collections::BTreeSet<String>,
 }
 
 #[derive(Default)]
@@ -134,14 +138,31 @@ impl SimVfs {
         let disk = self.lock();
         let mut survivors: HashMap<*const Mutex<FileData>, FileRef> = HashMap::new();
         let mut after = Disk::default();
+        // Parents sort before their children: a directory survives if its parent did and
+        // kept its entry.
+        let mut kept_subdirs: HashMap<PathBuf, std::collections::BTreeSet<String>> = HashMap::new();
         for (path, dir) in &disk.dirs {
+            if let Some(parent) = path.parent() {
+                let name = split(path).1;
+                if !kept_subdirs.get(parent).is_some_and(|names| names.contains(&name)) {
+                    continue;
+                }
+            }
             let mut entries = dir.durable.clone();
+            let mut subdirs = dir.durable_subdirs.clone();
             let kept = rng.below(dir.unsynced.len() as u64 + 1) as usize;
             for change in &dir.unsynced[..kept] {
                 match change {
-                    DirChange::Put(name, file) => entries.insert(name.clone(), Arc::clone(file)),
-                    DirChange::Remove(name) => entries.remove(name),
-                };
+                    DirChange::Put(name, file) => {
+                        entries.insert(name.clone(), Arc::clone(file));
+                    }
+                    DirChange::Remove(name) => {
+                        entries.remove(name);
+                    }
+                    DirChange::MakeDir(name) => {
+                        subdirs.insert(name.clone());
+                    }
+                }
             }
             let mut rebooted = BTreeMap::new();
             for (name, file) in entries {
@@ -149,10 +170,18 @@ impl SimVfs {
                 let copy = survivors.entry(key).or_insert_with(|| survive(&file, rng));
                 rebooted.insert(name, Arc::clone(copy));
             }
-            after.dirs.insert(
-                path.clone(),
-                Dir { current: rebooted.clone(), durable: rebooted, unsynced: Vec::new() },
-            );
+            kept_subdirs.insert(path.clone(), subdirs.clone());
+            let rebooted_dir = Dir {
+                current: rebooted.clone(),
+                durable: rebooted,
+                unsynced: Vec::new(),
+                durable_subdirs: subdirs,
+            };
+            after.dirs.insert(path.clone(), rebooted_dir);
+        }
+        // Entries of directories that did not survive name nothing.
+        for (path, dir) in after.dirs.iter_mut() {
+            dir.durable_subdirs.retain(|name| kept_subdirs.contains_key(&path.join(name)));
         }
         SimVfs { disk: Arc::new(Mutex::new(after)) }
     }
@@ -260,10 +289,22 @@ struct SimMap {
 impl Vfs for SimVfs {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut disk = self.operate()?;
+        let mut missing = Vec::new();
         let mut current = Some(path);
-        while let Some(dir) = current {
-            disk.dirs.entry(dir.to_path_buf()).or_default();
+        while let Some(dir) = current.filter(|dir| !disk.dirs.contains_key(*dir)) {
+            missing.push(dir);
             current = dir.parent();
+        }
+        for dir in missing.into_iter().rev() {
+            if let Some(parent) = dir.parent() {
+                let name = split(dir).1;
+                disk.dirs
+                    .get_mut(parent)
+                    .expect("parents are created first")
+                    .unsynced
+                    .push(DirChange::MakeDir(name));
+            }
+            disk.dirs.insert(dir.to_path_buf(), Dir::default());
         }
         Ok(())
     }
@@ -336,8 +377,11 @@ impl Vfs for SimVfs {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut disk = self.operate()?;
+        let subdirs: std::collections::BTreeSet<String> =
+            disk.dirs.keys().filter(|path| path.parent() == Some(dir)).map(|path| split(path).1).collect();
         let directory = disk.dir_mut(dir)?;
         directory.durable = directory.current.clone();
+        directory.durable_subdirs = subdirs;
         directory.unsynced.clear();
         Ok(())
     }
@@ -439,6 +483,7 @@ mod tests {
     fn synced_data_and_entries_survive_every_crash() {
         let vfs = SimVfs::new();
         vfs.create_dir_all(Path::new("/d")).unwrap();
+        vfs.sync_dir(Path::new("/")).unwrap();
         let file = vfs.create_new(Path::new("/d/f")).unwrap();
         file.write_all_at(0, &[b"durable"]).unwrap();
         file.sync_data().unwrap();
@@ -491,5 +536,24 @@ mod tests {
         assert!(file.sync_data().is_err());
         assert!(vfs.has_failed());
         assert!(vfs.list(Path::new("/d")).is_err());
+    }
+
+    #[test]
+    fn a_directory_never_synced_into_its_parent_can_vanish_with_its_files() {
+        let vfs = SimVfs::new();
+        vfs.create_dir_all(Path::new("/data/shard")).unwrap();
+        let file = vfs.create_new(Path::new("/data/shard/f")).unwrap();
+        file.write_all_at(0, &[b"synced"]).unwrap();
+        file.sync_data().unwrap();
+        vfs.sync_dir(Path::new("/data/shard")).unwrap();
+        let survived: std::collections::HashSet<bool> = (0..64)
+            .map(|seed| file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/data/shard/f").is_some())
+            .collect();
+        assert_eq!(survived.len(), 2, "the file survives only when the directories above it do");
+        vfs.sync_dir(Path::new("/data")).unwrap();
+        vfs.sync_dir(Path::new("/")).unwrap();
+        for seed in 0..64 {
+            assert!(file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/data/shard/f").is_some(), "seed {seed}");
+        }
     }
 }

@@ -34,7 +34,7 @@ use crate::record::codec::Header;
 use crate::storage::renewals;
 use crate::storage::{Damage, RecoveryReport};
 use crate::stream::StreamSnapshot;
-use crate::vfs::{read_exact_at, read_file, Vfs};
+use crate::vfs::{create_dir_durably, read_exact_at, read_file, Vfs};
 
 /// Where files that are not segments of the shard go.
 pub const DROPPED_DIR: &str = "dropped";
@@ -185,7 +185,7 @@ pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result
 
 /// Recovers the shard in `dir`, creating its first segment when the directory is new.
 pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Result<Recovered> {
-    vfs.create_dir_all(dir)?;
+    create_dir_durably(vfs, dir)?;
     let mut analysis = analyze(vfs, dir, settings.shard, settings.stale_window_bytes)?;
     let mut report = analysis.report(dir);
     for leftover in &analysis.leftovers {
@@ -249,7 +249,7 @@ fn set_aside(
         return Ok(());
     }
     let dropped = dir.join(DROPPED_DIR);
-    vfs.create_dir_all(&dropped)?;
+    create_dir_durably(vfs, &dropped)?;
     for (path, _) in strays {
         let target = dropped.join(path.file_name().unwrap_or_default());
         vfs.rename(path, &target)?;
