@@ -108,6 +108,8 @@ pub enum OpError {
     StreamDamaged { at: Offset },
     /// The storage cannot take this now (out of file descriptors, say); try again shortly.
     Unavailable,
+    /// The disk is full: writes are refused until space comes back (reads go on).
+    InsufficientStorage,
 }
 
 impl std::fmt::Display for OpError {
@@ -137,6 +139,9 @@ impl std::fmt::Display for OpError {
                  takes no more writes (delete it to reuse the name)"
             ),
             OpError::Unavailable => f.write_str("storage is temporarily unavailable; try again shortly"),
+            OpError::InsufficientStorage => {
+                f.write_str("the disk is full: writes are refused until space comes back (reads go on)")
+            }
         }
     }
 }

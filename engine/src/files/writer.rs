@@ -25,11 +25,14 @@ use crate::limits::halve_when_over;
 use crate::record::codec::{decode_record, Chain, Header, Kind, HEADER_BYTES};
 use crate::record::{encode, Record};
 use crate::storage::renewals::{self, Renewal};
-use crate::storage::{Persist, Place, Unprepared};
+use crate::storage::{NoRoom, Persist, Place, Purpose, Unprepared};
 use crate::vfs::{read_exact_at, Vfs, VfsFile};
 
 /// Streams whose writer state is kept between batches.
 const STREAMS_CACHED_MAX: usize = 4096;
+/// Free disk space writes leave untouched: room for file system metadata, directories and
+/// the blocks files round up to, so that a write the shard accepted finds its room.
+const FREE_BYTES_KEPT: u64 = 8 << 20;
 
 /// What the writer knows of a stream's file.
 struct OpenStream {
@@ -56,6 +59,10 @@ pub struct FileWriter {
     /// This batch's written files and changed directories, to sync.
     touched_files: Vec<(u64, Arc<dyn VfsFile>)>,
     touched_dirs: BTreeSet<PathBuf>,
+    /// Free bytes on the data directory's file system (read once per batch), and the bytes
+    /// this batch's accepted ops will write.
+    free_bytes: Option<u64>,
+    reserved_bytes: u64,
 }
 
 impl FileWriter {
@@ -79,6 +86,8 @@ impl FileWriter {
             meta: Vec::new(),
             touched_files: Vec::new(),
             touched_dirs: BTreeSet::new(),
+            free_bytes: None,
+            reserved_bytes: 0,
         }
     }
 
@@ -252,6 +261,23 @@ impl Persist for FileWriter {
         }
         self.sync_touched()?;
         halve_when_over(&mut self.streams, STREAMS_CACHED_MAX);
+        self.free_bytes = None;
+        self.reserved_bytes = 0;
+        Ok(())
+    }
+
+    /// Writes need the free space they take (a new file a block more) beyond what is kept
+    /// free; deletes give space back and always may.
+    fn reserve(&mut self, bytes: u64, purpose: Purpose, _now_ms: u64) -> Result<(), NoRoom> {
+        if purpose == Purpose::Delete {
+            return Ok(());
+        }
+        let free = *self.free_bytes.get_or_insert_with(|| self.vfs.free_bytes(&self.root));
+        let needed = self.reserved_bytes.saturating_add(bytes).saturating_add(FREE_BYTES_KEPT);
+        if free < needed {
+            return Err(NoRoom::OutOfSpace);
+        }
+        self.reserved_bytes += bytes;
         Ok(())
     }
 

@@ -41,6 +41,13 @@ pub struct Staged<'r> {
     pub padding: &'static [u8],
 }
 
+/// The most bytes a record can take whose meta, besides its chain, is `meta_bytes` and whose
+/// data is `data_bytes`: what a writer sets aside for it before it exists.
+pub fn record_bytes_max(meta_bytes: usize, data_bytes: u64) -> u64 {
+    let head = codec::align(HEADER_BYTES + codec::chain_bytes(codec::JUMPS_MAX) + meta_bytes);
+    head as u64 + data_bytes + codec::RECORD_ALIGN as u64
+}
+
 /// Encodes `record`'s meta (with `chain`, for creates and appends) into `meta`.
 pub fn prepare<'r>(
     record: &'r Record,

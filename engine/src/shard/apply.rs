@@ -12,8 +12,10 @@ use crate::offset::Offset;
 use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
 use crate::payload::Payload;
 use crate::producer::Decision;
+use crate::record::codec::HEADER_BYTES;
+use crate::record::encode::record_bytes_max;
 use crate::record::Record;
-use crate::storage::Unprepared;
+use crate::storage::{NoRoom, Purpose, Unprepared};
 use crate::stream::{Stream, StreamData, StreamState};
 use crate::wal::source::Resident;
 
@@ -35,10 +37,7 @@ impl Shard {
             }
             Op::Delete(name, reply) => {
                 let result = match self.live_stream(batch, name.as_str()) {
-                    Some(stream) => {
-                        self.remove(batch, &stream, false);
-                        Ok(())
-                    }
+                    Some(stream) => self.remove(batch, &stream, false),
                     None => Err(OpError::NotFound),
                 };
                 batch.replies.push(Pending::Delete(reply, result));
@@ -46,7 +45,8 @@ impl Shard {
             Op::Expire { name, id } => {
                 if let Some(stream) = self.lookup(batch, &name).filter(|s| s.id == id) {
                     if stream.is_expired(batch.now_ms) {
-                        self.remove(batch, &stream, true);
+                        // Without room for the delete it stays until the next look.
+                        let _ = self.remove(batch, &stream, true);
                     }
                 }
             }
@@ -70,6 +70,9 @@ impl Shard {
         }
         let initial = request.initial.filter(|payload| !payload.is_empty());
         let initial_bytes = initial.as_ref().map_or(0, Payload::stored_len);
+        let meta_bytes =
+            2 + request.name.as_str().len() + 2 + request.config.content_type.as_str().len() + 16;
+        self.room(batch, record_bytes_max(meta_bytes, initial_bytes), Purpose::Write)?;
         self.charge(0, initial_bytes)?;
 
         let mut config = request.config;
@@ -155,6 +158,9 @@ impl Shard {
         }
         let stored_bytes = payload.as_ref().map_or(0, Payload::stored_len);
         self.prepare_chain(batch, &stream, &state)?;
+        let producer_bytes = request.producer.as_ref().map_or(0, |tag| 2 + tag.id.len() + 16);
+        let seq_bytes = request.stream_seq.as_ref().map_or(0, |seq| 2 + seq.len());
+        self.room(batch, record_bytes_max(producer_bytes + seq_bytes, stored_bytes), Purpose::Write)?;
         self.charge(state.writer.tail.bytes, stored_bytes)?;
 
         // Everything is decided: apply (the data itself is published after the commit).
@@ -267,7 +273,8 @@ impl Shard {
     fn live_stream(&mut self, batch: &mut Batch, name: &str) -> Option<Arc<Stream>> {
         let stream = self.lookup(batch, name)?;
         if stream.is_expired(batch.now_ms) {
-            self.remove(batch, &stream, true);
+            // Without room for the delete it goes later; it is absent either way.
+            let _ = self.remove(batch, &stream, true);
             return None;
         }
         Some(stream)
@@ -293,8 +300,18 @@ impl Shard {
         batch.owners.push(stream);
     }
 
-    /// Deletes a stream: its bytes go back to the budget, its name becomes free.
-    fn remove(&mut self, batch: &mut Batch, stream: &Arc<Stream>, expired: bool) {
+    /// Room for one more record of at most `bytes` in this batch, as an op's answer.
+    fn room(&mut self, batch: &Batch, bytes: u64, purpose: Purpose) -> Result<(), OpError> {
+        self.persist.reserve(bytes, purpose, batch.now_ms).map_err(|no_room| match no_room {
+            NoRoom::OutOfSpace => OpError::InsufficientStorage,
+            NoRoom::Unavailable => OpError::Unavailable,
+        })
+    }
+
+    /// Deletes a stream: its bytes go back to the budget, its name becomes free. Refused
+    /// only when not even a delete fits in the log (the disk is full).
+    fn remove(&mut self, batch: &mut Batch, stream: &Arc<Stream>, expired: bool) -> Result<(), OpError> {
+        self.room(batch, HEADER_BYTES as u64, Purpose::Delete)?;
         let mut state = stream.write_state();
         debug_assert!(!state.writer.gone, "a stream is removed once");
         state.writer.gone = true;
@@ -313,6 +330,7 @@ impl Shard {
             chain_tail,
         });
         batch.owners.push(Arc::clone(stream));
+        Ok(())
     }
 
     /// Removes streams whose deadline has passed; re-queues those whose TTL was renewed.
@@ -321,10 +339,13 @@ impl Shard {
             let Some(stream) = self.lookup(batch, &due.name).filter(|s| s.id == due.id) else {
                 continue;
             };
-            if stream.is_expired(batch.now_ms) {
-                self.remove(batch, &stream, true);
-            } else if let Some(deadline) = stream.deadline_ms() {
-                self.expiry.push(deadline, due.id, due.name);
+            if !stream.is_expired(batch.now_ms) {
+                if let Some(deadline) = stream.deadline_ms() {
+                    self.expiry.push(deadline, due.id, due.name);
+                }
+            } else if self.remove(batch, &stream, true).is_err() {
+                // No room for the delete now (the disk is full): look again in a second.
+                self.expiry.push(batch.now_ms + 1000, due.id, due.name);
             }
         }
     }

@@ -324,12 +324,13 @@ impl Shard {
             }
             next = self.ops.try_recv().ok();
         }
+        self.expire_due(&mut batch);
+        // A move goes last: it takes the room it finds, after everything the batch planned.
         if keep_running && batch.payload_bytes < self.settings.batch_bytes_max {
             if let Some(resident) = self.moves.pop_front() {
                 self.apply_move(&mut batch, resident);
             }
         }
-        self.expire_due(&mut batch);
         (batch, keep_running)
     }
 

@@ -61,6 +61,23 @@ pub struct Place {
     pub n: u64,
 }
 
+/// What a record needs room for: deletes may use room kept back from writes (they free
+/// space).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    Write,
+    Delete,
+}
+
+/// Why there is no room for a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NoRoom {
+    /// The disk (or the quota) is full.
+    OutOfSpace,
+    /// The storage cannot grow now for another reason (an I/O error).
+    Unavailable,
+}
+
 /// Why an append cannot be prepared.
 #[derive(Debug)]
 pub(crate) enum Unprepared {
@@ -91,6 +108,12 @@ pub(crate) trait Persist: Send {
     /// record at `chain_tail`) needs, before the shard accepts it: a refusal here refuses
     /// that append alone.
     fn prepare_append(&mut self, _stream: u64, _name: &str, _chain_tail: u64) -> Result<(), Unprepared> {
+        Ok(())
+    }
+
+    /// Room for one more record of at most `bytes` in this batch, before the shard accepts
+    /// the op that makes it; a refusal refuses that op alone.
+    fn reserve(&mut self, _bytes: u64, _purpose: Purpose, _now_ms: u64) -> Result<(), NoRoom> {
         Ok(())
     }
 

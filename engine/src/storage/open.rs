@@ -164,11 +164,10 @@ fn open_acid(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
     let dir = &config.data_dir;
     let (housekeeper, thread) = match config.threading {
         Threading::Threads => {
-            let (housekeeper, thread) =
-                Housekeeper::start(Arc::clone(&vfs), config.io_error_policy).map_err(EngineError::Spawn)?;
+            let (housekeeper, thread) = Housekeeper::start(Arc::clone(&vfs)).map_err(EngineError::Spawn)?;
             (housekeeper, Some(thread))
         }
-        Threading::Manual => (Housekeeper::inline(Arc::clone(&vfs), config.io_error_policy), None),
+        Threading::Manual => (Housekeeper::inline(Arc::clone(&vfs)), None),
     };
     let recovered = recover_shards(config, vfs.as_ref());
     let mut shards = Vec::with_capacity(recovered.len());

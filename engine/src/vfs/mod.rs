@@ -46,6 +46,17 @@ pub trait Vfs: Send + Sync + 'static {
     fn lock_shared(&self, _path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         Ok(Box::new(()))
     }
+    /// Bytes still free for this process on the file system that holds `path` (`u64::MAX`
+    /// when it cannot tell).
+    fn free_bytes(&self, _path: &Path) -> u64 {
+        u64::MAX
+    }
+}
+
+/// Whether `error` says the disk (or the user's quota) is full.
+pub fn is_out_of_space(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::StorageFull
+        || matches!(error.raw_os_error(), Some(code) if code == libc::ENOSPC || code == libc::EDQUOT)
 }
 
 /// An open file.

@@ -64,6 +64,22 @@ impl Vfs for RealVfs {
         std::fs::rename(from, to)
     }
 
+    fn free_bytes(&self, path: &Path) -> u64 {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+            return u64::MAX;
+        };
+        let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: `path` is a NUL-terminated string and `stats` a buffer of the right type,
+        // which statvfs fills when it returns 0 (and only then is it read).
+        if unsafe { libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) } != 0 {
+            return u64::MAX;
+        }
+        // SAFETY: filled by the successful call above.
+        let stats = unsafe { stats.assume_init() };
+        stats.f_bavail.saturating_mul(stats.f_frsize)
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }

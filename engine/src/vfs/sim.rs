@@ -85,6 +85,9 @@ struct Disk {
     dirs: BTreeMap<PathBuf, Dir>,
     /// Operations left before every operation fails (`None`: never).
     operations_left: Option<u64>,
+    /// Bytes the disk holds at most (`None`: no limit); growing files past it fails with
+    /// "no space left".
+    capacity: Option<usize>,
 }
 
 /// The simulated disk. Clones share it.
@@ -123,6 +126,21 @@ impl SimVfs {
         self.lock().operations_left = Some(operations);
     }
 
+    /// Limits the bytes files may hold in all (`None`: no limit).
+    pub fn set_capacity(&self, bytes: Option<usize>) {
+        self.lock().capacity = bytes;
+    }
+
+    /// Refuses to grow files by `growth` bytes past the capacity.
+    fn make_room(&self, growth: usize) -> io::Result<()> {
+        let capacity = self.lock().capacity;
+        let Some(capacity) = capacity else { return Ok(()) };
+        if growth > 0 && self.stored_bytes() + growth > capacity {
+            return Err(io::Error::new(io::ErrorKind::StorageFull, "simulated disk full"));
+        }
+        Ok(())
+    }
+
     /// Lets operations succeed again (the disk was fine; the process that saw it fail is gone).
     pub fn recover_from_failure(&self) {
         self.lock().operations_left = None;
@@ -137,7 +155,7 @@ impl SimVfs {
     pub fn crash(&self, rng: &mut SimRng) -> SimVfs {
         let disk = self.lock();
         let mut survivors: HashMap<*const Mutex<FileData>, FileRef> = HashMap::new();
-        let mut after = Disk::default();
+        let mut after = Disk { capacity: disk.capacity, ..Disk::default() };
         // Parents sort before their children: a directory survives if its parent did and
         // kept its entry.
         let mut kept_subdirs: HashMap<PathBuf, std::collections::BTreeSet<String>> = HashMap::new();
@@ -389,6 +407,14 @@ impl Vfs for SimVfs {
     fn lock_exclusive(&self, _path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         Ok(Box::new(()))
     }
+
+    fn free_bytes(&self, _path: &Path) -> u64 {
+        let capacity = self.lock().capacity;
+        match capacity {
+            Some(capacity) => capacity.saturating_sub(self.stored_bytes()) as u64,
+            None => u64::MAX,
+        }
+    }
 }
 
 impl VfsFile for SimFile {
@@ -399,6 +425,8 @@ impl VfsFile for SimFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         drop(self.vfs.operate()?);
+        let size = self.data.lock().expect("sim file lock").current.len();
+        self.vfs.make_room((len as usize).saturating_sub(size))?;
         let mut data = self.data.lock().expect("sim file lock");
         data.current.resize(len as usize, 0);
         data.unsynced_len = Some(len as usize);
@@ -408,6 +436,8 @@ impl VfsFile for SimFile {
     fn write_all_at(&self, position: u64, parts: &[&[u8]]) -> io::Result<()> {
         drop(self.vfs.operate()?);
         let bytes = parts.concat();
+        let size = self.data.lock().expect("sim file lock").current.len();
+        self.vfs.make_room((position as usize + bytes.len()).saturating_sub(size))?;
         let mut data = self.data.lock().expect("sim file lock");
         write_into(&mut data.current, position as usize, &bytes);
         data.unsynced.push((position as usize, bytes));

@@ -3,12 +3,14 @@
 //! One thread per engine takes tasks in order: preparing zero-filled segments before a shard
 //! needs them, writing the checkpoints shards encode (then removing segments they made
 //! unnecessary), and walking deleted streams' chains to subtract their records from the
-//! ledger, and saving readers' TTL renewals. A failed write or sync here is as fatal as one
-//! on the commit path, except for renewals, which nothing acknowledged depends on.
+//! ledger, and saving readers' TTL renewals. Nothing acknowledged depends on any of it: a
+//! failed checkpoint leaves the previous one in force (and removes nothing), a failed
+//! preparation is answered to the shard (which refuses writes that need the segment).
 
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -18,7 +20,6 @@ use super::ledger::Ledger;
 use super::source::{Resident, WalSource};
 use super::{segment, split_location, SegmentTable};
 use crate::chain::{hop, NodeSource};
-use crate::config::IoErrorPolicy;
 use crate::storage::renewals::{self, Renewal};
 use crate::vfs::{write_file_durably, Vfs};
 
@@ -30,14 +31,16 @@ pub enum Task {
     Prepare { dir: PathBuf, ordinal: u32, size: u64, done: Sender<io::Result<PathBuf>> },
     /// Subtract the records of the deleted stream whose chain ends at `tail`.
     Reclaim { source: WalSource, ledger: Arc<Ledger>, tail: u64 },
-    /// Write a checkpoint (keeping the last one as a fallback), then remove dead segments
-    /// below `remove_below` (where the fallback checkpoint resumes).
+    /// Write a checkpoint that resumes in segment `resume` (keeping the last one as a
+    /// fallback); once it is durable, move `durable_resume` on to it and remove dead
+    /// segments below where the fallback resumes (what `durable_resume` held).
     Checkpoint {
         dir: PathBuf,
         bytes: Vec<u8>,
         table: Arc<SegmentTable>,
         ledger: Arc<Ledger>,
-        remove_below: u32,
+        resume: u32,
+        durable_resume: Arc<AtomicU32>,
     },
     /// Save readers' TTL renewals to `path` (`crate::storage::renewals`).
     SaveRenewals { path: PathBuf, renewals: Vec<Renewal> },
@@ -59,16 +62,13 @@ pub enum Housekeeper {
 /// What runs the tasks.
 pub struct Worker {
     vfs: Arc<dyn Vfs>,
-    policy: IoErrorPolicy,
-    /// A checkpoint failed: later ones are skipped (the process is stopping).
-    failed: bool,
 }
 
 impl Housekeeper {
     /// Starts the housekeeper thread.
-    pub fn start(vfs: Arc<dyn Vfs>, policy: IoErrorPolicy) -> io::Result<(Housekeeper, JoinHandle<()>)> {
+    pub fn start(vfs: Arc<dyn Vfs>) -> io::Result<(Housekeeper, JoinHandle<()>)> {
         let (tasks, queue) = crossbeam_channel::bounded(QUEUE_CAPACITY);
-        let mut worker = Worker { vfs, policy, failed: false };
+        let mut worker = Worker { vfs };
         let thread = std::thread::Builder::new()
             .name("ds-housekeeper".into())
             .spawn(move || queue.into_iter().for_each(|task| worker.handle(task)))?;
@@ -76,8 +76,8 @@ impl Housekeeper {
     }
 
     /// A housekeeper that runs each task inside `send`.
-    pub fn inline(vfs: Arc<dyn Vfs>, policy: IoErrorPolicy) -> Housekeeper {
-        Housekeeper::Inline(Arc::new(Mutex::new(Worker { vfs, policy, failed: false })))
+    pub fn inline(vfs: Arc<dyn Vfs>) -> Housekeeper {
+        Housekeeper::Inline(Arc::new(Mutex::new(Worker { vfs })))
     }
 
     pub fn send(&self, task: Task) {
@@ -113,13 +113,15 @@ impl Worker {
                 let _ = done.send(segment::prepare(vfs, &dir, ordinal, size));
             }
             Task::Reclaim { source, ledger, tail } => reclaim(&source, &ledger, tail),
-            Task::Checkpoint { .. } if self.failed => {}
-            Task::Checkpoint { dir, bytes, table, ledger, remove_below } => {
-                let written = write_checkpoint(vfs, &dir, &bytes)
-                    .and_then(|()| remove_dead(vfs, &dir, &table, &ledger, remove_below));
-                if let Err(error) = written {
-                    self.failed = true;
-                    self.policy.fatal("checkpoint", &error);
+            Task::Checkpoint { dir, bytes, table, ledger, resume, durable_resume } => {
+                if let Err(error) = write_checkpoint(vfs, &dir, &bytes) {
+                    // The previous checkpoint stays in force; nothing is removed.
+                    tracing::error!(%error, dir = %dir.display(), "cannot write a checkpoint");
+                    return;
+                }
+                let fallback_resume = durable_resume.swap(resume, Ordering::AcqRel);
+                if let Err(error) = remove_dead(vfs, &dir, &table, &ledger, fallback_resume) {
+                    tracing::error!(%error, dir = %dir.display(), "cannot remove dead segments");
                 }
             }
             Task::SaveRenewals { path, renewals } => {

@@ -30,11 +30,11 @@ use super::segment::{self, is_prepared_name, parse_segment_name, Segment, Segmen
 use super::source::WalSource;
 use super::writer::WalPosition;
 use super::{SegmentTable, RENEWALS_FILE};
-use crate::record::codec::Header;
+use crate::record::codec::{Header, HEADER_BYTES};
 use crate::storage::renewals;
 use crate::storage::{Damage, RecoveryReport};
 use crate::stream::StreamSnapshot;
-use crate::vfs::{create_dir_durably, read_exact_at, read_file, Vfs};
+use crate::vfs::{create_dir_durably, is_out_of_space, read_exact_at, read_file, Vfs};
 
 /// Where files that are not segments of the shard go.
 pub const DROPPED_DIR: &str = "dropped";
@@ -205,22 +205,44 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
             let segment = &analysis.segments[index];
             let cut = segment.readable_len() < segment.size();
             if replay.torn.is_none() && report.stale_bytes == 0 && !cut {
-                WalPosition { active: Arc::clone(segment), position, next_lsn: replay.next_lsn }
+                WalPosition {
+                    active: Arc::clone(segment),
+                    position,
+                    next_lsn: replay.next_lsn,
+                    sealed: false,
+                }
             } else {
                 let seal = Header::seal(replay.next_lsn, settings.now_ms).encode();
                 segment.file.write_all_at(position, &[&seal])?;
                 if cut {
                     // Sealed, what followed the cut is history: the file gets its size
-                    // back, so later starts do not report the cut again.
-                    segment.file.set_len(segment.size())?;
+                    // back (if the disk has room), so later starts do not report the cut.
+                    if let Err(error) = segment.file.set_len(segment.size()) {
+                        tracing::warn!(%error, path = %segment.path.display(), "cannot give a cut segment its size back");
+                    }
                 }
                 segment.file.sync_data()?;
-                start_segment(vfs, dir, settings, segment.ordinal() + 1, replay.next_lsn + 1, &table)?
+                let sealed = WalPosition {
+                    active: Arc::clone(segment),
+                    position: position + HEADER_BYTES as u64,
+                    next_lsn: replay.next_lsn + 1,
+                    sealed: true,
+                };
+                start_or_stay(vfs, dir, settings, &table, sealed)?
             }
         }
-        ReplayEnd::NeedSegment { ordinal } => {
-            start_segment(vfs, dir, settings, ordinal, replay.next_lsn, &table)?
-        }
+        ReplayEnd::NeedSegment { ordinal } => match analysis.segments.last() {
+            Some(last) => {
+                let sealed = WalPosition {
+                    active: Arc::clone(last),
+                    position: last.size(),
+                    next_lsn: replay.next_lsn,
+                    sealed: true,
+                };
+                start_or_stay(vfs, dir, settings, &table, sealed)?
+            }
+            None => start_segment(vfs, dir, settings, ordinal, replay.next_lsn, &table)?,
+        },
     };
     reconcile_ledger(&mut replay.ledger, &table);
     let mut streams: Vec<StreamSnapshot> = std::mem::take(&mut replay.streams).into_values().collect();
@@ -260,6 +282,25 @@ fn set_aside(
     vfs.sync_dir(&dropped)
 }
 
+/// Starts the segment after the sealed one `sealed` is in; on a full disk the shard starts
+/// on the sealed one instead, refusing writes until a new segment can be prepared.
+fn start_or_stay(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    settings: &RecoverySettings,
+    table: &SegmentTable,
+    sealed: WalPosition,
+) -> io::Result<WalPosition> {
+    let ordinal = sealed.active.ordinal() + 1;
+    match start_segment(vfs, dir, settings, ordinal, sealed.next_lsn, table) {
+        Err(error) if is_out_of_space(&error) => {
+            tracing::error!(%error, dir = %dir.display(), "the disk is full: writes are refused until a segment can be prepared");
+            Ok(sealed)
+        }
+        started => started,
+    }
+}
+
 /// Prepares and activates segment `ordinal`, whose first record will be `first_lsn`.
 fn start_segment(
     vfs: &dyn Vfs,
@@ -279,7 +320,7 @@ fn start_segment(
     };
     let active = Arc::new(segment::activate(vfs, &prepared, dir, header)?);
     table.insert(Arc::clone(&active));
-    Ok(WalPosition { active, position: Segment::records_start(), next_lsn: first_lsn })
+    Ok(WalPosition { active, position: Segment::records_start(), next_lsn: first_lsn, sealed: false })
 }
 
 /// A segment file's first LSN (from its name) and path.

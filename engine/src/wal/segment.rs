@@ -139,17 +139,27 @@ pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64) -> io::Result
         vfs.remove_file(&path)?;
     }
     let file = vfs.create_new(&path)?;
+    let filled = zero_fill(file.as_ref(), size);
+    if filled.is_err() {
+        // A partial file (the disk filled up, say) gives its space back.
+        drop(file);
+        let _ = vfs.remove_file(&path);
+    }
+    filled.map(|()| path)
+}
+
+/// Writes `size` zeros to `file`, syncing a chunk at a time: a shard's commit never waits
+/// behind more than one chunk of zeros in the device queue.
+fn zero_fill(file: &dyn VfsFile, size: u64) -> io::Result<()> {
     let zeros = vec![0u8; ZERO_CHUNK_BYTES];
     let mut written = 0u64;
     while written < size {
         let chunk = (size - written).min(ZERO_CHUNK_BYTES as u64) as usize;
         file.write_all_at(written, &[&zeros[..chunk]])?;
-        // Synced a chunk at a time: a shard's commit never waits behind more than one chunk
-        // of zeros in the device queue.
         file.sync_data()?;
         written += chunk as u64;
     }
-    Ok(path)
+    Ok(())
 }
 
 /// Turns a prepared file into the active segment `header`: writes and syncs its header,

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::ops::Range;
-use std::path::PathBuf;
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,10 +29,13 @@ use crate::read::ReadError;
 use crate::record::codec::{Chain, Header, HEADER_BYTES};
 use crate::record::{encode, Record};
 use crate::storage::renewals::Renewal;
-use crate::storage::{Persist, Place, Unprepared};
+use crate::storage::{NoRoom, Persist, Place, Purpose, Unprepared};
 use crate::stream::StreamSnapshot;
 
 mod compact;
+mod room;
+
+use room::{Plan, Spares};
 
 /// Chains whose levels are kept in memory (the rest are rebuilt from their tail when written).
 const CHAINS_CACHED_MAX: usize = 16_384;
@@ -46,6 +49,9 @@ pub struct WalPosition {
     pub active: Arc<Segment>,
     pub position: u64,
     pub next_lsn: u64,
+    /// The active segment is already sealed (recovery could not start a new one: the disk
+    /// is full): nothing is written before a new segment is prepared.
+    pub sealed: bool,
 }
 
 pub struct WalWriter {
@@ -57,7 +63,14 @@ pub struct WalWriter {
     active: Arc<Segment>,
     position: u64,
     next_lsn: u64,
-    spare: Option<Receiver<io::Result<PathBuf>>>,
+    /// Segments prepared ahead of need (`room`).
+    spares: Spares,
+    /// Where this batch's accepted ops will go (`room`).
+    plan: Plan,
+    /// The active segment is sealed: the next record goes to a new one.
+    sealed: bool,
+    /// The clock's time at the last reservation or commit (milliseconds).
+    now_ms: u64,
     /// The housekeeper's listing of a segment to compact, when one was asked for.
     survey: Option<Receiver<Vec<Resident>>>,
     /// A rotation happened since the last look for a segment to compact.
@@ -76,8 +89,9 @@ pub struct WalWriter {
     deleted: Vec<u64>,
     /// A segment was sealed since the last checkpoint.
     checkpoint_due: bool,
-    /// Where the last checkpoint resumes: segments below it may go once the next is written.
-    checkpoint_resume: u32,
+    /// Where the last durable checkpoint resumes: segments below it may go once the next
+    /// is durable (the housekeeper moves it on as checkpoints land).
+    durable_resume: Arc<AtomicU32>,
 }
 
 /// A piece of the current run: staged bytes, or a plain body written from its own buffer.
@@ -95,6 +109,7 @@ impl WalWriter {
         at: WalPosition,
         checkpoint_resume: u32,
     ) -> WalWriter {
+        let sealed = at.sealed;
         let source = WalSource { table: Arc::clone(&table) };
         let mut writer = WalWriter {
             files,
@@ -107,7 +122,10 @@ impl WalWriter {
             active: at.active,
             position: at.position,
             next_lsn: at.next_lsn,
-            spare: None,
+            spares: Spares::default(),
+            plan: Plan::default(),
+            sealed,
+            now_ms: 0,
             survey: None,
             compaction_due: false,
             chains: HashMap::new(),
@@ -117,23 +135,15 @@ impl WalWriter {
             added: BTreeMap::new(),
             deleted: Vec::new(),
             checkpoint_due: false,
-            checkpoint_resume,
+            durable_resume: Arc::new(AtomicU32::new(checkpoint_resume)),
         };
+        writer.reset_plan();
         writer.request_spare_when_due();
         writer
     }
 
     pub fn source(&self) -> WalSource {
         self.source.clone()
-    }
-
-    /// Asks the housekeeper for the next segment once the active one is half full.
-    fn request_spare_when_due(&mut self) {
-        if self.spare.is_none() && self.position > self.active.size() / 2 {
-            let ordinal = self.active.ordinal() + 1;
-            self.spare =
-                Some(self.housekeeper.prepare(self.files.dir.clone(), ordinal, self.files.segment_bytes));
-        }
     }
 
     /// Writes and syncs the run so far (the batch goes on).
@@ -229,8 +239,16 @@ impl WalWriter {
             return Err(io::Error::other("a record is larger than a segment can hold"));
         }
         self.write_run()?;
-        self.seal(time_ms)?;
+        if !self.sealed {
+            self.seal(time_ms)?;
+            self.sealed = true;
+        }
         self.rotate(time_ms)
+    }
+
+    /// Whether a record of `record_len` bytes fits the active segment without a rotation.
+    fn fits_active(&self, record_len: usize) -> bool {
+        !self.sealed && self.position + record_len as u64 + HEADER_BYTES as u64 <= self.active.size()
     }
 
     /// Writes the current run at its place in the active segment (no sync).
@@ -265,12 +283,7 @@ impl WalWriter {
     /// Makes the prepared segment active (preparing one now if it is not ready).
     fn rotate(&mut self, time_ms: u64) -> io::Result<()> {
         let ordinal = self.active.ordinal() + 1;
-        let prepared = match self.spare.take() {
-            Some(answer) => answer.recv().map_err(|_| io::Error::other("the housekeeper is gone"))??,
-            None => {
-                segment::prepare(self.files.vfs.as_ref(), &self.files.dir, ordinal, self.files.segment_bytes)?
-            }
-        };
+        let prepared = self.take_spare()?;
         let header = SegmentHeader {
             shard: self.files.shard,
             ordinal,
@@ -286,6 +299,7 @@ impl WalWriter {
         self.position = Segment::records_start();
         self.run_start = self.position;
         self.synced_to = self.position;
+        self.sealed = false;
         self.checkpoint_due = true;
         self.compaction_due = true;
         Ok(())
@@ -318,9 +332,9 @@ impl WalWriter {
             bytes: checkpoint.encode(),
             table: Arc::clone(&self.table),
             ledger: Arc::clone(&self.ledger),
-            remove_below: self.checkpoint_resume,
+            resume: checkpoint.resume_ordinal,
+            durable_resume: Arc::clone(&self.durable_resume),
         });
-        self.checkpoint_resume = checkpoint.resume_ordinal;
         self.checkpoint_due = false;
         if wait {
             self.housekeeper.flush();
@@ -335,6 +349,7 @@ impl Persist for WalWriter {
 
     fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> io::Result<()> {
         debug_assert!(self.parts.is_empty() && self.staging.is_empty());
+        self.now_ms = time_ms;
         self.run_start = self.position;
         for record in records {
             let place = self.stage(record, time_ms)?;
@@ -352,7 +367,12 @@ impl Persist for WalWriter {
             self.housekeeper.send(Task::Reclaim { source, ledger, tail });
         }
         halve_when_over(&mut self.chains, CHAINS_CACHED_MAX);
+        self.reset_plan();
         Ok(())
+    }
+
+    fn reserve(&mut self, bytes: u64, purpose: Purpose, now_ms: u64) -> Result<(), NoRoom> {
+        WalWriter::reserve(self, bytes, purpose, now_ms)
     }
 
     fn takes_checkpoints(&self) -> bool {

@@ -60,6 +60,8 @@ pub fn op_problem(error: OpError) -> Problem {
         }
         OpError::Unavailable => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "storage-unavailable", detail)
             .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("1")),
+        OpError::InsufficientStorage => Problem::new(StatusCode::INSUFFICIENT_STORAGE, "disk-full", detail)
+            .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("5")),
     }
 }
 

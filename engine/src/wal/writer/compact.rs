@@ -13,6 +13,7 @@
 //! least three quarters of a segment; copies share the mapped bytes of the originals, so
 //! nothing is copied in memory on the way to the write.
 
+use std::collections::BTreeMap;
 use std::io;
 
 use crossbeam_channel::TryRecvError;
@@ -22,8 +23,8 @@ use crate::chain::{find_index, hop, Levels, Node, NodeSource};
 use crate::record::codec::{self, flags, Chain, Header, MetaRef, HEADER_BYTES};
 use crate::storage::Place;
 use crate::wal::housekeeper::Task;
-use crate::wal::location;
 use crate::wal::source::Resident;
+use crate::wal::{location, split_location};
 
 /// A segment is compacted when less than this share of it (percent) is live.
 const LIVE_SHARE_MAX_PERCENT: u64 = 25;
@@ -47,8 +48,19 @@ impl WalWriter {
         };
         let mut levels = Levels::default();
         let last = locations.len() - 1;
+        let mut copied: BTreeMap<u32, u64> = BTreeMap::new();
         for (index, original) in locations.into_iter().enumerate() {
-            let at = self.stage_copy(original, &levels, index == last, time_ms)?;
+            let Some((at, len)) = self.stage_copy(original, &levels, index == last, time_ms)? else {
+                // No room for the rest (the disk is full): the copies so far are dead bytes
+                // (no MOVE_END), and the stream stays where it was.
+                for (ordinal, bytes) in copied {
+                    if let Some(added) = self.added.get_mut(&ordinal) {
+                        *added -= bytes;
+                    }
+                }
+                return Ok(Place { location: tail_location, n: tail.n });
+            };
+            *copied.entry(split_location(at).0).or_default() += len;
             if self.position - self.synced_to >= SYNC_RUN_BYTES_MAX {
                 self.sync_run()?;
             }
@@ -97,8 +109,16 @@ impl WalWriter {
         Some((tail, locations))
     }
 
-    /// Stages a copy of the record at `original` as the next record of the chain `levels`.
-    fn stage_copy(&mut self, original: u64, levels: &Levels, last: bool, time_ms: u64) -> io::Result<u64> {
+    /// Stages a copy of the record at `original` as the next record of the chain `levels`:
+    /// its location and length, or `None` when it needs a new segment that cannot be
+    /// prepared (a move is the last thing in its batch, so nothing planned needs the room).
+    fn stage_copy(
+        &mut self,
+        original: u64,
+        levels: &Levels,
+        last: bool,
+        time_ms: u64,
+    ) -> io::Result<Option<(u64, u64)>> {
         let (header, meta, data) = self
             .source
             .record(original)
@@ -117,6 +137,9 @@ impl WalWriter {
         self.meta.clear();
         codec::encode_meta(header.kind, meta_ref, &mut self.meta);
         let record_len = codec::align(HEADER_BYTES + self.meta.len() + data.len());
+        if !self.fits_active(record_len) && self.have_spares(1).is_err() {
+            return Ok(None);
+        }
         self.ensure_room(record_len, time_ms)?;
         let at = location(self.active.ordinal(), self.position);
         let copy = Header {
@@ -140,7 +163,7 @@ impl WalWriter {
         self.next_lsn += 1;
         self.position += record_len as u64;
         *self.added.entry(self.active.ordinal()).or_default() += record_len as u64;
-        Ok(at)
+        Ok(Some((at, record_len as u64)))
     }
 
     /// Streams to move out of a mostly-dead segment, once the housekeeper has listed them;
