@@ -62,7 +62,11 @@ enum Runners {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EngineStats {
     pub streams: usize,
+    /// Message bytes stored across all streams.
     pub stored_bytes: u64,
+    /// What all streams cost against `DS_LIMITS__MAX_MEMORY_BYTES` (their data, and the
+    /// charges of `crate::limits`).
+    pub charged_bytes: u64,
     pub live_streams: usize,
     /// Batches committed since start (each is one commit: one write and sync in disk modes).
     pub batches: u64,
@@ -91,7 +95,8 @@ impl Engine {
     pub fn start(config: EngineConfig) -> Result<Engine, EngineError> {
         config.validate()?;
         let OpenedStore { shards: opened, lock, housekeeper } = open::open(&config)?;
-        let budget = Arc::new(ByteBudget::new(config.limits.total_bytes_max));
+        let budget =
+            Arc::new(ByteBudget::with_streams_max(config.limits.total_bytes_max, config.limits.streams_max));
         let settings = ShardSettings {
             limits: config.limits,
             producer_idle_ms_max: (config.mode == StorageMode::Memory).then_some(PRODUCER_IDLE_MS_MAX),
@@ -193,7 +198,8 @@ impl Engine {
     pub fn stats(&self) -> EngineStats {
         EngineStats {
             streams: self.inner.shards.iter().map(|s| s.directory.len()).sum(),
-            stored_bytes: self.inner.budget.used(),
+            stored_bytes: self.inner.budget.stored(),
+            charged_bytes: self.inner.budget.used(),
             live_streams: self.inner.shards.iter().map(|s| s.live.len()).sum(),
             batches: self.inner.shards.iter().map(|s| s.counters.batches.load(Ordering::Relaxed)).sum(),
             ops: self.inner.shards.iter().map(|s| s.counters.ops.load(Ordering::Relaxed)).sum(),

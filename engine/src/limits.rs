@@ -1,9 +1,14 @@
-//! Stored-byte limits (per stream and across all streams), and the bound on cache maps.
+//! Limits on what clients can make the server hold, and the bound on cache maps.
 //!
-//! Every shard charges the bytes it stores to one shared [`ByteBudget`] and gives them back
-//! when a stream is deleted or expires. Charging is one atomic compare-and-swap loop, not a
-//! lock, and it happens on the shard thread before anything is written, so a refused append
-//! stores nothing.
+//! Every shard charges what a stream costs to one shared [`ByteBudget`] and gives it back
+//! when the stream is deleted or expires: the stream itself ([`STREAM_CHARGE_BYTES`] plus its
+//! name and content type), each append ([`APPEND_CHARGE_BYTES`] plus its data, producer id
+//! and `Stream-Seq`, which every disk mode writes into the append's record), and each
+//! producer it tracks ([`crate::producer::PRODUCER_CHARGE_BYTES`] plus its id). So the
+//! memory and log bytes a client can make the server hold stay within a small factor of
+//! `DS_LIMITS__MAX_MEMORY_BYTES`, however small its appends. The number of streams has its
+//! own cap. Charging is one atomic compare-and-swap loop, not a lock, and it happens on the
+//! shard thread before anything is written, so a refused op stores nothing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -11,30 +16,97 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const TOTAL_BYTES_MAX_DEFAULT: u64 = 104_857_600;
 /// The spec's default cap on bytes stored in one stream.
 pub const STREAM_BYTES_MAX_DEFAULT: u64 = 10_485_760;
+/// Default cap on the number of streams.
+pub const STREAMS_MAX_DEFAULT: u64 = 1_000_000;
+/// What a stream costs besides its name, its content type and its appends: its state in
+/// memory and in checkpoints.
+pub const STREAM_CHARGE_BYTES: u64 = 512;
+/// What an append costs besides its data, its producer id and its `Stream-Seq`: its record's
+/// header and chain in the disk modes, its message boundaries in memory.
+pub const APPEND_CHARGE_BYTES: u64 = 64;
 
-/// The byte limits of an engine.
+/// The limits of an engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
+    /// What all streams may cost together, in bytes (their data and the charges above).
     pub total_bytes_max: u64,
+    /// Message bytes one stream may hold.
     pub stream_bytes_max: u64,
+    /// Streams that may exist at once.
+    pub streams_max: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { total_bytes_max: TOTAL_BYTES_MAX_DEFAULT, stream_bytes_max: STREAM_BYTES_MAX_DEFAULT }
+        Limits {
+            total_bytes_max: TOTAL_BYTES_MAX_DEFAULT,
+            stream_bytes_max: STREAM_BYTES_MAX_DEFAULT,
+            streams_max: STREAMS_MAX_DEFAULT,
+        }
     }
 }
 
-/// Bytes stored across all streams, charged against a maximum.
+/// What a stream called `name` of `content_type` costs before any append.
+pub fn stream_charge(name: &str, content_type: &str) -> u64 {
+    STREAM_CHARGE_BYTES + name.len() as u64 + content_type.len() as u64
+}
+
+/// What streams cost across all shards, charged against a maximum, and how many there are.
 #[derive(Debug)]
 pub struct ByteBudget {
     used: AtomicU64,
     max: u64,
+    /// Message bytes stored (a part of `used`).
+    stored: AtomicU64,
+    streams: AtomicU64,
+    streams_max: u64,
 }
 
 impl ByteBudget {
     pub fn new(max: u64) -> ByteBudget {
-        ByteBudget { used: AtomicU64::new(0), max }
+        ByteBudget::with_streams_max(max, u64::MAX)
+    }
+
+    pub fn with_streams_max(max: u64, streams_max: u64) -> ByteBudget {
+        ByteBudget {
+            used: AtomicU64::new(0),
+            max,
+            stored: AtomicU64::new(0),
+            streams: AtomicU64::new(0),
+            streams_max,
+        }
+    }
+
+    /// Counts one more stream; refuses when there are as many as may be.
+    pub fn try_add_stream(&self) -> bool {
+        self.streams
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |count| {
+                (count < self.streams_max).then_some(count + 1)
+            })
+            .is_ok()
+    }
+
+    /// Counts a stream that exists whatever the cap (recovered).
+    pub fn add_stream_unchecked(&self) {
+        self.streams.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn remove_stream(&self) {
+        let before = self.streams.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "removed more streams than were counted");
+    }
+
+    /// Notes message bytes stored (`true`) or dropped (`false`); they are charged apart.
+    pub fn note_stored(&self, bytes: u64, stored: bool) {
+        match stored {
+            true => self.stored.fetch_add(bytes, Ordering::Relaxed),
+            false => self.stored.fetch_sub(bytes, Ordering::Relaxed),
+        };
+    }
+
+    /// Message bytes stored across all streams.
+    pub fn stored(&self) -> u64 {
+        self.stored.load(Ordering::Relaxed)
     }
 
     /// Charges `bytes`; refuses (charging nothing) when the total would pass the maximum.

@@ -110,6 +110,8 @@ pub enum OpError {
     Unavailable,
     /// The disk is full: writes are refused until space comes back (reads go on).
     InsufficientStorage,
+    /// As many streams exist as may (`DS_LIMITS__MAX_STREAMS`).
+    TooManyStreams,
 }
 
 impl std::fmt::Display for OpError {
@@ -142,6 +144,7 @@ impl std::fmt::Display for OpError {
             OpError::InsufficientStorage => {
                 f.write_str("the disk is full: writes are refused until space comes back (reads go on)")
             }
+            OpError::TooManyStreams => f.write_str("the server holds as many streams as it may"),
         }
     }
 }

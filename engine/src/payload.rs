@@ -174,6 +174,9 @@ pub fn stored_json_message_ends(stored: &[u8]) -> Vec<usize> {
 fn json_spans(body: &[u8]) -> Result<Vec<Span>, JsonError> {
     let value: &RawValue = serde_json::from_slice(body).map_err(|_| JsonError::Invalid)?;
     let text = value.get();
+    if has_lone_surrogate(text.as_bytes()) {
+        return Err(JsonError::Invalid);
+    }
     if !text.starts_with('[') {
         return Ok(vec![span_of(body, text)]);
     }
@@ -182,6 +185,39 @@ fn json_spans(body: &[u8]) -> Result<Vec<Span>, JsonError> {
         return Err(JsonError::TooManyMessages);
     }
     Ok(elements.iter().map(|element| span_of(body, element.get())).collect())
+}
+
+/// Whether a `\u` escape in a string of the (well-formed) JSON `text` names half of a
+/// surrogate pair without the other half: text no strict parser accepts, and no UTF-8.
+fn has_lone_surrogate(text: &[u8]) -> bool {
+    let unit = |at: usize| {
+        let hex = text.get(at..at + 4)?;
+        u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+    };
+    let (mut index, mut in_string) = (0, false);
+    while index < text.len() {
+        match (text[index], in_string) {
+            (b'"', _) => in_string = !in_string,
+            (b'\\', true) if text.get(index + 1) == Some(&b'u') => {
+                let Some(first) = unit(index + 2) else { return true };
+                index += 5;
+                if (0xDC00..=0xDFFF).contains(&first) {
+                    return true;
+                }
+                if (0xD800..=0xDBFF).contains(&first) {
+                    let pair = text.get(index + 1..index + 3) == Some(b"\\u");
+                    if !pair || !unit(index + 3).is_some_and(|second| (0xDC00..=0xDFFF).contains(&second)) {
+                        return true;
+                    }
+                    index += 6;
+                }
+            }
+            (b'\\', true) => index += 1,
+            _ => {}
+        }
+        index += 1;
+    }
+    false
 }
 
 /// The position of `part` (a sub-slice of `whole`) inside `whole`.
@@ -263,5 +299,16 @@ mod tests {
         assert_eq!(payload.stored_len(), 4);
         assert_eq!(payload.stored_bytes(), b"a,b\n");
         assert!(Payload::raw(Bytes::new()).is_empty());
+    }
+
+    #[test]
+    fn lone_surrogates_are_refused_and_pairs_kept() {
+        for bad in [r#""\ud800""#, r#"["\udc00"]"#, r#"{"a":"x\ud83dy"}"#, r#""\ud83d\u0041""#, r#""\uDFFF""#]
+        {
+            assert_eq!(stored(bad, false).err(), Some(JsonError::Invalid), "{bad}");
+        }
+        for good in [r#""\ud83d\ude00""#, r#""\u00e9 \\ud800""#, r#"{"\ud83d\ude00":1}"#, r#""\\\"\u0041""#] {
+            assert!(stored(good, false).is_ok(), "{good}");
+        }
     }
 }

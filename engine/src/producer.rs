@@ -13,6 +13,14 @@ pub const PRODUCER_NUMBER_MAX: u64 = (1 << 53) - 1;
 pub const PRODUCER_ID_BYTES_MAX: usize = 256;
 /// How long memory mode keeps a producer nobody used.
 pub const PRODUCER_IDLE_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
+/// What a producer a stream tracks costs besides its id: its state in memory and in
+/// checkpoints (charged to the byte budget, see `crate::limits`).
+pub const PRODUCER_CHARGE_BYTES: u64 = 96;
+
+/// What tracking the producer `id` costs.
+pub fn producer_charge(id: &str) -> u64 {
+    PRODUCER_CHARGE_BYTES + id.len() as u64
+}
 
 /// The producer tag of one request.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -115,23 +123,26 @@ impl ProducerTable {
     }
 
     /// Forgets producers idle longer than `idle_ms_max`; returns how many were dropped.
-    pub fn prune(&mut self, now_ms: u64, idle_ms_max: u64) -> usize {
+    pub fn prune(&mut self, now_ms: u64, idle_ms_max: u64) -> u64 {
         let Some(producers) = self.producers.as_mut() else {
             return 0;
         };
-        let before = producers.by_id.len();
-        producers.by_id.retain(|_, state| now_ms.saturating_sub(state.last_used_ms) <= idle_ms_max);
+        let mut released = 0;
+        producers.by_id.retain(|id, state| {
+            let keep = now_ms.saturating_sub(state.last_used_ms) <= idle_ms_max;
+            released += if keep { 0 } else { producer_charge(id) };
+            keep
+        });
         producers.pruned_ms = now_ms;
-        let dropped = before - producers.by_id.len();
         if producers.by_id.is_empty() {
             self.producers = None;
         }
-        dropped
+        released
     }
 
     /// Prunes like [`ProducerTable::prune`] unless the table was checked less than
     /// [`PRUNE_INTERVAL_MS`] ago (so the cost stays amortised over many requests).
-    pub fn prune_if_due(&mut self, now_ms: u64, idle_ms_max: u64) -> usize {
+    pub fn prune_if_due(&mut self, now_ms: u64, idle_ms_max: u64) -> u64 {
         match &self.producers {
             Some(producers) if now_ms.saturating_sub(producers.pruned_ms) >= PRUNE_INTERVAL_MS => {
                 self.prune(now_ms, idle_ms_max)
@@ -182,10 +193,10 @@ mod tests {
         let tag = ProducerTag { id: "b".into(), epoch: 4, seq: 1 };
         assert_eq!(table.decide(&tag, 1000), accepted_at(4, 1, 1000));
         assert_eq!(table.get("a").unwrap().last_seq, 1);
-        assert_eq!(table.prune(1000, 500), 1);
+        assert_eq!(table.prune(1000, 500), producer_charge("a"), "what the pruned producer cost");
         assert!(table.get("a").is_none());
         assert_eq!(table.len(), 1);
-        assert_eq!(table.prune(10_000, 500), 1);
+        assert_eq!(table.prune(10_000, 500), producer_charge("b"));
         assert!(table.is_empty());
     }
 
@@ -194,7 +205,7 @@ mod tests {
         let mut table = ProducerTable::default();
         table.insert("old", ProducerState { epoch: 0, last_seq: 0, last_used_ms: 0 });
         assert_eq!(table.prune_if_due(PRUNE_INTERVAL_MS - 1, 10), 0, "checked too recently");
-        assert_eq!(table.prune_if_due(PRUNE_INTERVAL_MS, 10), 1);
+        assert_eq!(table.prune_if_due(PRUNE_INTERVAL_MS, 10), producer_charge("old"));
         assert!(table.is_empty());
     }
 

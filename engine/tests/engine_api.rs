@@ -2,7 +2,8 @@
 //! manual clock so nothing here sleeps to let time pass.
 
 use bytes::Bytes;
-use ds_engine::limits::Limits;
+use ds_engine::limits::{stream_charge, Limits, APPEND_CHARGE_BYTES};
+use ds_engine::producer::producer_charge;
 use ds_engine::time::Clock;
 use ds_engine::{
     AppendKind, AppendRequest, ContentType, CreateRequest, Engine, EngineConfig, Offset, OpError, Payload,
@@ -213,7 +214,12 @@ async fn stream_seq_must_increase_bytewise() {
 #[tokio::test]
 async fn byte_limits_refuse_without_storing() {
     let clock = Clock::manual(T0);
-    let engine = engine_with(Limits { total_bytes_max: 10, stream_bytes_max: 6 }, &clock);
+    // Two streams, appends of 5 and 4 bytes (each an append's charge more), and 65 to spare:
+    // one more append of 2 bytes costs 66.
+    let appends = (5 + APPEND_CHARGE_BYTES) + (4 + APPEND_CHARGE_BYTES);
+    let total_bytes_max = 2 * stream_charge("a", "text/plain") + appends + 65;
+    let limits = Limits { total_bytes_max, stream_bytes_max: 6, ..Limits::default() };
+    let engine = engine_with(limits, &clock);
     engine.create(create_request("a", config("text/plain"))).await.unwrap();
     engine.create(create_request("b", config("text/plain"))).await.unwrap();
     engine.append(append_request("a", "12345")).await.unwrap();
@@ -226,6 +232,31 @@ async fn byte_limits_refuse_without_storing() {
     let too_big = CreateRequest { initial: text("1234567"), ..create_request("c", config("text/plain")) };
     assert_eq!(engine.create(too_big).await.err(), Some(OpError::StreamFull));
     assert!(engine.open(&name("c")).is_none());
+    assert_eq!(engine.stats().stored_bytes, 6, "the data of what is stored");
+}
+
+#[tokio::test]
+async fn streams_and_producers_are_charged_and_counted() {
+    let clock = Clock::manual(T0);
+    let limits = Limits { streams_max: 2, ..Limits::default() };
+    let engine = engine_with(limits, &clock);
+    engine.create(create_request("a", config("text/plain"))).await.unwrap();
+    engine.create(create_request("b", config("text/plain"))).await.unwrap();
+    let third = engine.create(create_request("c", config("text/plain"))).await;
+    assert_eq!(third.err(), Some(OpError::TooManyStreams));
+    engine.create(create_request("a", config("text/plain"))).await.expect("an existing stream is no new one");
+    let before = engine.stats().charged_bytes;
+    let id = "p".repeat(200);
+    let tagged = AppendRequest {
+        producer: Some(ProducerTag { id: id.as_str().into(), epoch: 0, seq: 0 }),
+        ..append_request("a", "x")
+    };
+    engine.append(tagged).await.unwrap();
+    let expected = 1 + APPEND_CHARGE_BYTES + (2 + 200 + 16) + producer_charge(&id);
+    assert_eq!(engine.stats().charged_bytes - before, expected, "data, the record's meta and the producer");
+    engine.delete(name("a")).await.unwrap();
+    engine.create(create_request("c", config("text/plain"))).await.expect("a deleted stream frees its place");
+    assert_eq!(engine.stats().charged_bytes, 2 * stream_charge("b", "text/plain"));
 }
 
 #[tokio::test]

@@ -28,7 +28,7 @@ fn config(mode: StorageMode, disk: &SimVfs) -> EngineConfig {
         mode,
         data_dir: PathBuf::from("/srv/data"),
         shard_count: 2,
-        limits: Limits { total_bytes_max: 1 << 20, stream_bytes_max: 4096 },
+        limits: Limits { total_bytes_max: 1 << 20, stream_bytes_max: 4096, ..Limits::default() },
         segment_bytes: 64 * 1024,
         io_error_policy: IoErrorPolicy::Fail,
         threading: Threading::Manual,

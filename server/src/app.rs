@@ -8,6 +8,7 @@ use ds_engine::Engine;
 
 use crate::config::Config;
 use crate::http::cors::CorsPolicy;
+use crate::http::request_body::{BodyBudget, BodyRules};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
@@ -17,8 +18,9 @@ pub struct App {
     pub long_poll_timeout: Duration,
     pub sse_idle_close: Option<Duration>,
     pub read_bytes_max: usize,
-    /// Largest request body accepted (a larger one could never be stored).
-    pub body_bytes_max: u64,
+    /// How request bodies are read: their largest size (a larger one could never be stored),
+    /// how long one may stall, and the bytes all of them may hold at once.
+    pub body: BodyRules,
     pub cors: CorsPolicy,
     /// `http` or `https`, for `Location` headers.
     pub scheme: &'static str,
@@ -33,7 +35,11 @@ pub struct App {
 impl App {
     pub fn new(engine: Engine, config: &Config) -> App {
         App {
-            body_bytes_max: config.engine.limits.stream_bytes_max,
+            body: BodyRules {
+                bytes_max: config.engine.limits.stream_bytes_max,
+                timeout: config.body_timeout,
+                budget: Arc::new(BodyBudget::new(config.body_buffer_bytes_max)),
+            },
             engine,
             long_poll_timeout: config.long_poll_timeout,
             sse_idle_close: config.sse_idle_close,

@@ -34,9 +34,20 @@ pub struct Args {
     /// Allowed CORS origins, comma-separated, or *
     #[arg(long, env = "DS_HTTP__CORS_ORIGINS", default_value = "*")]
     pub cors_origins: String,
-    /// Most bytes stored across all streams (413 past it)
+    /// Most bytes all streams may cost together: their data, plus 512 per stream, 64 per
+    /// append and 96 per producer, with their names, ids and Stream-Seq (413 past it)
     #[arg(long, env = "DS_LIMITS__MAX_MEMORY_BYTES", default_value = "104857600")]
     pub max_memory_bytes: String,
+    /// Most streams that may exist at once (507 for a create past it)
+    #[arg(long, env = "DS_LIMITS__MAX_STREAMS", default_value = "1000000")]
+    pub max_streams: String,
+    /// Most request body bytes held in memory across all connections at once (503 with
+    /// Retry-After for a body that would pass it)
+    #[arg(long, env = "DS_LIMITS__MAX_BODY_BUFFER_BYTES", default_value = "268435456")]
+    pub max_body_buffer_bytes: String,
+    /// Seconds a request body may go without a byte arriving before it is cut (408)
+    #[arg(long, env = "DS_SERVER__BODY_TIMEOUT_SECS", default_value = "30")]
+    pub body_timeout_secs: String,
     /// Most bytes stored in one stream (413 past it)
     #[arg(long, env = "DS_LIMITS__MAX_STREAM_BYTES", default_value = "10485760")]
     pub max_stream_bytes: String,
@@ -82,6 +93,10 @@ pub struct Config {
     pub read_bytes_max: usize,
     pub connections_max: usize,
     pub write_stall_timeout: Duration,
+    /// Request body bytes held across all connections at once.
+    pub body_buffer_bytes_max: u64,
+    /// How long a request body may go without a byte arriving.
+    pub body_timeout: Duration,
     /// Certificate chain and key files: serve HTTPS.
     pub tls: Option<TlsFiles>,
     pub engine: EngineConfig,
@@ -144,6 +159,10 @@ impl Args {
         let cors = CorsPolicy::parse(&self.cors_origins)
             .map_err(|why| ConfigError(format!("DS_HTTP__CORS_ORIGINS: {why}")))?;
         let total_bytes_max = number("DS_LIMITS__MAX_MEMORY_BYTES", &self.max_memory_bytes, 1, u64::MAX)?;
+        let streams_max = number("DS_LIMITS__MAX_STREAMS", &self.max_streams, 1, u64::MAX)?;
+        let body_buffer_bytes_max =
+            number("DS_LIMITS__MAX_BODY_BUFFER_BYTES", &self.max_body_buffer_bytes, 1024, u64::MAX)?;
+        let body_timeout_secs = number("DS_SERVER__BODY_TIMEOUT_SECS", &self.body_timeout_secs, 1, 3600)?;
         let stream_bytes_max =
             number("DS_LIMITS__MAX_STREAM_BYTES", &self.max_stream_bytes, 1, u32::MAX.into())?;
         let read_bytes_max =
@@ -185,7 +204,7 @@ impl Args {
             mode,
             data_dir: self.data_dir,
             shard_count,
-            limits: Limits { total_bytes_max, stream_bytes_max },
+            limits: Limits { total_bytes_max, stream_bytes_max, streams_max },
             segment_bytes,
             ..EngineConfig::default()
         };
@@ -198,6 +217,8 @@ impl Args {
             read_bytes_max,
             connections_max,
             write_stall_timeout: Duration::from_secs(write_stall_secs),
+            body_buffer_bytes_max,
+            body_timeout: Duration::from_secs(body_timeout_secs),
             tls,
             engine,
         })

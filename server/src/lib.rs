@@ -5,8 +5,8 @@
 //! - [`config`]: every `DS_*` variable as a flag, checked into a [`config::Config`].
 //! - [`serve`]: the accept loop (hyper HTTP/1.1 connections, the connection limit, TLS
 //!   handshakes via [`tls`], write stalls via [`stall`], small writes joined by [`coalesce`],
-//!   graceful shutdown); [`socket_link`] shares a plain TCP socket between hyper and the
-//!   SSE fan-out.
+//!   hyper's own error answers made problem documents by [`canned`], graceful shutdown);
+//!   [`socket_link`] shares a plain TCP socket between hyper and the SSE fan-out.
 //! - [`router`]: path and method to route; the headers every response carries; metrics and
 //!   the [`access_log`] line of each request.
 //! - [`routes`]: one module per endpoint (create, append, read, head, delete, health,
@@ -14,7 +14,8 @@
 //! - [`live`]: long-poll and SSE reads, the per-stream SSE fan-out, the SSE wire format,
 //!   stream cursors.
 //! - [`http`]: bodies, problems, header and query parsing, CORS.
-//! - [`app`], [`metrics`] and [`shutdown`]: state shared by all requests.
+//! - [`app`], [`metrics`] and [`shutdown`]: state shared by all requests; [`descriptors`]:
+//!   the open-file limit raised and checked at start.
 //! - [`log_writer`]: where log lines go (access lines gathered per worker turn).
 //!
 //! # How a request flows
@@ -27,8 +28,10 @@
 
 pub mod access_log;
 pub mod app;
+pub mod canned;
 pub mod coalesce;
 pub mod config;
+pub mod descriptors;
 pub mod http;
 pub mod live;
 pub mod log_writer;
@@ -53,6 +56,7 @@ use crate::config::Config;
 /// Why the server could not run.
 #[derive(Debug)]
 pub enum RunError {
+    Descriptors(String),
     Engine(ds_engine::EngineError),
     Bind(SocketAddr, std::io::Error),
     Tls(tls::TlsError),
@@ -61,6 +65,7 @@ pub enum RunError {
 impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            RunError::Descriptors(why) => write!(f, "not enough file descriptors: {why}"),
             RunError::Engine(error) => write!(f, "cannot start the engine: {error}"),
             RunError::Bind(address, error) => write!(f, "cannot listen on {address}: {error}"),
             RunError::Tls(error) => write!(f, "cannot set up TLS: {error}"),
@@ -73,6 +78,8 @@ impl std::error::Error for RunError {}
 /// Runs the server until SIGINT or SIGTERM, then shuts down gracefully.
 pub async fn run(config: Config) -> Result<(), RunError> {
     let tls = config.tls.as_ref().map(tls::acceptor).transpose().map_err(RunError::Tls)?;
+    let descriptors = descriptors::prepare(&config).map_err(RunError::Descriptors)?;
+    tracing::debug!(descriptors, "file descriptors the configuration needs at most");
     let engine = Engine::start(config.engine.clone()).map_err(RunError::Engine)?;
     let address = SocketAddr::new(config.host, config.port);
     let listener = TcpListener::bind(address).await.map_err(|error| RunError::Bind(address, error))?;

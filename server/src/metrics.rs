@@ -230,6 +230,13 @@ fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], 
     single(out, "ds_stored_bytes", "gauge", "Message bytes stored across all streams.", engine.stored_bytes);
     single(
         out,
+        "ds_charged_bytes",
+        "gauge",
+        "What all streams cost against DS_LIMITS__MAX_MEMORY_BYTES (data and per-stream, per-append, per-producer charges).",
+        engine.charged_bytes,
+    );
+    single(
+        out,
         "ds_damaged_streams",
         "gauge",
         "Streams whose stored data is damaged (served up to the damage, refusing writes).",

@@ -49,7 +49,14 @@ async fn handle_route(
     // A worker kept busy never goes idle to ring the shards it held rings back for.
     ds_engine::wake_batch::ring_overdue();
     let origin = request.headers().get(ORIGIN).cloned();
-    let access = AccessRecord::begin(&request);
+    if let Some(problem) = oversized_head(&request) {
+        let mut response = problem.into_response();
+        finish(&mut response, &app.cors, origin.as_ref());
+        app.metrics.request(label, response.status().as_u16());
+        return Ok(response);
+    }
+    let mut answer =
+        Unanswered { app: Arc::clone(&app), label, access: AccessRecord::begin(&request), answered: false };
     let mut response = route(&app, label, request, link).await.unwrap_or_else(Problem::into_response);
     finish(&mut response, &app.cors, origin.as_ref());
     let status = response.status().as_u16();
@@ -58,10 +65,56 @@ async fn handle_route(
     if matches!(label, Route::Read | Route::LongPoll) && response.status().is_success() {
         Metrics::add(&app.metrics.read_bytes, bytes.unwrap_or(0));
     }
-    if let Some(access) = access {
+    answer.answered = true;
+    if let Some(access) = answer.access.take() {
         access.finish(status, bytes);
     }
     Ok(response)
+}
+
+/// Longest request target (path and query) served, in bytes: a stream name of 1024 bytes
+/// fully percent-encoded and a read's parameters fit well inside.
+pub const URI_BYTES_MAX: usize = 8 * 1024;
+
+/// 414 for a request target past [`URI_BYTES_MAX`], 431 for a head past `HEAD_BYTES_MAX`.
+fn oversized_head(request: &Request<Incoming>) -> Option<Problem> {
+    let uri_bytes = request.uri().path_and_query().map_or(0, |target| target.as_str().len());
+    if uri_bytes > URI_BYTES_MAX {
+        let detail = format!("the request target is longer than {URI_BYTES_MAX} bytes");
+        return Some(Problem::new(StatusCode::URI_TOO_LONG, "uri-too-long", detail));
+    }
+    let header_bytes: usize =
+        request.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    if uri_bytes + header_bytes > crate::serve::HEAD_BYTES_MAX {
+        let detail = format!("the request head is larger than {} bytes", crate::serve::HEAD_BYTES_MAX);
+        return Some(Problem::new(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "head-too-large", detail));
+    }
+    None
+}
+
+/// What the client closed the connection before its answer is counted and logged as (the
+/// code nginx gives it).
+pub const CLIENT_CLOSED: u16 = 499;
+
+/// A request not answered yet: if the client goes away first (hyper drops the request's
+/// future), it is still counted and logged, as [`CLIENT_CLOSED`].
+struct Unanswered {
+    app: Arc<App>,
+    label: Route,
+    access: Option<AccessRecord>,
+    answered: bool,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        self.app.metrics.request(self.label, CLIENT_CLOSED);
+        if let Some(access) = self.access.take() {
+            access.finish(CLIENT_CLOSED, None);
+        }
+    }
 }
 
 /// Which route serves a request, by path and method (live reads told apart by their `live`
@@ -80,10 +133,11 @@ fn route_label(method: &Method, uri: &Uri) -> Route {
         Method::DELETE => Route::Delete,
         Method::OPTIONS => Route::Preflight,
         Method::GET => {
-            let live = uri.query().unwrap_or("").split('&').find_map(|pair| pair.strip_prefix("live="));
-            match live {
-                Some("sse") => Route::Sse,
-                Some("long-poll") => Route::LongPoll,
+            let mut live = uri.query().unwrap_or("").split('&').filter_map(|pair| pair.strip_prefix("live="));
+            // A repeated `live` is refused by the read route, and counted as a plain read.
+            match (live.next(), live.next()) {
+                (Some("sse"), None) => Route::Sse,
+                (Some("long-poll"), None) => Route::LongPoll,
                 _ => Route::Read,
             }
         }

@@ -26,13 +26,16 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::app::App;
+use crate::canned::Canned;
 use crate::coalesce::Coalesced;
 use crate::metrics::ErrorKind;
 use crate::router;
 use crate::socket_link::{LinkedSocket, SocketLink};
 use crate::stall::StallGuard;
 
-/// Largest request head (request line and headers) accepted, in bytes.
+/// Largest request head (request line and headers) accepted, in bytes (`router` answers
+/// 431 past it; hyper reads heads up to twice as large, so that a long URI is told apart
+/// and answered 414, and gives up on anything larger with 431).
 pub const HEAD_BYTES_MAX: usize = 64 * 1024;
 /// Most request headers accepted is hyper's default, 100 (more is refused with 431).
 /// How long a client may take to send a request head.
@@ -134,18 +137,41 @@ async fn serve_http<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let io = StallGuard::new(Coalesced::new(io), app.write_stall_timeout, Arc::clone(&app.metrics));
+    let io = Canned::new(io);
     let service_app = Arc::clone(app);
     let service = service_fn(move |request| router::handle(Arc::clone(&service_app), request, &link));
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .keep_alive(true)
-        .max_header_size(HEAD_BYTES_MAX)
+        .max_header_size(2 * HEAD_BYTES_MAX)
+        .max_buf_size(2 * HEAD_BYTES_MAX)
         .header_read_timeout(HEAD_READ_TIMEOUT)
         .serve_connection(TokioIo::new(io), service);
-    if let Err(error) = watcher.watch(connection).await {
-        app.metrics.error(ErrorKind::Connection);
-        tracing::debug!(%error, %peer, "connection ended with an error");
+    match watcher.watch(connection).await {
+        Ok(()) => {}
+        // A client hanging up (an SSE or long-poll reader leaving, say) is no error.
+        Err(error) if client_went_away(&error) => tracing::debug!(%error, %peer, "client went away"),
+        Err(error) => {
+            app.metrics.error(ErrorKind::Connection);
+            tracing::debug!(%error, %peer, "connection ended with an error");
+        }
     }
+}
+
+/// Whether a connection's error only says the client closed it.
+fn client_went_away(error: &hyper::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    if error.is_incomplete_message() || error.is_canceled() || error.is_closed() {
+        return true;
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return matches!(io.kind(), BrokenPipe | ConnectionReset | ConnectionAborted | UnexpectedEof);
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// Answers 503 without reading the request, then closes after the client's request bytes

@@ -75,7 +75,7 @@ fn engine_dir(mode: StorageMode) -> DataDir {
         data_dir: dir.path().to_path_buf(),
         shard_count: 2,
         segment_bytes: 1 << 20,
-        limits: Limits { total_bytes_max: 1 << 30, stream_bytes_max: 512 << 10 },
+        limits: Limits { total_bytes_max: 1 << 30, stream_bytes_max: 512 << 10, ..Limits::default() },
         ..EngineConfig::default()
     })
     .expect("engine starts");

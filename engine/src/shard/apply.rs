@@ -8,9 +8,11 @@
 
 use std::sync::Arc;
 
+use crate::limits::{stream_charge, APPEND_CHARGE_BYTES};
 use crate::offset::Offset;
 use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
 use crate::payload::Payload;
+use crate::producer::producer_charge;
 use crate::producer::Decision;
 use crate::record::codec::HEADER_BYTES;
 use crate::record::encode::record_bytes_max;
@@ -73,7 +75,12 @@ impl Shard {
         let meta_bytes =
             2 + request.name.as_str().len() + 2 + request.config.content_type.as_str().len() + 16;
         self.room(batch, record_bytes_max(meta_bytes, initial_bytes), Purpose::Write)?;
-        self.charge(0, initial_bytes)?;
+        if !self.budget.try_add_stream() {
+            return Err(OpError::TooManyStreams);
+        }
+        let extra = stream_charge(request.name.as_str(), request.config.content_type.as_str())
+            + if initial.is_some() { APPEND_CHARGE_BYTES } else { 0 };
+        let charged = self.charge(0, initial_bytes, extra).inspect_err(|_| self.budget.remove_stream())?;
 
         let mut config = request.config;
         self.share_content_type(&mut config.content_type);
@@ -87,6 +94,7 @@ impl Shard {
                 state.writer.tail = Offset::ZERO.advance(payload.message_count(), payload.stored_len());
             }
             state.writer.closed = request.closed;
+            state.writer.charged = charged;
             mark_touched(batch, &stream, &mut state);
             state.writer.tail
         };
@@ -120,7 +128,8 @@ impl Shard {
         let mut state = stream.write_state();
         stream.touch(batch.now_ms);
         if let (Some(_), Some(idle_ms_max)) = (&request.producer, self.settings.producer_idle_ms_max) {
-            state.writer.producers.prune_if_due(batch.now_ms, idle_ms_max);
+            let released = state.writer.producers.prune_if_due(batch.now_ms, idle_ms_max);
+            self.release_charge(&mut state, released);
         }
 
         let decision = request.producer.as_ref().map(|tag| state.writer.producers.decide(tag, batch.now_ms));
@@ -161,7 +170,12 @@ impl Shard {
         let producer_bytes = request.producer.as_ref().map_or(0, |tag| 2 + tag.id.len() + 16);
         let seq_bytes = request.stream_seq.as_ref().map_or(0, |seq| 2 + seq.len());
         self.room(batch, record_bytes_max(producer_bytes + seq_bytes, stored_bytes), Purpose::Write)?;
-        self.charge(state.writer.tail.bytes, stored_bytes)?;
+        let new_producer =
+            request.producer.as_ref().filter(|tag| state.writer.producers.get(&tag.id).is_none());
+        let extra = APPEND_CHARGE_BYTES
+            + (producer_bytes + seq_bytes) as u64
+            + new_producer.map_or(0, |tag| producer_charge(&tag.id));
+        state.writer.charged += self.charge(state.writer.tail.bytes, stored_bytes, extra)?;
 
         // Everything is decided: apply (the data itself is published after the commit).
         let offset = state.writer.tail;
@@ -239,26 +253,27 @@ impl Shard {
             return Ok(());
         }
         if let Some(idle_ms_max) = self.settings.producer_idle_ms_max {
-            producers.prune(now_ms, idle_ms_max);
+            let released = producers.prune(now_ms, idle_ms_max);
+            self.release_charge(state, released);
         }
-        match producers.len() < PRODUCERS_PER_STREAM_MAX {
+        match state.writer.producers.len() < PRODUCERS_PER_STREAM_MAX {
             true => Ok(()),
             false => Err(OpError::TooManyProducers),
         }
     }
 
-    /// Charges `adding` bytes to a stream holding `stream_bytes` and to the shared budget.
-    fn charge(&self, stream_bytes: u64, adding: u64) -> Result<(), OpError> {
-        if adding == 0 {
-            return Ok(());
-        }
-        if stream_bytes.saturating_add(adding) > self.settings.limits.stream_bytes_max {
+    /// Charges `data` message bytes to a stream holding `stream_bytes` (its own limit) and
+    /// `data + extra` to the shared budget; the budget charge, when it went through.
+    fn charge(&self, stream_bytes: u64, data: u64, extra: u64) -> Result<u64, OpError> {
+        if stream_bytes.saturating_add(data) > self.settings.limits.stream_bytes_max {
             return Err(OpError::StreamFull);
         }
-        if !self.budget.try_charge(adding) {
+        let charge = data.saturating_add(extra);
+        if !self.budget.try_charge(charge) {
             return Err(OpError::MemoryFull);
         }
-        Ok(())
+        self.budget.note_stored(data, true);
+        Ok(charge)
     }
 
     /// The stream called `name` as of this batch (published or created in it).
@@ -300,6 +315,13 @@ impl Shard {
         batch.owners.push(stream);
     }
 
+    /// Gives back `bytes` a stream had charged (of producers it forgot).
+    fn release_charge(&self, state: &mut StreamState, bytes: u64) {
+        debug_assert!(state.writer.charged >= bytes, "a stream gives back what it charged");
+        state.writer.charged -= bytes;
+        self.budget.release(bytes);
+    }
+
     /// Room for one more record of at most `bytes` in this batch, as an op's answer.
     fn room(&mut self, batch: &Batch, bytes: u64, purpose: Purpose) -> Result<(), OpError> {
         self.persist.reserve(bytes, purpose, batch.now_ms).map_err(|no_room| match no_room {
@@ -315,7 +337,9 @@ impl Shard {
         let mut state = stream.write_state();
         debug_assert!(!state.writer.gone, "a stream is removed once");
         state.writer.gone = true;
-        self.budget.release(state.writer.tail.bytes);
+        self.budget.release(state.writer.charged);
+        self.budget.note_stored(state.writer.tail.bytes, false);
+        self.budget.remove_stream();
         if stream.damage().is_some() {
             self.shared.counters.damage.damaged_streams.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         }

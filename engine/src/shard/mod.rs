@@ -30,9 +30,10 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 use crate::config::IoErrorPolicy;
 use crate::content_type::ContentType;
 use crate::histogram::Histogram;
-use crate::limits::{ByteBudget, Limits};
+use crate::limits::{stream_charge, ByteBudget, Limits, APPEND_CHARGE_BYTES};
 use crate::live::LiveRegistry;
 use crate::op::{AppendOutcome, CreateOutcome, Op, OpError, Reply};
+use crate::producer::producer_charge;
 use crate::record::Record;
 use crate::storage::open::OpenedShard;
 use crate::storage::{LogStore, Persist, Place};
@@ -216,15 +217,21 @@ impl Shard {
         (shard, shared)
     }
 
-    /// Makes recovered streams readable and writable, charging their bytes to the budget.
+    /// Makes recovered streams readable and writable, charging them to the budget (what
+    /// they were charged when written, as near as a snapshot tells: the appends' producer
+    /// ids and `Stream-Seq`s are not in it).
     fn install(&mut self, streams: Vec<StreamSnapshot>) {
         let mut overlay = Overlay::default();
         for snapshot in streams {
-            self.budget.charge_unchecked(snapshot.tail.bytes);
+            let charged = recovered_charge(&snapshot);
+            self.budget.charge_unchecked(charged);
+            self.budget.note_stored(snapshot.tail.bytes, true);
+            self.budget.add_stream_unchecked();
             self.stream_id_next = self.stream_id_next.max(snapshot.id + 1);
             let mut config = snapshot.config.clone();
             self.share_content_type(&mut config.content_type);
             let stream = Arc::new(Stream::from_snapshot(StreamSnapshot { config, ..snapshot }));
+            stream.write_state().writer.charged = charged;
             if let Some(damage) = stream.damage() {
                 tracing::error!(
                     stream = %stream.name,
@@ -348,6 +355,16 @@ impl Shard {
             self.content_types.push(content_type.clone());
         }
     }
+}
+
+/// What a recovered stream is charged: itself, its data, an append per record of its chain,
+/// and its producers.
+fn recovered_charge(snapshot: &StreamSnapshot) -> u64 {
+    let producers: u64 = snapshot.producers.iter().map(|(id, _)| producer_charge(id)).sum();
+    stream_charge(&snapshot.name, snapshot.config.content_type.as_str())
+        + snapshot.tail.bytes
+        + snapshot.chain_n * APPEND_CHARGE_BYTES
+        + producers
 }
 
 #[cfg(test)]

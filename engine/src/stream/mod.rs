@@ -190,6 +190,8 @@ pub(crate) struct WriterState {
     pub stream_seq: Option<Box<str>>,
     /// The batch that last touched this stream (to publish each stream once per batch).
     pub batch: u64,
+    /// What the stream has charged to the byte budget (given back when it goes).
+    pub charged: u64,
 }
 
 impl Stream {
@@ -228,6 +230,7 @@ impl Stream {
             producers,
             stream_seq: snapshot.stream_seq,
             batch: 0,
+            charged: 0,
         };
         let data = StreamData::log_at(snapshot.chain_tail, snapshot.chain_n);
         let damage = OnceLock::new();

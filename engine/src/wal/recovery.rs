@@ -213,15 +213,15 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
                 }
             } else {
                 let seal = Header::seal(replay.next_lsn, settings.now_ms).encode();
-                segment.file.write_all_at(position, &[&seal])?;
+                segment.file().write_all_at(position, &[&seal])?;
                 if cut {
                     // Sealed, what followed the cut is history: the file gets its size
                     // back (if the disk has room), so later starts do not report the cut.
-                    if let Err(error) = segment.file.set_len(segment.size()) {
+                    if let Err(error) = segment.file().set_len(segment.size()) {
                         tracing::warn!(%error, path = %segment.path.display(), "cannot give a cut segment its size back");
                     }
                 }
-                segment.file.sync_data()?;
+                segment.file().sync_data()?;
                 let sealed = WalPosition {
                     active: Arc::clone(segment),
                     position: position + HEADER_BYTES as u64,
@@ -297,7 +297,11 @@ fn start_or_stay(
             tracing::error!(%error, dir = %dir.display(), "the disk is full: writes are refused until a segment can be prepared");
             Ok(sealed)
         }
-        started => started,
+        Ok(started) => {
+            table.insert(Arc::new(sealed.active.sealed()));
+            Ok(started)
+        }
+        failed => failed,
     }
 }
 
@@ -380,7 +384,14 @@ fn open_segments(
             }
         }
     }
-    Ok((by_ordinal.into_values().collect(), strays))
+    // Only the last one may be written again (and keeps its file open).
+    let count = by_ordinal.len();
+    let segments = by_ordinal
+        .into_values()
+        .enumerate()
+        .map(|(index, segment)| if index + 1 < count { Arc::new(segment.sealed()) } else { segment })
+        .collect();
+    Ok((segments, strays))
 }
 
 /// The newest checkpoint that decodes and belongs to this shard, else the previous one.
@@ -407,7 +418,7 @@ fn stale_extent(segment: &Segment, position: u64, window: u64) -> io::Result<u64
     let mut at = position;
     while at < end {
         let len = (end - at).min(CHUNK_BYTES as u64) as usize;
-        read_exact_at(segment.file.as_ref(), at, &mut buffer[..len])?;
+        read_exact_at(segment.file().as_ref(), at, &mut buffer[..len])?;
         if let Some(last) = buffer[..len].iter().rposition(|b| *b != 0) {
             extent = at + last as u64 + 1 - position;
         }

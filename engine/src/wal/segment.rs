@@ -13,6 +13,10 @@
 //! activated: its header is written and synced, and it is renamed to its first LSN
 //! (`{lsn:016x}.wal`) with the directory synced. It is never re-created, truncated or
 //! re-preallocated afterwards. Records are located by `ordinal << 32 | position`.
+//!
+//! Only the active (last) segment keeps its file open, for writing; a sealed one is read
+//! through its map alone ([`Segment::sealed`]), so a log of thousands of segments holds a
+//! handful of file descriptors.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -81,7 +85,8 @@ impl SegmentHeader {
 pub struct Segment {
     pub header: SegmentHeader,
     pub path: PathBuf,
-    pub file: Arc<dyn VfsFile>,
+    /// The open file: kept by the active (last) segment only.
+    file: Option<Arc<dyn VfsFile>>,
     pub map: Arc<dyn FileMap>,
 }
 
@@ -94,7 +99,17 @@ impl Segment {
         read_exact_at(file.as_ref(), 0, &mut raw)?;
         let header = SegmentHeader::decode(&raw)?;
         let map = file.map(file.size()?.min(header.size))?;
-        Ok(Segment { header, path: path.to_path_buf(), file, map })
+        Ok(Segment { header, path: path.to_path_buf(), file: Some(file), map })
+    }
+
+    /// The same segment read through its map alone, its file closed (a sealed one).
+    pub fn sealed(&self) -> Segment {
+        Segment { header: self.header, path: self.path.clone(), file: None, map: Arc::clone(&self.map) }
+    }
+
+    /// The open file of the active segment.
+    pub fn file(&self) -> &Arc<dyn VfsFile> {
+        self.file.as_ref().expect("only the active segment is written, and it keeps its file")
     }
 
     /// Bytes of the segment that are there to read (less than its size if truncated).
@@ -175,7 +190,7 @@ pub fn activate(vfs: &dyn Vfs, prepared: &Path, dir: &Path, header: SegmentHeade
     vfs.rename(prepared, &path)?;
     vfs.sync_dir(dir)?;
     let map = file.map(header.size)?;
-    Ok(Segment { header, path, file, map })
+    Ok(Segment { header, path, file: Some(file), map })
 }
 
 #[cfg(test)]

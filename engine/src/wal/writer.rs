@@ -149,7 +149,7 @@ impl WalWriter {
     /// Writes and syncs the run so far (the batch goes on).
     fn sync_run(&mut self) -> io::Result<()> {
         self.write_run()?;
-        self.active.file.sync_data()?;
+        self.active.file().sync_data()?;
         self.synced_to = self.position;
         Ok(())
     }
@@ -264,7 +264,7 @@ impl WalWriter {
                 Part::Body(body) => body.as_ref(),
             })
             .collect();
-        self.active.file.write_all_at(self.run_start, &slices)?;
+        self.active.file().write_all_at(self.run_start, &slices)?;
         self.parts.clear();
         self.staging.clear();
         self.run_start = self.position;
@@ -274,8 +274,8 @@ impl WalWriter {
     /// Ends the active segment with a seal record and syncs it.
     fn seal(&mut self, time_ms: u64) -> io::Result<()> {
         let header = Header::seal(self.next_lsn, time_ms);
-        self.active.file.write_all_at(self.position, &[&header.encode()])?;
-        self.active.file.sync_data()?;
+        self.active.file().write_all_at(self.position, &[&header.encode()])?;
+        self.active.file().sync_data()?;
         self.next_lsn += 1;
         Ok(())
     }
@@ -294,6 +294,8 @@ impl WalWriter {
         let active =
             Arc::new(segment::activate(self.files.vfs.as_ref(), &prepared, &self.files.dir, header)?);
         self.table.insert(Arc::clone(&active));
+        // The sealed one is read through its map alone from now on: its file closes.
+        self.table.insert(Arc::new(self.active.sealed()));
         self.ledger.track(ordinal);
         self.active = active;
         self.position = Segment::records_start();

@@ -191,7 +191,11 @@ impl Sim {
             mode: self.mode,
             data_dir: PathBuf::from("/data"),
             shard_count: 2,
-            limits: Limits { total_bytes_max: 1 << 30, stream_bytes_max: STREAM_BYTES_MAX },
+            limits: Limits {
+                total_bytes_max: 1 << 30,
+                stream_bytes_max: STREAM_BYTES_MAX,
+                ..Limits::default()
+            },
             segment_bytes: SEGMENT_BYTES,
             io_error_policy: IoErrorPolicy::Fail,
             threading: Threading::Manual,

@@ -85,7 +85,11 @@ impl Harness {
             mode: self.mode,
             data_dir: PathBuf::from("/data"),
             shard_count: 1,
-            limits: Limits { total_bytes_max: 1 << 30, stream_bytes_max: self.stream_bytes_max() },
+            limits: Limits {
+                total_bytes_max: 1 << 30,
+                stream_bytes_max: self.stream_bytes_max(),
+                ..Limits::default()
+            },
             segment_bytes: self.segment_bytes,
             io_error_policy: IoErrorPolicy::Fail,
             threading: Threading::Manual,

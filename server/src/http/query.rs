@@ -1,7 +1,7 @@
 //! The query parameters of a read: `offset`, `live` and `cursor`.
 //!
 //! Values are percent-decoded; unknown parameters are ignored; a repeated or empty `offset`
-//! is refused, as is a `live` mode we do not serve.
+//! is refused, as is a repeated `live` or a `live` mode we do not serve.
 
 use super::problem::Problem;
 
@@ -29,6 +29,7 @@ const VALUE_BYTES_MAX: usize = 256;
 impl ReadQuery {
     pub fn parse(query: Option<&str>) -> Result<ReadQuery, Problem> {
         let mut read = ReadQuery { offset: None, live: Live::No, cursor: None };
+        let mut live_given = false;
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (key, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
             let value = || {
@@ -41,7 +42,11 @@ impl ReadQuery {
                     return Err(Problem::bad_request("invalid-offset", "offset is given more than once"));
                 }
                 "offset" => read.offset = Some(value()?),
+                "live" if live_given => {
+                    return Err(Problem::bad_request("invalid-live", "live is given more than once"));
+                }
                 "live" => {
+                    live_given = true;
                     read.live = match value()?.as_str() {
                         "long-poll" => Live::LongPoll,
                         "sse" => Live::Sse,
@@ -98,5 +103,12 @@ mod tests {
         assert!(ReadQuery::parse(Some("live=websocket")).is_err());
         assert!(ReadQuery::parse(Some("offset=%zz")).is_err());
         assert!(ReadQuery::parse(Some("offset=%ff")).is_err());
+    }
+
+    #[test]
+    fn a_repeated_live_is_refused() {
+        assert!(ReadQuery::parse(Some("offset=-1&live=long-poll&live=sse")).is_err());
+        assert!(ReadQuery::parse(Some("live=sse&live=sse")).is_err());
+        assert_eq!(ReadQuery::parse(Some("offset=-1&live=sse")).unwrap().live, Live::Sse);
     }
 }

@@ -1,19 +1,98 @@
-//! Reading a request body, never past a limit.
+//! Reading a request body: never past its limit, never stalled for long, never more bodies
+//! in memory than the server has room for.
 //!
 //! A declared `Content-Length` over the limit is refused before a byte is read; a chunked
-//! body is read until it passes the limit and refused then. Either way the answer is 413 and
-//! nothing is stored.
+//! body is read until it passes the limit and refused then (413 either way, nothing
+//! stored). The bytes a body holds are charged to a [`BodyBudget`] shared by all
+//! connections as they arrive (a declared length up front): past it the request gets 503
+//! with `Retry-After`, so many slow uploads cannot fill memory between them. A body that
+//! sends nothing for the body timeout is cut (408). The charge is held ([`HeldBody`]) until
+//! the request is answered, since the engine keeps the bytes until they are committed.
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, CONTENT_LENGTH};
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, RETRY_AFTER};
 use hyper::StatusCode;
 
 use super::problem::Problem;
 
-/// The whole body, if it is at most `bytes_max` long.
-pub async fn read(body: Incoming, headers: &HeaderMap, bytes_max: u64) -> Result<Bytes, Problem> {
+/// Request body bytes held in memory across all connections, against a maximum.
+#[derive(Debug)]
+pub struct BodyBudget {
+    held: AtomicU64,
+    max: u64,
+}
+
+impl BodyBudget {
+    pub fn new(max: u64) -> BodyBudget {
+        BodyBudget { held: AtomicU64::new(0), max }
+    }
+
+    /// Bytes held right now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    fn try_hold(&self, bytes: u64) -> bool {
+        let held = self.held.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |held| {
+            held.checked_add(bytes).filter(|total| *total <= self.max)
+        });
+        held.is_ok()
+    }
+}
+
+/// Bytes charged to a [`BodyBudget`], given back when dropped.
+#[derive(Debug)]
+pub struct HeldBody {
+    budget: Arc<BodyBudget>,
+    bytes: u64,
+}
+
+impl HeldBody {
+    fn none(budget: &Arc<BodyBudget>) -> HeldBody {
+        HeldBody { budget: Arc::clone(budget), bytes: 0 }
+    }
+
+    /// Charges `bytes` more; false (charging nothing) when the budget has no room.
+    fn grow(&mut self, bytes: u64) -> bool {
+        let held = self.budget.try_hold(bytes);
+        self.bytes += if held { bytes } else { 0 };
+        held
+    }
+}
+
+impl Drop for HeldBody {
+    fn drop(&mut self) {
+        self.budget.held.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// How a body may be read.
+#[derive(Clone, Debug)]
+pub struct BodyRules {
+    pub bytes_max: u64,
+    pub timeout: Duration,
+    pub budget: Arc<BodyBudget>,
+}
+
+/// The length a request declares for its body, if it does.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+}
+
+/// The whole body, if it is at most `rules.bytes_max` long, arrives without a pause as long
+/// as `rules.timeout`, and fits the shared budget; with its charge.
+pub async fn read(
+    mut body: Incoming,
+    headers: &HeaderMap,
+    rules: &BodyRules,
+) -> Result<(Bytes, HeldBody), Problem> {
+    let bytes_max = rules.bytes_max;
     let too_large = || {
         Problem::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -21,14 +100,108 @@ pub async fn read(body: Incoming, headers: &HeaderMap, bytes_max: u64) -> Result
             format!("request body is larger than {bytes_max} bytes"),
         )
     };
-    let declared =
-        headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let mut held = HeldBody::none(&rules.budget);
+    let declared = declared_length(headers);
     if declared.is_some_and(|length| length > bytes_max) {
         return Err(too_large());
     }
-    match Limited::new(body, bytes_max as usize).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(_) => Err(Problem::bad_request("body-unreadable", "request body could not be read")),
+    if !held.grow(declared.unwrap_or(0)) {
+        return Err(busy());
+    }
+    let mut collected = Collected::default();
+    loop {
+        let frame = match tokio::time::timeout(rules.timeout, body.frame()).await {
+            Err(_) => return Err(stalled(rules.timeout)),
+            Ok(None) => break,
+            Ok(Some(Err(_))) => {
+                return Err(Problem::bad_request("body-unreadable", "request body could not be read"))
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        let length = collected.len() + data.len() as u64;
+        if length > bytes_max {
+            return Err(too_large());
+        }
+        if length > held.bytes && !held.grow(length - held.bytes) {
+            return Err(busy());
+        }
+        collected.push(data);
+    }
+    Ok((collected.into_bytes(), held))
+}
+
+/// A body's frames so far: the first kept as it came (most bodies are one frame, and are
+/// then never copied), later ones joined into one buffer.
+#[derive(Default)]
+struct Collected {
+    first: Option<Bytes>,
+    joined: Option<BytesMut>,
+}
+
+impl Collected {
+    fn len(&self) -> u64 {
+        match (&self.first, &self.joined) {
+            (_, Some(joined)) => joined.len() as u64,
+            (Some(first), None) => first.len() as u64,
+            (None, None) => 0,
+        }
+    }
+
+    fn push(&mut self, data: Bytes) {
+        match (self.first.take(), &mut self.joined) {
+            (None, None) => self.first = Some(data),
+            (Some(first), None) => {
+                let mut joined = BytesMut::with_capacity(first.len() + data.len());
+                joined.extend_from_slice(&first);
+                joined.extend_from_slice(&data);
+                self.joined = Some(joined);
+            }
+            (_, Some(joined)) => joined.extend_from_slice(&data),
+        }
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match (self.first, self.joined) {
+            (_, Some(joined)) => joined.freeze(),
+            (first, None) => first.unwrap_or_default(),
+        }
+    }
+}
+
+fn busy() -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too-many-bodies",
+        "the server holds as many request bodies as it has room for; try again shortly",
+    )
+    .with_header(RETRY_AFTER, HeaderValue::from_static("1"))
+}
+
+fn stalled(timeout: Duration) -> Problem {
+    Problem::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "body-timeout",
+        format!("no request body bytes arrived for {} seconds", timeout.as_secs()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holding_stops_at_the_budget_and_drops_give_back() {
+        let budget = Arc::new(BodyBudget::new(100));
+        let mut first = HeldBody::none(&budget);
+        assert!(first.grow(60));
+        let mut second = HeldBody::none(&budget);
+        assert!(!second.grow(41), "past the budget");
+        assert!(second.grow(40));
+        assert_eq!(budget.held(), 100);
+        drop(first);
+        assert_eq!(budget.held(), 40);
+        drop(second);
+        assert_eq!(budget.held(), 0);
     }
 }

@@ -5,6 +5,13 @@
 //! messages wrapped in `[...]`; binary payloads as one line of base64), then `id:` with the
 //! offset after the message, so a reconnecting `EventSource` resumes by itself. Every data
 //! event is followed by a control event with the same offset.
+//!
+//! What a standard parser (EventSource, the public TS client) rebuilds is the payload: each
+//! `data:` line loses one leading space, so a line that starts with a space gets one more
+//! (`data:  x` for ` x`), and the lines are joined with LF, so empty lines survive. The one
+//! thing text events cannot carry is a line break other than LF: the SSE format reads CR
+//! and CRLF as LF. Streams whose bytes must come back exactly with CRs in them use a
+//! binary content type (base64 events) or catch-up reads.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -49,22 +56,23 @@ pub fn write_data(out: &mut BytesMut, format: EventFormat, payload: &[u8], next:
 }
 
 fn write_data_with_id(out: &mut BytesMut, format: EventFormat, payload: &[u8], id: &str) {
-    out.extend_from_slice(b"event: data\ndata:");
+    out.extend_from_slice(b"event: data\n");
     match format.encoding {
         SseEncoding::Base64 => {
+            out.extend_from_slice(b"data:");
             let start = out.len();
             let length = base64::encoded_len(payload.len(), true).expect("payload sizes are bounded");
             out.resize(start + length, 0);
             STANDARD.encode_slice(payload, &mut out[start..]).expect("buffer sized by encoded_len");
         }
-        SseEncoding::Text => {
-            if format.json {
-                out.extend_from_slice(b"[");
-            }
+        SseEncoding::Text if format.json => {
+            out.extend_from_slice(b"data:[");
             write_lines(out, payload);
-            if format.json {
-                out.extend_from_slice(b"]");
-            }
+            out.extend_from_slice(b"]");
+        }
+        SseEncoding::Text => {
+            data_prefix(out, payload);
+            write_lines(out, payload);
         }
     }
     out.extend_from_slice(b"\nid:");
@@ -123,16 +131,27 @@ impl DecimalText {
     }
 }
 
-/// Copies text, turning every line break (CRLF, CR or LF) into a new `data:` line.
+/// Copies text after an open `data:` line, turning every line break (CRLF, CR or LF) into a
+/// new `data:` line.
 fn write_lines(out: &mut BytesMut, text: &[u8]) {
     let mut rest = text;
     while let Some(index) = rest.iter().position(|b| *b == b'\n' || *b == b'\r') {
         out.extend_from_slice(&rest[..index]);
-        out.extend_from_slice(b"\ndata:");
+        out.extend_from_slice(b"\n");
         let skip = if rest[index] == b'\r' && rest.get(index + 1) == Some(&b'\n') { 2 } else { 1 };
         rest = &rest[index + skip..];
+        data_prefix(out, rest);
     }
     out.extend_from_slice(rest);
+}
+
+/// Opens a `data:` line for a line starting with `line`: a parser strips one leading space,
+/// so a line that starts with one gets another.
+fn data_prefix(out: &mut BytesMut, line: &[u8]) {
+    match line.first() {
+        Some(b' ') => out.extend_from_slice(b"data: "),
+        _ => out.extend_from_slice(b"data:"),
+    }
 }
 
 #[cfg(test)]
@@ -159,11 +178,29 @@ mod tests {
         ));
     }
 
+    /// What an EventSource makes of one event's lines (the WHATWG parsing rules).
+    fn event_source_data(event: &str) -> String {
+        let lines: Vec<&str> = event.split('\n').filter_map(|line| line.strip_prefix("data:")).collect();
+        lines.iter().map(|line| line.strip_prefix(' ').unwrap_or(line)).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn standard_parsers_get_every_line_back_exactly() {
+        for payload in [" two", "  two", "a\n b\n\n  c ", "\n", "\n\n", " ", "", "x\n ", "tab\tend"] {
+            assert_eq!(event_source_data(&data(TEXT, payload.as_bytes())), payload, "{payload:?}");
+        }
+        let json = EventFormat { encoding: SseEncoding::Text, json: true };
+        let text = "{\n  \"a\": \" x\"\n}";
+        assert_eq!(event_source_data(&data(json, text.as_bytes())), format!("[{text}]"));
+        // CR and CRLF are line breaks to every SSE parser: they come back as LF.
+        assert_eq!(event_source_data(&data(TEXT, b"a\r\nb\rc")), "a\nb\nc");
+    }
+
     #[test]
     fn json_is_wrapped_and_binary_is_base64() {
         let json = EventFormat { encoding: SseEncoding::Text, json: true };
         assert!(data(json, b"{\"id\":1}").contains("data:[{\"id\":1}]\n"));
-        assert!(data(json, b"{\n \"a\": 1\n}").contains("data:[{\ndata: \"a\": 1\ndata:}]\n"));
+        assert!(data(json, b"{\n \"a\": 1\n}").contains("data:[{\ndata:  \"a\": 1\ndata:}]\n"));
         let binary = EventFormat { encoding: SseEncoding::Base64, json: false };
         assert!(data(binary, b"Hello").contains("data:SGVsbG8=\n"));
         assert!(data(binary, &[0, b'\n', b'\r', 0xff]).contains("data:AAoN/w==\n"));

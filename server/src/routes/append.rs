@@ -26,7 +26,8 @@ pub async fn append(
     let close = headers::stream_closed(&parts.headers)?;
     let producer = headers::producer(&parts.headers)?;
     let stream_seq = headers::stream_seq(&parts.headers)?;
-    let body = request_body::read(body, &parts.headers, app.body_bytes_max).await?;
+    refuse_before_the_body(app, &name, &parts.headers, content_type.as_ref())?;
+    let (body, _held) = request_body::read(body, &parts.headers, &app.body).await?;
     let body_bytes = body.len() as u64;
     let payload = match (&content_type, body.is_empty()) {
         (_, true) if close => None,
@@ -51,6 +52,32 @@ pub async fn append(
         Metrics::add(&app.metrics.append_bytes, body_bytes);
     }
     Ok(reply(outcome, tagged))
+}
+
+/// What can be refused before a byte of the body is read (so a body sent to a stream that
+/// is not there, or is of another type, never takes memory): a missing or damaged stream,
+/// and a body whose content type is missing or not the stream's. The shard decides all of
+/// it again with the body.
+fn refuse_before_the_body(
+    app: &App,
+    name: &StreamName,
+    headers: &hyper::HeaderMap,
+    content_type: Option<&ds_engine::ContentType>,
+) -> Result<(), Problem> {
+    let handle = app.engine.open(name).ok_or_else(Problem::not_found)?;
+    if let Some(damage) = handle.damage() {
+        return Err(op_problem(ds_engine::OpError::StreamDamaged { at: damage.at }));
+    }
+    // A close-only request's content type does not matter; only a declared body is judged.
+    if request_body::declared_length(headers).unwrap_or(0) == 0 {
+        return Ok(());
+    }
+    match content_type {
+        Some(content_type) if !content_type.matches(&handle.config().content_type) => {
+            Err(op_problem(ds_engine::OpError::ContentTypeMismatch))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn reply(outcome: AppendOutcome, tagged: bool) -> Response<Body> {

@@ -31,7 +31,7 @@ pub async fn create(
         return Err(Problem::bad_request("ttl-and-expiry", "give Stream-TTL or Stream-Expires-At, not both"));
     }
     let closed = headers::stream_closed(&parts.headers)?;
-    let body = request_body::read(body, &parts.headers, app.body_bytes_max).await?;
+    let (body, _held) = request_body::read(body, &parts.headers, &app.body).await?;
     let body_bytes = body.len() as u64;
     let initial = payload_of(&content_type, body, true)?;
     let config = StreamConfig { content_type, ttl_secs, expires_at_ms };
@@ -50,8 +50,49 @@ pub async fn create(
         headers.insert(STREAM_CLOSED, headers::TRUE);
     }
     if outcome.created {
-        let host = parts.headers.get(HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
-        set(headers, LOCATION, &format!("{}://{host}{}", app.scheme, parts.uri.path()));
+        let host = parts.headers.get(HOST).and_then(|h| h.to_str().ok()).filter(|h| is_authority(h));
+        let location = format!("{}://{}{}", app.scheme, host.unwrap_or("localhost"), parts.uri.path());
+        set(headers, LOCATION, &location);
     }
     Ok(reply)
+}
+
+/// Whether `host` is a plain `host[:port]` (a name, an IPv4 or a bracketed IPv6 address):
+/// anything else in `Host` never reaches `Location`, where it could point a client
+/// elsewhere (`evil.example/phish?`).
+fn is_authority(host: &str) -> bool {
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, _)) if !name.ends_with(']') && name.contains(':') => (host, None),
+        Some((name, port)) => (name, Some(port)),
+        None => (host, None),
+    };
+    let port_ok = port
+        .is_none_or(|port| !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit()));
+    let name_ok = match name.strip_prefix('[').and_then(|inner| inner.strip_suffix(']')) {
+        Some(address) => {
+            !address.is_empty() && address.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        }
+        None => {
+            !name.is_empty()
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+        }
+    };
+    port_ok && name_ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_authority;
+
+    #[test]
+    fn only_plain_authorities_reach_location() {
+        for good in
+            ["localhost", "example.com:8080", "10.0.0.1:4437", "[::1]:4437", "[fe80::1]", "a_b.example"]
+        {
+            assert!(is_authority(good), "{good}");
+        }
+        for bad in ["evil.example/phish?", "a@b", "x:y", "example.com:", "[::1", "", "a b", "host:123456"] {
+            assert!(!is_authority(bad), "{bad}");
+        }
+    }
 }

@@ -62,6 +62,7 @@ pub fn op_problem(error: OpError) -> Problem {
             .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("1")),
         OpError::InsufficientStorage => Problem::new(StatusCode::INSUFFICIENT_STORAGE, "disk-full", detail)
             .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("5")),
+        OpError::TooManyStreams => Problem::new(StatusCode::INSUFFICIENT_STORAGE, "too-many-streams", detail),
     }
 }
 

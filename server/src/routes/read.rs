@@ -134,7 +134,7 @@ fn etag_matches(value: &HeaderValue, etag: &str) -> bool {
     };
     text.split(',')
         .map(str::trim)
-        .any(|candidate| candidate == "*" || candidate.trim_start_matches("W/") == etag)
+        .any(|candidate| candidate == "*" || candidate.strip_prefix("W/").unwrap_or(candidate) == etag)
 }
 
 #[cfg(test)]
@@ -151,6 +151,8 @@ mod tests {
         ));
         assert!(etag_matches(&HeaderValue::from_static("*"), etag));
         assert!(!etag_matches(&HeaderValue::from_static("\"wrong-etag\""), etag));
+        let weakened_twice = format!("W/W/W/{etag}");
+        assert!(!etag_matches(&HeaderValue::from_str(&weakened_twice).unwrap(), etag), "one W/ at most");
     }
 
     #[test]

@@ -1,0 +1,179 @@
+//! hyper's own error answers, made into problem documents like every other answer.
+//!
+//! A request hyper cannot parse (a bad request line, a duplicate `Content-Length`, a head
+//! past its size limit) never reaches the router: hyper answers it itself with a bare head
+//! (`content-length: 0`, `connection: close`) and closes the connection. [`Canned`] sits
+//! between hyper and the connection and replaces such a head with a complete answer: the
+//! same status, a short `application/problem+json` body, and the headers every answer
+//! carries. It tells hyper's heads from ours by what only ours have (`x-content-type-
+//! options`, added to every routed answer). Everything else passes through untouched.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use hyper::StatusCode;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Longest write that can be one of hyper's bare error heads.
+const BARE_HEAD_BYTES_MAX: usize = 512;
+
+/// An I/O object whose bare error heads from hyper become problem answers.
+pub struct Canned<I> {
+    inner: I,
+    /// A replacement answer still being written.
+    pending: Option<Bytes>,
+}
+
+impl<I> Canned<I> {
+    pub fn new(inner: I) -> Canned<I> {
+        Canned { inner, pending: None }
+    }
+
+    /// The answer to write instead of `bytes`, if they are one of hyper's bare error heads.
+    fn replacement(&self, bytes: &[u8]) -> Option<Bytes> {
+        bare_error_status(bytes).map(problem_answer)
+    }
+}
+
+/// The status of `bytes` if they are exactly one bare error head as hyper writes them.
+fn bare_error_status(bytes: &[u8]) -> Option<StatusCode> {
+    if bytes.len() > BARE_HEAD_BYTES_MAX || !bytes.ends_with(b"\r\n\r\n") {
+        return None;
+    }
+    let text = std::str::from_utf8(bytes).ok()?.to_ascii_lowercase();
+    let status = text.strip_prefix("http/1.1 ").or_else(|| text.strip_prefix("http/1.0 "))?;
+    let code: u16 = status.get(..3)?.parse().ok()?;
+    let bare = text.matches("\r\n\r\n").count() == 1
+        && text.contains("\r\ncontent-length: 0\r\n")
+        && text.contains("\r\nconnection: close\r\n")
+        && !text.contains("\r\nx-content-type-options:");
+    (bare && (400..600).contains(&code)).then(|| StatusCode::from_u16(code).ok()).flatten()
+}
+
+/// A complete answer of `status` with its problem document and the common headers.
+fn problem_answer(status: StatusCode) -> Bytes {
+    let (kind, detail) = match status {
+        StatusCode::URI_TOO_LONG => ("uri-too-long", "the request line is too long"),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => {
+            ("head-too-large", "the request head is too large or has too many headers")
+        }
+        StatusCode::BAD_REQUEST => ("malformed-request", "the request could not be parsed as HTTP/1.1"),
+        _ => ("malformed-request", "the request could not be served"),
+    };
+    let reason = status.canonical_reason().unwrap_or("Error");
+    let body = format!(
+        "{{\"type\":\"urn:ds:problem:{kind}\",\"title\":\"{reason}\",\"status\":{},\"detail\":\"{detail}\"}}",
+        status.as_u16()
+    );
+    Bytes::from(format!(
+        "HTTP/1.1 {} {reason}\r\ncontent-type: application/problem+json\r\ncache-control: no-store\r\n\
+         x-content-type-options: nosniff\r\ncross-origin-resource-policy: cross-origin\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        status.as_u16(),
+        body.len()
+    ))
+}
+
+impl<I: AsyncWrite + Unpin> Canned<I> {
+    /// Writes what is left of a replacement; ready once it is all out.
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some(pending) = &mut self.pending {
+            let written = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, pending))?;
+            if written == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            pending.advance(written);
+            if pending.is_empty() {
+                self.pending = None;
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Canned<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Canned<I> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.poll_pending(cx))?;
+        if let Some(answer) = self.replacement(buf) {
+            self.pending = Some(answer);
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.poll_pending(cx))?;
+        let total: usize = bufs.iter().map(|buf| buf.len()).sum();
+        if total <= BARE_HEAD_BYTES_MAX && bufs.first().is_some_and(|first| first.starts_with(b"HTTP/1.")) {
+            let joined: Vec<u8> = bufs.iter().flat_map(|buf| buf.iter().copied()).collect();
+            if let Some(answer) = self.replacement(&joined) {
+                self.pending = Some(answer);
+                return Poll::Ready(Ok(total));
+            }
+        }
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        std::task::ready!(self.poll_pending(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        std::task::ready!(self.poll_pending(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_heads_are_told_from_routed_answers() {
+        let bare = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
+        assert_eq!(bare_error_status(bare), Some(StatusCode::BAD_REQUEST));
+        let ours = b"HTTP/1.1 400 Bad Request\r\nx-content-type-options: nosniff\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(bare_error_status(ours), None);
+        assert_eq!(
+            bare_error_status(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"),
+            None
+        );
+        let with_body =
+            b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\nxy\r\n\r\n";
+        assert_eq!(bare_error_status(with_body), None);
+    }
+
+    #[test]
+    fn answers_are_complete_problem_documents() {
+        let answer = problem_answer(StatusCode::URI_TOO_LONG);
+        let text = std::str::from_utf8(&answer).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 414 URI Too Long\r\n"), "{head}");
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        assert!(head.contains("x-content-type-options: nosniff") && head.contains("cache-control: no-store"));
+        let document: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(document["status"], 414);
+        assert_eq!(document["type"], "urn:ds:problem:uri-too-long");
+    }
+}
