@@ -34,12 +34,14 @@ pub enum Outcome {
     Damaged,
 }
 
-/// Why a run failed (exit code 2).
+/// Why a run failed (exit code 2; 1 for [`ToolError::Damaged`]).
 #[derive(Debug)]
 pub enum ToolError {
     Open(InspectError),
     Io(std::io::Error),
     Usage(String),
+    /// `read` reached stored data that fails its checks (after writing what came before).
+    Damaged(String),
 }
 
 impl std::fmt::Display for ToolError {
@@ -47,7 +49,7 @@ impl std::fmt::Display for ToolError {
         match self {
             ToolError::Open(error) => write!(f, "{error}"),
             ToolError::Io(error) => write!(f, "{error}"),
-            ToolError::Usage(message) => f.write_str(message),
+            ToolError::Usage(message) | ToolError::Damaged(message) => f.write_str(message),
         }
     }
 }

@@ -17,6 +17,10 @@ fn main() -> ExitCode {
         Ok(Outcome::Damaged) => ExitCode::from(1),
         // A reader that went away (`ds-tool streams DIR | head`) is not an error.
         Err(ToolError::Io(error)) if error.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(error @ ToolError::Damaged(_)) => {
+            eprintln!("ds-tool: {error}");
+            ExitCode::from(1)
+        }
         Err(error) => {
             eprintln!("ds-tool: {error}");
             ExitCode::from(2)

@@ -1,9 +1,11 @@
 //! `ds-tool read DIR NAME [--offset O] [--limit N]`: a stream's messages, as a reader gets
-//! them: the bytes of each message in order, or for JSON streams one JSON array.
+//! them: the bytes of each message in order, or for JSON streams one JSON array. Reading
+//! into damage writes the intact messages before it, then fails naming where (exit 1).
 
 use std::io::Write;
 
 use ds_engine::inspect::Store;
+use ds_engine::read::ReadError;
 use ds_engine::Offset;
 
 use crate::cli::ReadArgs;
@@ -31,9 +33,21 @@ pub fn run(store: &Store, args: &ReadArgs, out: &mut dyn Write) -> Result<Outcom
         out.write_all(b"[")?;
     }
     while at < reader.snapshot.tail && left > 0 {
-        let messages = reader
-            .messages(at, READ_BYTES_MAX)
-            .map_err(|e| ToolError::Usage(format!("cannot read {:?} at {at}: {e}", args.name)))?;
+        let messages = match reader.messages(at, READ_BYTES_MAX) {
+            Ok(messages) => messages,
+            Err(ReadError::Damaged) => {
+                if json {
+                    out.write_all(b"]\n")?;
+                }
+                return Err(ToolError::Damaged(format!(
+                    "the stored data of {:?} is damaged at offset {at}; the messages before it were written",
+                    args.name
+                )));
+            }
+            Err(error) => {
+                return Err(ToolError::Usage(format!("cannot read {:?} at {at}: {error}", args.name)))
+            }
+        };
         if messages.is_empty() {
             break;
         }
