@@ -3,12 +3,14 @@
 //!
 //! Every connection is a descriptor; so are the engine's files (acid: each shard's active
 //! segment and the one prepared next, checkpoints and renewals being written; the file
-//! modes: the cache of open stream files) and the process's own (the listener, the
+//! modes: the cache of open stream files, and the writers' files, as many again) and the
+//! process's own (the listener, the
 //! runtime's event queue, logs, the data directory's lock). [`prepare`] raises the soft
-//! limit to the hard one and refuses to start when `DS_SERVER__MAX_CONNECTIONS` cannot fit
-//! beside the rest: a server at its connection limit then still has every descriptor the
-//! engine needs. (Past the limit, connections get a canned 503; if `accept` itself runs out,
-//! the loop backs off and goes on.)
+//! limit to the hard one, sizes the file modes' cache of open files to what is left (up to
+//! its default, at least [`FILE_CACHE_PER_SHARD_MIN`] a shard), and refuses to start when
+//! `DS_SERVER__MAX_CONNECTIONS` cannot fit beside the rest: a server at its connection limit
+//! then still has every descriptor the engine needs. (Past the limit, connections get a
+//! canned 503; if `accept` itself runs out, the loop backs off and goes on.)
 
 use ds_engine::{EngineConfig, StorageMode};
 
@@ -22,33 +24,44 @@ const PROCESS_DESCRIPTORS: u64 = 96;
 /// checkpoint and a renewals file being written.
 const ACID_SHARD_DESCRIPTORS: u64 = 4;
 
-/// Raises the soft limit on open files to the hard one; the descriptors the configuration
-/// needs, or why they cannot be had.
-pub fn prepare(config: &Config) -> Result<u64, String> {
-    let needed = needed(config);
+/// The fewest open stream files the file modes' cache may be given per shard (the engine's
+/// own floor).
+pub const FILE_CACHE_PER_SHARD_MIN: u64 = 16;
+
+/// Raises the soft limit on open files to the hard one and sizes the engine's cache of open
+/// files to what is left; the descriptors the configuration needs, or why they cannot be had.
+pub fn prepare(config: &mut Config) -> Result<u64, String> {
     let limit = raise_limit();
-    if needed > limit {
-        let room = limit.saturating_sub(needed - config.connections_max as u64);
+    let fixed =
+        config.connections_max as u64 + fixed_engine_descriptors(&config.engine) + PROCESS_DESCRIPTORS;
+    let file_modes = matches!(config.engine.mode, StorageMode::FileFast | StorageMode::FileDurable);
+    let cache_min = FILE_CACHE_PER_SHARD_MIN * u64::from(config.engine.shard_count);
+    // The shards' writers keep at most as many files open as the cache does.
+    let cache = if file_modes { 2 * cache_min } else { 0 };
+    if fixed + cache > limit {
+        let room = limit.saturating_sub(fixed + cache - config.connections_max as u64);
         return Err(format!(
-            "DS_SERVER__MAX_CONNECTIONS={} needs about {needed} file descriptors with this storage, but this \
+            "DS_SERVER__MAX_CONNECTIONS={} needs about {} file descriptors with this storage, but this \
              process may open {limit} (ulimit -n); raise the limit or set DS_SERVER__MAX_CONNECTIONS to at most {room}",
-            config.connections_max
+            config.connections_max,
+            fixed + cache
         ));
     }
-    Ok(needed)
+    if file_modes {
+        let room = ((limit - fixed) / 2)
+            .clamp(cache_min, config.engine.file_handles_max.max(cache_min as usize) as u64);
+        config.engine.file_handles_max = room as usize;
+    }
+    Ok(fixed + 2 * config.engine.file_handles_max as u64 * u64::from(file_modes))
 }
 
-/// Descriptors the configuration needs at most.
-pub fn needed(config: &Config) -> u64 {
-    config.connections_max as u64 + engine_descriptors(&config.engine) + PROCESS_DESCRIPTORS
-}
-
-fn engine_descriptors(engine: &EngineConfig) -> u64 {
+/// Descriptors the engine needs besides the file modes' cache of open files.
+fn fixed_engine_descriptors(engine: &EngineConfig) -> u64 {
     let shards = u64::from(engine.shard_count);
     match engine.mode {
         StorageMode::Memory => 0,
         StorageMode::Acid => shards * ACID_SHARD_DESCRIPTORS,
-        StorageMode::FileFast | StorageMode::FileDurable => engine.file_handles_max as u64 + shards * 2,
+        StorageMode::FileFast | StorageMode::FileDurable => shards * 2,
     }
 }
 

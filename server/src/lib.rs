@@ -78,7 +78,8 @@ impl std::error::Error for RunError {}
 /// Runs the server until SIGINT or SIGTERM, then shuts down gracefully.
 pub async fn run(config: Config) -> Result<(), RunError> {
     let tls = config.tls.as_ref().map(tls::acceptor).transpose().map_err(RunError::Tls)?;
-    let descriptors = descriptors::prepare(&config).map_err(RunError::Descriptors)?;
+    let mut config = config;
+    let descriptors = descriptors::prepare(&mut config).map_err(RunError::Descriptors)?;
     tracing::debug!(descriptors, "file descriptors the configuration needs at most");
     let engine = Engine::start(config.engine.clone()).map_err(RunError::Engine)?;
     let address = SocketAddr::new(config.host, config.port);

@@ -25,8 +25,17 @@ pub struct Server {
     /// What it was started with, to start it again on the same data.
     env: Vec<(String, String)>,
     data_dir: Option<Arc<DataDir>>,
-    /// Runs on a single CPU (as the benchmarks do), which changes how it wakes its shards.
+    /// What the process is confined to.
+    confinement: Confinement,
+}
+
+/// What a test server process may use.
+#[derive(Clone, Copy, Debug, Default)]
+struct Confinement {
+    /// A single CPU (as the benchmarks do), which changes how it wakes its shards.
     one_cpu: bool,
+    /// This many open files (soft and hard limit).
+    open_files: Option<u64>,
 }
 
 /// Storage settings for a test server of `mode`: a small shard count and small segments, so
@@ -58,21 +67,26 @@ impl Server {
     /// Starts `ds-server` with `env` on top of loopback defaults.
     pub fn start(env: &[(&str, &str)]) -> Server {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Server::spawn(env, None, false)
+        Server::spawn(env, None, Confinement::default())
     }
 
     /// Starts `ds-server` in storage `mode` (memory, acid, file-durable, file-fast) with a
     /// new temporary data directory, plus `env`.
     pub fn start_in(mode: &str, env: &[(&str, &str)]) -> Server {
-        Server::start_with(mode, env, false)
+        Server::start_with(mode, env, Confinement::default())
     }
 
     /// Like [`Server::start_in`], with the process allowed a single CPU.
     pub fn start_on_one_cpu(mode: &str, env: &[(&str, &str)]) -> Server {
-        Server::start_with(mode, env, true)
+        Server::start_with(mode, env, Confinement { one_cpu: true, open_files: None })
     }
 
-    fn start_with(mode: &str, env: &[(&str, &str)], one_cpu: bool) -> Server {
+    /// Like [`Server::start_in`], with the process allowed `open_files` open files.
+    pub fn start_with_open_files(mode: &str, env: &[(&str, &str)], open_files: u64) -> Server {
+        Server::start_with(mode, env, Confinement { one_cpu: false, open_files: Some(open_files) })
+    }
+
+    fn start_with(mode: &str, env: &[(&str, &str)], confinement: Confinement) -> Server {
         let mut all: Vec<(String, String)> = Vec::new();
         let mut data_dir = None;
         if mode != "memory" {
@@ -83,19 +97,22 @@ impl Server {
             data_dir = Some(dir);
         }
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        Server::spawn(all, data_dir, one_cpu)
+        Server::spawn(all, data_dir, confinement)
     }
 
     /// Starts the server again on the same data, after it stopped.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the server before starting it again");
-        *self = Server::spawn(self.env.clone(), self.data_dir.clone(), self.one_cpu);
+        *self = Server::spawn(self.env.clone(), self.data_dir.clone(), self.confinement);
     }
 
-    fn spawn(env: Vec<(String, String)>, data_dir: Option<Arc<DataDir>>, one_cpu: bool) -> Server {
+    fn spawn(env: Vec<(String, String)>, data_dir: Option<Arc<DataDir>>, confinement: Confinement) -> Server {
         let mut command = Command::new(binary("ds-server"));
-        if one_cpu {
+        if confinement.one_cpu {
             pin_to_one_cpu(&mut command);
+        }
+        if let Some(open_files) = confinement.open_files {
+            limit_open_files(&mut command, open_files);
         }
         command
             .env_clear()
@@ -130,7 +147,7 @@ impl Server {
             panic!("ds-server did not start listening; log:\n{}", log.lock().unwrap())
         });
         let addr = address.parse().expect("socket address");
-        Server { child: Some(child), addr, log, env, data_dir, one_cpu }
+        Server { child: Some(child), addr, log, env, data_dir, confinement }
     }
 
     pub fn client(&self) -> Client {
@@ -183,6 +200,19 @@ impl Server {
 }
 
 /// Makes `command`'s process run on the first CPU this process may use.
+/// Starts `command` allowed `open_files` open files (soft and hard limit).
+pub fn limit_open_files(command: &mut Command, open_files: u64) {
+    use std::os::unix::process::CommandExt as _;
+    let limit = libc::rlimit { rlim_cur: open_files, rlim_max: open_files };
+    // SAFETY: the closure only makes one async-signal-safe system call in the child.
+    unsafe {
+        command.pre_exec(move || match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        });
+    }
+}
+
 fn pin_to_one_cpu(command: &mut Command) {
     use std::os::unix::process::CommandExt as _;
     // SAFETY: an all-zero cpu_set_t is the empty set; sched_getaffinity fills it for this

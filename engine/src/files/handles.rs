@@ -77,6 +77,11 @@ impl Handles {
         self.lock().open.len()
     }
 
+    /// Most files the cache keeps open.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

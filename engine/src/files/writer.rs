@@ -8,9 +8,10 @@
 //! file-fast acknowledges once the writes are in the page cache, so a process crash loses
 //! nothing but a power loss may.
 //!
-//! The writer remembers, for a bounded number of recently written streams, the open file,
-//! its end and the chain levels; any other stream's file is opened again and its levels
-//! rebuilt from its last record (at most 64 reads).
+//! The writer remembers, for a bounded number of recently written streams (no more than the
+//! shared handle cache holds, so the two together keep at most twice its files open), the
+//! open file, its end and the chain levels; any other stream's file is opened again and its
+//! levels rebuilt from its last record (at most 64 reads).
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
@@ -28,7 +29,8 @@ use crate::storage::renewals::{self, Renewal};
 use crate::storage::{NoRoom, Persist, Place, Purpose, Unprepared};
 use crate::vfs::{read_exact_at, Vfs, VfsFile};
 
-/// Streams whose writer state is kept between batches.
+/// Streams whose writer state is kept between batches, at most (no more than the handle
+/// cache holds files: each remembered stream keeps its file open).
 const STREAMS_CACHED_MAX: usize = 4096;
 /// Free disk space writes leave untouched: room for file system metadata, directories and
 /// the blocks files round up to, so that a write the shard accepted finds its room.
@@ -260,7 +262,7 @@ impl Persist for FileWriter {
             places.push(self.write(record, time_ms)?);
         }
         self.sync_touched()?;
-        halve_when_over(&mut self.streams, STREAMS_CACHED_MAX);
+        halve_when_over(&mut self.streams, STREAMS_CACHED_MAX.min(self.handles.capacity()));
         self.free_bytes = None;
         self.reserved_bytes = 0;
         Ok(())

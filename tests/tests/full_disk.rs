@@ -1,0 +1,154 @@
+//! A full disk, for real: the server's data directory on a small tmpfs.
+//!
+//! Writes fill it until they get 507 (a problem document); every acknowledged write stays
+//! readable, reads go on, a delete goes through; freeing space lets writes resume by
+//! themselves; a stop and a restart on the full disk work and lose nothing. In acid and
+//! file-durable mode. Mounting needs root (as the tests run here and in CI); where it is
+//! not allowed the test says so on stderr and checks nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ds_tests::data_dir::DataDir;
+use ds_tests::Server;
+
+/// Size of the file system the server gets.
+const TMPFS_BYTES: u64 = 48 << 20;
+/// A file that takes space on it, removed to give space back.
+const FILLER_BYTES: usize = 6 << 20;
+const BODY_BYTES: usize = 32 << 10;
+
+/// A tmpfs mounted on a temporary directory, unmounted when dropped.
+struct Tmpfs {
+    dir: DataDir,
+}
+
+impl Tmpfs {
+    fn mount() -> Option<Tmpfs> {
+        let dir = DataDir::new("tmpfs");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={TMPFS_BYTES}"), "tmpfs"])
+            .arg(dir.path())
+            .status();
+        status.is_ok_and(|status| status.success()).then_some(Tmpfs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+fn start(mode: &str, data: &Path) -> Server {
+    let data_dir = data.display().to_string();
+    Server::start(&[
+        ("DS_STORAGE__MODE", mode),
+        ("DS_STORAGE__DATA_DIR", &data_dir),
+        ("DS_STORAGE__ACID_SHARD_COUNT", "1"),
+        ("DS_STORAGE__SEGMENT_BYTES", "1048576"),
+        ("DS_LIMITS__MAX_STREAM_BYTES", "262144"),
+        ("DS_LIMITS__MAX_MEMORY_BYTES", "1073741824"),
+    ])
+}
+
+/// Appends to streams `{prefix}-0`, `{prefix}-1`, … until the disk refuses; what each holds.
+fn fill(server: &Server, prefix: &str) -> Vec<(String, Vec<u8>)> {
+    let client = server.client();
+    let mut filled: Vec<(String, Vec<u8>)> = Vec::new();
+    for i in 0..100_000 {
+        if filled.last().is_none_or(|(_, stored)| stored.len() + BODY_BYTES > 256 << 10) {
+            let path = format!("/v1/stream/{prefix}-{}", filled.len());
+            let created = client.put(&path, "application/octet-stream", b"");
+            if created.status == 507 {
+                return filled;
+            }
+            assert_eq!(created.status, 201, "{}", created.text());
+            filled.push((path, Vec::new()));
+        }
+        let (path, stored) = filled.last_mut().unwrap();
+        let body = vec![(i % 251) as u8; BODY_BYTES];
+        let answer = client.post(path, "application/octet-stream", &body);
+        match answer.status {
+            204 => stored.extend_from_slice(&body),
+            507 => {
+                assert_eq!(answer.header("content-type"), Some("application/problem+json"));
+                assert!(answer.text().contains("disk-full"), "{}", answer.text());
+                return filled;
+            }
+            status => panic!("append {i}: {status} {}", answer.text()),
+        }
+    }
+    panic!("the disk never filled");
+}
+
+fn assert_all_there(server: &Server, filled: &[(String, Vec<u8>)], when: &str) {
+    let client = server.client();
+    for (path, stored) in filled {
+        let read = client.get(path);
+        assert_eq!(read.status, 200, "{path} {when}");
+        assert!(read.body == *stored, "{path} {when}: {} bytes of {}", read.body.len(), stored.len());
+    }
+}
+
+/// Appends to `path` until one goes through (space came back), within `timeout`.
+fn wait_for_writes(server: &Server, path: &str, timeout: Duration) {
+    let client = server.client();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let status = client.post(path, "text/plain", b"after;").status;
+        if status == 204 {
+            return;
+        }
+        assert_eq!(status, 507);
+        assert!(Instant::now() < deadline, "writes did not resume once space came back");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn filler(tmpfs: &Tmpfs, name: &str) -> PathBuf {
+    let path = tmpfs.path().join(name);
+    std::fs::write(&path, vec![7u8; FILLER_BYTES]).unwrap();
+    path
+}
+
+#[test]
+fn a_full_disk_is_back_pressure_not_death() {
+    let Some(tmpfs) = Tmpfs::mount() else {
+        eprintln!("SKIPPED a_full_disk_is_back_pressure_not_death: cannot mount a tmpfs (not root?)");
+        return;
+    };
+    for mode in ["acid", "file-durable"] {
+        let data = tmpfs.path().join(mode);
+        let fillers =
+            [filler(&tmpfs, &format!("{mode}-filler-1")), filler(&tmpfs, &format!("{mode}-filler-2"))];
+        let mut server = start(mode, &data);
+        let client = server.client();
+        assert_eq!(client.put("/v1/stream/kept", "text/plain", b"kept;").status, 201);
+        let mut filled = fill(&server, "first");
+        assert!(filled.len() > 2, "{mode}: the disk took some writes first");
+        assert_all_there(&server, &filled, &format!("{mode} on the full disk"));
+        assert_eq!(client.get("/v1/stream/kept").text(), "kept;", "{mode}: reads go on");
+        let (gone, _) = filled.remove(0);
+        assert_eq!(client.delete(&gone).status, 204, "{mode}: a delete goes through");
+
+        std::fs::remove_file(&fillers[0]).unwrap();
+        wait_for_writes(&server, "/v1/stream/kept", Duration::from_secs(10));
+        filled.extend(fill(&server, "second"));
+
+        // A stop on the full disk (its checkpoint may not fit), and a start on it.
+        assert!(server.terminate().success(), "{mode}: a clean stop on a full disk");
+        server.restart();
+        assert_all_there(&server, &filled, &format!("{mode} after a restart on the full disk"));
+        assert_eq!(server.client().get(&gone).status, 404, "{mode}: the delete held");
+        std::fs::remove_file(&fillers[1]).unwrap();
+        wait_for_writes(&server, "/v1/stream/kept", Duration::from_secs(10));
+        assert!(server.terminate().success());
+        std::fs::remove_dir_all(&data).unwrap();
+    }
+}
