@@ -6,8 +6,9 @@
 //! and `Stream-Seq`, which every disk mode writes into the append's record), and each
 //! producer it tracks ([`crate::producer::PRODUCER_CHARGE_BYTES`] plus its id). So the
 //! memory and log bytes a client can make the server hold stay within a small factor of
-//! `DS_LIMITS__MAX_MEMORY_BYTES`, however small its appends. The number of streams has its
-//! own cap. Charging is one atomic compare-and-swap loop, not a lock, and it happens on the
+//! `DS_LIMITS__MAX_MEMORY_BYTES`, however small its appends. A restart charges each stream
+//! again exactly (its snapshot keeps the tag bytes its appends carried); only producers
+//! forgotten meanwhile are not. The number of streams has its own cap. Charging is one atomic compare-and-swap loop, not a lock, and it happens on the
 //! shard thread before anything is written, so a refused op stores nothing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +20,7 @@ pub const STREAM_BYTES_MAX_DEFAULT: u64 = 10_485_760;
 /// Default cap on the number of streams.
 pub const STREAMS_MAX_DEFAULT: u64 = 1_000_000;
 /// What a stream costs besides its name, its content type and its appends: its state in
-/// memory and in checkpoints.
+/// memory and in checkpoints, and its create record.
 pub const STREAM_CHARGE_BYTES: u64 = 512;
 /// What an append costs besides its data, its producer id and its `Stream-Seq`: its record's
 /// header and chain in the disk modes, its message boundaries in memory.
@@ -44,6 +45,13 @@ impl Default for Limits {
             streams_max: STREAMS_MAX_DEFAULT,
         }
     }
+}
+
+/// The bytes an append's producer tag (of id `producer_id`) and `Stream-Seq` add to its
+/// record; charged like data, and summed per stream so recovery charges them again.
+pub fn tag_bytes(producer_id: Option<&str>, stream_seq: Option<&str>) -> u64 {
+    let producer = producer_id.map_or(0, |id| 2 + id.len() as u64 + 16);
+    producer + stream_seq.map_or(0, |seq| 2 + seq.len() as u64)
 }
 
 /// What a stream called `name` of `content_type` costs before any append.

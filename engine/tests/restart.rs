@@ -124,7 +124,10 @@ fn check_everything(harness: &Harness, how: Restart) {
 fn survives(mode: StorageMode, how: Restart) {
     let mut harness = Harness::with_mode(mode, SEGMENT_BYTES);
     write_everything(&harness);
+    let charged = harness.engine().stats().charged_bytes;
     restart(&mut harness, how);
+    let recharged = harness.engine().stats().charged_bytes;
+    assert_eq!(recharged, charged, "{mode:?} after {how:?}: recovery charges what the writes were charged");
     check_everything(&harness, how);
     // And again: the state recovery rebuilt is itself durable.
     restart(&mut harness, how);

@@ -168,10 +168,25 @@ impl Metrics {
     }
 }
 
+/// What the front holds right now, besides its counters.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FrontGauges {
+    /// Request body bytes held in memory across connections (against their cap).
+    pub body_held_bytes: u64,
+}
+
 /// The whole exposition: the front's counters, then the engine's.
-pub fn render(metrics: &Metrics, engine: &EngineStats, shards: &[ShardStats], disk: bool) -> String {
+pub fn render(
+    metrics: &Metrics,
+    front: FrontGauges,
+    engine: &EngineStats,
+    shards: &[ShardStats],
+    disk: bool,
+) -> String {
     let mut out = String::with_capacity(8192);
     render_front(&mut out, metrics);
+    let held_help = "Request body bytes held in memory (against DS_LIMITS__MAX_BODY_BUFFER_BYTES).";
+    single(&mut out, "ds_request_body_held_bytes", "gauge", held_help, front.body_held_bytes);
     render_engine(&mut out, engine, shards, disk);
     out
 }
@@ -304,7 +319,7 @@ mod tests {
         metrics.request(Route::Append, 200);
         metrics.request(Route::Read, 404);
         metrics.request(Route::Other, 999);
-        let text = render(&metrics, &EngineStats::default(), &[], false);
+        let text = render(&metrics, FrontGauges::default(), &EngineStats::default(), &[], false);
         assert!(text.contains("ds_requests_total{route=\"append\",status=\"200\"} 2\n"), "{text}");
         assert!(text.contains("ds_requests_total{route=\"read\",status=\"404\"} 1\n"), "{text}");
         assert!(!text.contains("999"), "out-of-range statuses are not counted: {text}");
@@ -318,7 +333,7 @@ mod tests {
         let _second = metrics.live_reader(true);
         drop(first);
         let _poll = metrics.live_reader(false);
-        let text = render(&metrics, &EngineStats::default(), &[], false);
+        let text = render(&metrics, FrontGauges::default(), &EngineStats::default(), &[], false);
         assert!(text.contains("ds_live_readers{kind=\"sse\"} 1\n"), "{text}");
         assert!(text.contains("ds_live_readers{kind=\"long-poll\"} 1\n"), "{text}");
     }
@@ -330,7 +345,8 @@ mod tests {
         histogram.record(1000);
         let shard =
             ShardStats { queue_depth: 2, batch_ops: histogram.snapshot(), commit_us: histogram.snapshot() };
-        let text = render(&Metrics::default(), &EngineStats::default(), &[shard], true);
+        let text =
+            render(&Metrics::default(), FrontGauges::default(), &EngineStats::default(), &[shard], true);
         assert!(text.contains("ds_batch_ops_bucket{le=\"4\"} 1\n"), "{text}");
         assert!(text.contains("ds_batch_ops_bucket{le=\"1024\"} 2\n"), "{text}");
         assert!(text.contains("ds_batch_ops_bucket{le=\"+Inf\"} 2\n"), "{text}");

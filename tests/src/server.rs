@@ -173,6 +173,25 @@ impl Server {
         self.data_dir.as_deref().map(DataDir::path)
     }
 
+    /// The value of the metric `name` (its first series) in the server's `/metrics`.
+    pub fn metric(&self, name: &str) -> u64 {
+        let text = self.client().get("/metrics").text();
+        let line = text.lines().find(|line| {
+            line.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        });
+        let value = line.and_then(|line| line.rsplit(' ').next()).and_then(|v| v.parse().ok());
+        value.unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+    }
+
+    /// Anonymous resident memory of the process in bytes: its heap and stacks, without the
+    /// pages of files it maps.
+    pub fn anonymous_resident_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("proc status");
+        let line = status.lines().find(|line| line.starts_with("RssAnon:")).expect("RssAnon line");
+        let kib: u64 = line.split_whitespace().nth(1).and_then(|kib| kib.parse().ok()).expect("RssAnon kB");
+        kib * 1024
+    }
+
     /// Kills the process at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         let mut child = self.child.take().expect("server still running");
@@ -199,7 +218,6 @@ impl Server {
     }
 }
 
-/// Makes `command`'s process run on the first CPU this process may use.
 /// Starts `command` allowed `open_files` open files (soft and hard limit).
 pub fn limit_open_files(command: &mut Command, open_files: u64) {
     use std::os::unix::process::CommandExt as _;
@@ -213,6 +231,7 @@ pub fn limit_open_files(command: &mut Command, open_files: u64) {
     }
 }
 
+/// Makes `command`'s process run on the first CPU this process may use.
 fn pin_to_one_cpu(command: &mut Command) {
     use std::os::unix::process::CommandExt as _;
     // SAFETY: an all-zero cpu_set_t is the empty set; sched_getaffinity fills it for this

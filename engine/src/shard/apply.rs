@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::limits::{stream_charge, APPEND_CHARGE_BYTES};
+use crate::limits::{stream_charge, tag_bytes, APPEND_CHARGE_BYTES};
 use crate::offset::Offset;
 use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
 use crate::payload::Payload;
@@ -78,8 +78,8 @@ impl Shard {
         if !self.budget.try_add_stream() {
             return Err(OpError::TooManyStreams);
         }
-        let extra = stream_charge(request.name.as_str(), request.config.content_type.as_str())
-            + if initial.is_some() { APPEND_CHARGE_BYTES } else { 0 };
+        // The create record's own overhead is in the stream's charge, initial data or not.
+        let extra = stream_charge(request.name.as_str(), request.config.content_type.as_str());
         let charged = self.charge(0, initial_bytes, extra).inspect_err(|_| self.budget.remove_stream())?;
 
         let mut config = request.config;
@@ -167,15 +167,13 @@ impl Shard {
         }
         let stored_bytes = payload.as_ref().map_or(0, Payload::stored_len);
         self.prepare_chain(batch, &stream, &state)?;
-        let producer_bytes = request.producer.as_ref().map_or(0, |tag| 2 + tag.id.len() + 16);
-        let seq_bytes = request.stream_seq.as_ref().map_or(0, |seq| 2 + seq.len());
-        self.room(batch, record_bytes_max(producer_bytes + seq_bytes, stored_bytes), Purpose::Write)?;
+        let tags = tag_bytes(request.producer.as_ref().map(|tag| &*tag.id), request.stream_seq.as_deref());
+        self.room(batch, record_bytes_max(tags as usize, stored_bytes), Purpose::Write)?;
         let new_producer =
             request.producer.as_ref().filter(|tag| state.writer.producers.get(&tag.id).is_none());
-        let extra = APPEND_CHARGE_BYTES
-            + (producer_bytes + seq_bytes) as u64
-            + new_producer.map_or(0, |tag| producer_charge(&tag.id));
+        let extra = APPEND_CHARGE_BYTES + tags + new_producer.map_or(0, |tag| producer_charge(&tag.id));
         state.writer.charged += self.charge(state.writer.tail.bytes, stored_bytes, extra)?;
+        state.writer.tag_bytes += tags;
 
         // Everything is decided: apply (the data itself is published after the commit).
         let offset = state.writer.tail;

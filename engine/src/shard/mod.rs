@@ -217,9 +217,8 @@ impl Shard {
         (shard, shared)
     }
 
-    /// Makes recovered streams readable and writable, charging them to the budget (what
-    /// they were charged when written, as near as a snapshot tells: the appends' producer
-    /// ids and `Stream-Seq`s are not in it).
+    /// Makes recovered streams readable and writable, charging them to the budget what
+    /// they were charged when written (producers forgotten since are not charged again).
     fn install(&mut self, streams: Vec<StreamSnapshot>) {
         let mut overlay = Overlay::default();
         for snapshot in streams {
@@ -357,13 +356,14 @@ impl Shard {
     }
 }
 
-/// What a recovered stream is charged: itself, its data, an append per record of its chain,
-/// and its producers.
+/// What a recovered stream is charged: itself, its data, an append per record of its chain
+/// with the tags they carried, and its producers.
 fn recovered_charge(snapshot: &StreamSnapshot) -> u64 {
     let producers: u64 = snapshot.producers.iter().map(|(id, _)| producer_charge(id)).sum();
     stream_charge(&snapshot.name, snapshot.config.content_type.as_str())
         + snapshot.tail.bytes
         + snapshot.chain_n * APPEND_CHARGE_BYTES
+        + snapshot.tag_bytes
         + producers
 }
 

@@ -152,6 +152,7 @@ mod tests {
             producers: Vec::new(),
             chain_tail: 0,
             chain_n: 0,
+            tag_bytes: 0,
             damage: None,
         }
     }

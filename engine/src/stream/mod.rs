@@ -65,6 +65,8 @@ pub struct StreamSnapshot {
     pub chain_tail: u64,
     /// Index of that record in the stream's chain.
     pub chain_n: u64,
+    /// Producer tag and `Stream-Seq` bytes its appends carried (see `limits::tag_bytes`).
+    pub tag_bytes: u64,
     /// Damage found in its stored bytes, if any.
     pub damage: Option<StreamDamage>,
 }
@@ -192,6 +194,8 @@ pub(crate) struct WriterState {
     pub batch: u64,
     /// What the stream has charged to the byte budget (given back when it goes).
     pub charged: u64,
+    /// Producer tag and `Stream-Seq` bytes its appends carried.
+    pub tag_bytes: u64,
 }
 
 impl Stream {
@@ -231,6 +235,7 @@ impl Stream {
             stream_seq: snapshot.stream_seq,
             batch: 0,
             charged: 0,
+            tag_bytes: snapshot.tag_bytes,
         };
         let data = StreamData::log_at(snapshot.chain_tail, snapshot.chain_n);
         let damage = OnceLock::new();
@@ -262,6 +267,7 @@ impl Stream {
             producers: state.writer.producers.iter().map(|(id, producer)| (id.into(), *producer)).collect(),
             chain_tail,
             chain_n,
+            tag_bytes: state.writer.tag_bytes,
             damage: self.damage.get().cloned(),
         }
     }

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 
 use super::{StreamDamage, StreamSnapshot};
+use crate::limits::tag_bytes;
 use crate::offset::Offset;
 use crate::producer::ProducerState;
 use crate::record::codec::{flags, Header, Kind, Meta};
@@ -39,6 +40,7 @@ pub fn created(header: &Header, meta: &Meta, at: u64) -> Result<StreamSnapshot, 
         producers: Vec::new(),
         chain_tail: at,
         chain_n: 0,
+        tag_bytes: 0,
         damage: None,
     })
 }
@@ -109,6 +111,7 @@ fn move_forward(stream: &mut StreamSnapshot, header: &Header, meta: &Meta, at: u
     stream.last_access_ms = stream.last_access_ms.max(header.time_ms);
     stream.chain_tail = at;
     stream.chain_n = n;
+    stream.tag_bytes += tag_bytes(meta.producer.as_ref().map(|tag| &*tag.id), meta.stream_seq.as_deref());
     if let Some(seq) = &meta.stream_seq {
         stream.stream_seq = Some(seq.clone());
     }

@@ -7,6 +7,7 @@
 //! ledger: live bytes of each segment, and deleted chains not yet subtracted,
 //! streams: id, name, config, last access, tail, closed, Stream-Seq, chain tail, producers,
 //!   damage found in the stream (version 2 on: where its intact data ends, and why),
+//!   producer tag and Stream-Seq bytes its appends carried (version 3 on, for its charge),
 //! crc32 of everything before it
 //! ```
 //!
@@ -25,8 +26,9 @@ use crate::stream::{StreamConfig, StreamDamage, StreamSnapshot};
 use crate::wal::ledger::LedgerState;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"DSK1");
-/// The version written; version 1 (without stream damage) is still read.
-const VERSION: u32 = 2;
+/// The version written; versions 1 (without stream damage) and 2 (without tag bytes) are
+/// still read.
+const VERSION: u32 = 3;
 /// File name of a shard's checkpoint.
 pub const CHECKPOINT_NAME: &str = "checkpoint";
 
@@ -141,6 +143,7 @@ fn encode_stream(out: &mut Encoder, stream: &StreamSnapshot) {
             out.u8(0);
         }
     }
+    out.u64(stream.tag_bytes);
 }
 
 fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot, DecodeFailure> {
@@ -172,6 +175,7 @@ fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot
             _ => return Err(DecodeFailure),
         },
     };
+    let tag_bytes = if version >= 3 { input.u64()? } else { 0 };
     Ok(StreamSnapshot {
         id,
         name,
@@ -183,6 +187,7 @@ fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot
         producers,
         chain_tail,
         chain_n,
+        tag_bytes,
         damage,
     })
 }
@@ -207,6 +212,7 @@ mod tests {
             producers: vec![("p".into(), ProducerState { epoch: 2, last_seq: 5, last_used_ms: 1000 })],
             chain_tail: 0x0000_0002_0000_0040,
             chain_n: 3,
+            tag_bytes: 300,
             damage: None,
         };
         let damaged = StreamSnapshot {
@@ -238,17 +244,26 @@ mod tests {
         assert_eq!(Checkpoint::decode(&checkpoint.encode()).unwrap(), checkpoint);
     }
 
-    #[test]
-    fn version_1_checkpoints_still_read() {
-        let mut checkpoint = sample();
-        checkpoint.streams.truncate(1);
+    /// The encoding of a one-stream `checkpoint` as `version` wrote it: without the last
+    /// `cut` bytes of its stream.
+    fn as_version(checkpoint: &Checkpoint, version: u32, cut: usize) -> Vec<u8> {
+        assert_eq!(checkpoint.streams.len(), 1);
         let mut bytes = checkpoint.encode();
-        bytes.truncate(bytes.len() - 4);
-        bytes.pop(); // the last stream's "no damage" byte, which version 1 does not have
-        bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
+        bytes.truncate(bytes.len() - 4 - cut);
+        bytes[4..8].copy_from_slice(&version.to_le_bytes());
         let crc = crc32fast::hash(&bytes);
         bytes.extend_from_slice(&crc.to_le_bytes());
-        assert_eq!(Checkpoint::decode(&bytes).unwrap(), checkpoint);
+        bytes
+    }
+
+    #[test]
+    fn versions_1_and_2_still_read() {
+        let mut checkpoint = sample();
+        checkpoint.streams.truncate(1);
+        checkpoint.streams[0].tag_bytes = 0;
+        // Version 2 lacks the tag bytes; version 1 the "no damage" byte too.
+        assert_eq!(Checkpoint::decode(&as_version(&checkpoint, 2, 8)).unwrap(), checkpoint);
+        assert_eq!(Checkpoint::decode(&as_version(&checkpoint, 1, 9)).unwrap(), checkpoint);
     }
 
     #[test]

@@ -108,7 +108,8 @@ pub async fn read(
     if !held.grow(declared.unwrap_or(0)) {
         return Err(busy());
     }
-    let mut collected = Collected::default();
+    // The declared length is within the limit and charged: the joined buffer starts at it.
+    let mut collected = Collected { expected: declared.unwrap_or(0) as usize, ..Collected::default() };
     loop {
         let frame = match tokio::time::timeout(rules.timeout, body.frame()).await {
             Err(_) => return Err(stalled(rules.timeout)),
@@ -132,11 +133,13 @@ pub async fn read(
 }
 
 /// A body's frames so far: the first kept as it came (most bodies are one frame, and are
-/// then never copied), later ones joined into one buffer.
+/// then never copied), later ones joined into one buffer, allocated once at the declared
+/// length when there is one.
 #[derive(Default)]
 struct Collected {
     first: Option<Bytes>,
     joined: Option<BytesMut>,
+    expected: usize,
 }
 
 impl Collected {
@@ -152,7 +155,7 @@ impl Collected {
         match (self.first.take(), &mut self.joined) {
             (None, None) => self.first = Some(data),
             (Some(first), None) => {
-                let mut joined = BytesMut::with_capacity(first.len() + data.len());
+                let mut joined = BytesMut::with_capacity(self.expected.max(first.len() + data.len()));
                 joined.extend_from_slice(&first);
                 joined.extend_from_slice(&data);
                 self.joined = Some(joined);

@@ -6,7 +6,7 @@ use hyper::{Method, Response, StatusCode};
 use crate::app::App;
 use crate::http::problem::Problem;
 use crate::http::response::{response, Body};
-use crate::metrics::render;
+use crate::metrics::{render, FrontGauges};
 
 pub fn metrics(app: &App, method: &Method) -> Result<Response<Body>, Problem> {
     if method != Method::GET {
@@ -18,7 +18,8 @@ pub fn metrics(app: &App, method: &Method) -> Result<Response<Body>, Problem> {
         .with_header(ALLOW, HeaderValue::from_static("GET")));
     }
     let disk = app.engine.config().mode != ds_engine::StorageMode::Memory;
-    let text = render(&app.metrics, &app.engine.stats(), &app.engine.shard_stats(), disk);
+    let front = FrontGauges { body_held_bytes: app.body.budget.held() };
+    let text = render(&app.metrics, front, &app.engine.stats(), &app.engine.shard_stats(), disk);
     let mut reply = response(StatusCode::OK, Body::full(text.into_bytes()));
     reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     Ok(reply)

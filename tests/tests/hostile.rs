@@ -1,0 +1,224 @@
+//! Hostile clients against the real server: whatever one client makes the server hold is
+//! bounded by what it is charged, within a stated factor, measured on the process itself.
+//!
+//! - Producers with the longest ids cost resident memory within
+//!   [`MEMORY_PER_CHARGED_BYTE_MAX`] of their charge to the byte budget, until the budget
+//!   refuses more (413), in memory mode and in acid.
+//! - One-byte appends carrying the longest `Producer-Id` and `Stream-Seq` write log bytes
+//!   within [`LOG_PER_CHARGED_BYTE_MAX`] of their charge, in acid and file-durable.
+//! - Big bodies are refused before they are read when the stream is missing (404), past the
+//!   cap on buffered bodies (503 with `Retry-After`), and cut when they stall (408); what the
+//!   stalled ones hold stays within the cap.
+
+use std::io::{BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+use ds_tests::client::read_response;
+use ds_tests::server::binary;
+use ds_tests::{Response, Server};
+
+/// Resident memory a client may grow per byte it is charged.
+const MEMORY_PER_CHARGED_BYTE_MAX: f64 = 2.0;
+/// Log bytes a client may write per byte it is charged.
+const LOG_PER_CHARGED_BYTE_MAX: f64 = 1.5;
+/// The byte budget of these servers: small, so a test fills it in seconds.
+const BUDGET_BYTES: &str = "16777216";
+/// The longest producer id and `Stream-Seq` the server takes.
+const ID_BYTES: usize = 256;
+/// Requests written before their answers are read.
+const PIPELINE: u64 = 64;
+/// Streams (each with its own connection) a flood spreads over, so group commits batch.
+const FLOOD_STREAMS: usize = 8;
+
+#[test]
+fn producers_cost_memory_within_their_charge() {
+    for mode in ["memory", "acid"] {
+        let server = Server::start_in(mode, &[("DS_LIMITS__MAX_MEMORY_BYTES", BUDGET_BYTES)]);
+        let streams = create_streams(&server, "p");
+        let (charged_before, memory_before) =
+            (server.metric("ds_charged_bytes"), server.anonymous_resident_bytes());
+        let refusals = flood(&server, &streams, |stream, i| {
+            let id = format!("{stream}-{i:0>width$}", width = ID_BYTES - stream.len() - 1);
+            append(stream, &[("Producer-Id", &id), ("Producer-Epoch", "0"), ("Producer-Seq", "0")])
+        });
+        assert_budget_refused(mode, &refusals);
+        let charged = server.metric("ds_charged_bytes") - charged_before;
+        let memory = server.anonymous_resident_bytes().saturating_sub(memory_before);
+        let ratio = memory as f64 / charged as f64;
+        eprintln!("{mode}: producers grew memory {memory} bytes for {charged} charged: {ratio:.2} per byte");
+        assert!(charged > 8 << 20, "{mode}: the flood filled most of the budget ({charged} bytes)");
+        assert!(ratio <= MEMORY_PER_CHARGED_BYTE_MAX, "{mode}: {ratio:.2} bytes of memory per charged byte");
+        // Full, the server still answers what costs nothing.
+        assert_eq!(server.client().get(&format!("{}?offset=-1", streams[0])).status, 200, "{mode}");
+    }
+}
+
+#[test]
+fn tagged_one_byte_appends_write_log_within_their_charge() {
+    for mode in ["acid", "file-durable"] {
+        let mut server = Server::start_in(mode, &[("DS_LIMITS__MAX_MEMORY_BYTES", "8388608")]);
+        let streams = create_streams(&server, "s");
+        let refusals = flood(&server, &streams, |stream, i| {
+            let id = format!("{stream}-{:0>width$}", 0, width = ID_BYTES - stream.len() - 1);
+            let (seq, stream_seq) = (i.to_string(), format!("{i:0>ID_BYTES$}"));
+            append(
+                stream,
+                &[
+                    ("Producer-Id", &id),
+                    ("Producer-Epoch", "0"),
+                    ("Producer-Seq", &seq),
+                    ("Stream-Seq", &stream_seq),
+                ],
+            )
+        });
+        assert_budget_refused(mode, &refusals);
+        let charged = server.metric("ds_charged_bytes");
+        assert!(server.terminate().success(), "{mode}");
+        let dir = server.data_dir().expect("a disk mode").display().to_string();
+        let info = ds_tool_info(&dir);
+        let log_bytes =
+            info[if mode == "acid" { "live_bytes" } else { "file_bytes" }].as_u64().expect("log bytes");
+        let ratio = log_bytes as f64 / charged as f64;
+        eprintln!(
+            "{mode}: tagged appends wrote {log_bytes} log bytes for {charged} charged: {ratio:.2} per byte"
+        );
+        assert!(ratio <= LOG_PER_CHARGED_BYTE_MAX, "{mode}: {ratio:.2} log bytes per charged byte");
+        // Everything acknowledged is there after the restart, and the budget is as full.
+        server.restart();
+        let recharged = server.metric("ds_charged_bytes");
+        assert!(recharged * 10 >= charged * 9, "{mode}: recovery charges {recharged} of {charged}");
+    }
+}
+
+#[test]
+fn big_bodies_are_refused_early_and_stalled_ones_are_cut() {
+    const DECLARED: usize = 10_000_000;
+    const SENT: usize = 9_800_000;
+    let server = Server::start_in(
+        "memory",
+        &[("DS_LIMITS__MAX_BODY_BUFFER_BYTES", "33554432"), ("DS_SERVER__BODY_TIMEOUT_SECS", "3")],
+    );
+    let head = |name: &str| {
+        format!(
+            "POST /v1/stream/{name} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n\
+             Content-Length: {DECLARED}\r\n\r\n"
+        )
+    };
+    // A missing stream: answered from the head, whatever the body would have been.
+    let missing: Vec<TcpStream> =
+        (0..30).map(|_| send_raw(server.addr, head("missing").as_bytes())).collect();
+    for connection in missing {
+        let response = read_answer(connection).expect("an answer before the body");
+        assert_eq!(response.status, 404);
+    }
+
+    let client = server.client();
+    assert_eq!(client.put("/v1/stream/target", "text/plain", b"").status, 201);
+    let memory_before = server.anonymous_resident_bytes();
+    // Three bodies fit the cap; each sends most of itself, then stalls.
+    let body = vec![b'x'; SENT];
+    let stalled: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut connection = send_raw(server.addr, head("target").as_bytes());
+            connection.write_all(&body).expect("the server reads a body it has room for");
+            connection
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let memory = server.anonymous_resident_bytes().saturating_sub(memory_before);
+    // Any more are refused at once, before their bodies.
+    for _ in 0..27 {
+        let response = read_answer(send_raw(server.addr, head("target").as_bytes())).expect("an answer");
+        assert_eq!(response.status, 503, "{}", response.text());
+        assert_eq!(response.header("retry-after"), Some("1"));
+    }
+    eprintln!("stalled bodies: {memory} bytes of memory held for a 32 MiB cap");
+    assert!(memory < 48 << 20, "three stalled bodies hold {memory} bytes");
+    for connection in stalled {
+        let response = read_answer(connection).expect("the stalled body is answered");
+        assert_eq!(response.status, 408, "{}", response.text());
+    }
+    // Nothing of them was stored, and the room they held is free again.
+    assert_eq!(client.get("/v1/stream/target?offset=-1").body, b"");
+    assert_eq!(client.post("/v1/stream/target", "text/plain", &body).status, 204);
+    assert_eq!(server.metric("ds_request_body_held_bytes"), 0);
+}
+
+/// Creates `FLOOD_STREAMS` text streams named `{prefix}N`; their paths.
+fn create_streams(server: &Server, prefix: &str) -> Vec<String> {
+    let client = server.client();
+    let paths: Vec<String> = (0..FLOOD_STREAMS).map(|n| format!("/v1/stream/{prefix}{n}")).collect();
+    for path in &paths {
+        assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    }
+    paths
+}
+
+/// A one-byte text append to `path` with `headers`, as raw HTTP/1.1.
+fn append(path: &str, headers: &[(&str, &str)]) -> Vec<u8> {
+    let mut request =
+        format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\nx");
+    request.into_bytes()
+}
+
+/// Sends `request(path, i)` for i = 0, 1, … on one connection per stream path, all streams
+/// at once, until the server refuses one; the first refusal of each stream.
+fn flood(server: &Server, paths: &[String], request: impl Fn(&str, u64) -> Vec<u8> + Sync) -> Vec<Response> {
+    std::thread::scope(|scope| {
+        let floods: Vec<_> =
+            paths.iter().map(|path| scope.spawn(|| flood_one(server.addr, path, &request))).collect();
+        floods.into_iter().map(|flood| flood.join().expect("flood thread")).collect()
+    })
+}
+
+/// One stream's flood: `PIPELINE` requests written, then their answers read, until one is
+/// refused (at most a million).
+fn flood_one(addr: SocketAddr, path: &str, request: &dyn Fn(&str, u64) -> Vec<u8>) -> Response {
+    let mut connection = TcpStream::connect(addr).expect("connect");
+    connection.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut reader = BufReader::new(connection.try_clone().unwrap());
+    for first in (0..1_000_000).step_by(PIPELINE as usize) {
+        let batch: Vec<u8> = (first..first + PIPELINE).flat_map(|i| request(path, i)).collect();
+        connection.write_all(&batch).expect("the server takes requests");
+        let answers: Vec<Response> =
+            (0..PIPELINE).map(|_| read_response(&mut reader, false).expect("an answer")).collect();
+        if let Some(refusal) = answers.into_iter().find(|answer| answer.status >= 300) {
+            return refusal;
+        }
+    }
+    panic!("{path}: a million requests and none refused");
+}
+
+fn assert_budget_refused(mode: &str, refusals: &[Response]) {
+    for refusal in refusals {
+        assert_eq!(refusal.status, 413, "{mode}: {}", refusal.text());
+        assert_eq!(refusal.header("content-type"), Some("application/problem+json"), "{mode}");
+    }
+}
+
+/// A connection that has sent `bytes`.
+fn send_raw(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
+    let mut connection = TcpStream::connect(addr).expect("connect");
+    connection.write_all(bytes).expect("send");
+    connection
+}
+
+/// The answer on `connection`, waiting at most ten seconds.
+fn read_answer(connection: TcpStream) -> std::io::Result<Response> {
+    connection.set_read_timeout(Some(Duration::from_secs(10)))?;
+    read_response(&mut BufReader::new(connection), false)
+}
+
+/// `ds-tool info --json DIR`.
+fn ds_tool_info(dir: &str) -> serde_json::Value {
+    let output =
+        Command::new(binary("ds-tool")).args(["info", "--json", dir]).output().expect("ds-tool runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
