@@ -23,6 +23,8 @@
 //! - [`live`]: tail-advance notifications for long-poll and SSE readers.
 //! - Leaves: [`offset`], [`name`], [`content_type`], [`payload`] (JSON framing), [`producer`],
 //!   [`limits`], [`time`], [`read`], [`op`], [`config`], [`histogram`] (statistics).
+//! - `properties` (tests only): property tests of every decoder of stored bytes and every
+//!   parser of client input.
 //!
 //! # How a write flows
 //!
@@ -57,6 +59,8 @@ pub mod offset;
 pub mod op;
 pub mod payload;
 pub mod producer;
+#[cfg(test)]
+mod properties;
 pub mod read;
 pub mod record;
 pub(crate) mod shard;

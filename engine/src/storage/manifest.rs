@@ -1,8 +1,8 @@
 //! The manifest: what a data directory holds, so it is never opened the wrong way.
 //!
-//! Written durably at first start (`MANIFEST`, text, one `key=value` per line); every later
-//! start compares it with its configuration and refuses a different storage mode or shard
-//! count with a message that says what the directory holds.
+//! Written durably at first start (`MANIFEST`, text, one `key=value` per line, the last a
+//! crc32 of the others); every later start compares it with its configuration and refuses a
+//! different storage mode or shard count with a message that says what the directory holds.
 
 use std::io;
 use std::path::Path;
@@ -30,17 +30,35 @@ impl Manifest {
     }
 
     pub fn encode(&self) -> String {
-        format!("format={}\nmode={}\nshards={}\nhash={}\n", self.format, self.mode, self.shards, self.hash)
+        let fields = self.fields();
+        let check = check_line(&fields);
+        fields + &check
     }
 
+    /// The manifest `text` holds, if it is exactly what [`Manifest::encode`] writes: its
+    /// fields in order, then their check line — or no check line, as a manifest restored by
+    /// hand (or written before manifests carried one) has. Anything else is refused, so a
+    /// damaged manifest is never read as another configuration.
     pub fn decode(text: &str) -> Option<Manifest> {
         let field = |key: &str| text.lines().find_map(|line| line.strip_prefix(key)?.strip_prefix('='));
-        Some(Manifest {
+        let hash = field("hash").filter(|hash| is_name(hash))?;
+        let manifest = Manifest {
             format: field("format")?.parse().ok()?,
             mode: StorageMode::parse(field("mode")?)?,
             shards: field("shards")?.parse().ok()?,
-            hash: field("hash")?.to_string(),
-        })
+            hash: hash.to_string(),
+        };
+        let fields = manifest.fields();
+        match text.strip_prefix(fields.as_str())? {
+            "" => Some(manifest),
+            rest if rest == check_line(&fields) => Some(manifest),
+            _ => None,
+        }
+    }
+
+    /// The field lines, as written.
+    fn fields(&self) -> String {
+        format!("format={}\nmode={}\nshards={}\nhash={}\n", self.format, self.mode, self.shards, self.hash)
     }
 
     /// Reads the manifest of `dir`; refuses one of another format or hash.
@@ -91,6 +109,17 @@ impl Manifest {
         }
         Ok(found)
     }
+}
+
+/// Whether `text` could name a hash: letters, digits and dashes, so that a damaged line
+/// break never joins the check line onto it unnoticed.
+fn is_name(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The line that checks the field lines `fields`: their crc32.
+fn check_line(fields: &str) -> String {
+    format!("check={:08x}\n", crc32fast::hash(fields.as_bytes()))
 }
 
 /// Entries a new data directory may hold before its manifest is written: the lock, and a
@@ -154,8 +183,13 @@ mod tests {
         Manifest::check_or_create(&vfs, files, &Manifest::new(StorageMode::FileFast, 4)).unwrap();
         assert!(Manifest::check_or_create(&vfs, files, &Manifest::new(StorageMode::FileDurable, 4)).is_ok());
         assert!(Manifest::check_or_create(&vfs, files, &Manifest::new(StorageMode::Acid, 4)).is_err());
-        assert_eq!(Manifest::decode(&acid16.encode()), Some(acid16));
+        assert_eq!(Manifest::decode(&acid16.encode()), Some(acid16.clone()));
         assert_eq!(Manifest::decode("format=1\nmode=tape\nshards=1\nhash=x\n"), None);
+        let by_hand = "format=1\nmode=acid\nshards=16\nhash=xxh3-64\n";
+        assert_eq!(Manifest::decode(by_hand), Some(acid16.clone()), "restored by hand, without a check");
+        let altered = acid16.encode().replace("shards=16", "shards=18");
+        assert_eq!(Manifest::decode(&altered), None, "a field that disagrees with its check");
+        assert_eq!(Manifest::decode(&format!("{by_hand}mode=file-fast\n")), None, "anything more");
     }
 
     #[test]

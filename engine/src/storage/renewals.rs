@@ -43,6 +43,14 @@ pub type Renewals = HashMap<Box<str>, Vec<(u64, u64)>>;
 
 /// Writes `renewals` to `path`, durably.
 pub fn save(vfs: &dyn Vfs, path: &Path, renewals: &[Renewal]) -> io::Result<()> {
+    if let Some(dir) = path.parent() {
+        create_dir_durably(vfs, dir)?;
+    }
+    write_file_durably(vfs, path, &encode(renewals))
+}
+
+/// The bytes of a renewals file holding `renewals`.
+pub(crate) fn encode(renewals: &[Renewal]) -> Vec<u8> {
     let mut encoder = Encoder::default();
     encoder.bytes.extend_from_slice(MAGIC);
     encoder.u32(VERSION).u64(renewals.len() as u64);
@@ -51,10 +59,7 @@ pub fn save(vfs: &dyn Vfs, path: &Path, renewals: &[Renewal]) -> io::Result<()> 
     }
     let crc = crc32fast::hash(&encoder.bytes);
     encoder.u32(crc);
-    if let Some(dir) = path.parent() {
-        create_dir_durably(vfs, dir)?;
-    }
-    write_file_durably(vfs, path, &encoder.bytes)
+    encoder.bytes
 }
 
 /// Every renewal saved in `paths` (the latest time where files disagree); missing files
@@ -101,7 +106,7 @@ pub fn apply(
 }
 
 /// The entries of a renewals file: name, incarnation, time.
-fn parse(bytes: &[u8]) -> io::Result<Vec<(Box<str>, u64, u64)>> {
+pub(crate) fn parse(bytes: &[u8]) -> io::Result<Vec<(Box<str>, u64, u64)>> {
     let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
     let Some((body, crc)) = bytes.split_last_chunk::<4>() else { return Err(invalid("too short")) };
     if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
@@ -121,9 +126,12 @@ fn parse(bytes: &[u8]) -> io::Result<Vec<(Box<str>, u64, u64)>> {
             let name = decoder.text()?;
             entries.push((name.into_boxed_str(), incarnation, decoder.u64()?));
         }
-        Ok(())
+        match decoder.is_empty() {
+            true => Ok(()),
+            false => Err(crate::binary::DecodeFailure),
+        }
     })();
-    decoded.map_err(|_| invalid("unknown version or truncated entry"))?;
+    decoded.map_err(|_| invalid("unknown version, or entries that do not fill the file"))?;
     Ok(entries)
 }
 

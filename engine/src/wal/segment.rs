@@ -45,7 +45,7 @@ pub struct SegmentHeader {
 }
 
 impl SegmentHeader {
-    fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES as usize] {
+    pub(crate) fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES as usize] {
         let mut raw = [0u8; SEGMENT_HEADER_BYTES as usize];
         raw[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         raw[4..8].copy_from_slice(&VERSION.to_le_bytes());
@@ -59,7 +59,7 @@ impl SegmentHeader {
         raw
     }
 
-    fn decode(raw: &[u8; SEGMENT_HEADER_BYTES as usize]) -> io::Result<SegmentHeader> {
+    pub(crate) fn decode(raw: &[u8; SEGMENT_HEADER_BYTES as usize]) -> io::Result<SegmentHeader> {
         let u32_at = |at: usize| u32::from_le_bytes(raw[at..at + 4].try_into().expect("4 bytes"));
         let u64_at = |at: usize| u64::from_le_bytes(raw[at..at + 8].try_into().expect("8 bytes"));
         if u32_at(0) != MAGIC || u32_at(4) != VERSION {

@@ -1,10 +1,14 @@
-//! Deterministic crash simulation of the disk modes: acid, file-durable and file-fast.
+//! Deterministic model-based simulation of every mode, with crashes: memory, acid,
+//! file-durable and file-fast.
 //!
 //! The engine runs on a simulated disk (`ds_engine::vfs::sim`) that loses or tears any write
 //! an fsync did not cover, with its shards driven by this test (manual threading) and a
 //! manual clock, so one seed always produces the same run. Each seed plays rounds of random
-//! operations; some rounds make the disk fail part-way (the failing shard stops, as the
-//! process would), some crash between rounds, some restart cleanly. After every crash the
+//! operations (creates, appends with and without producers and `Stream-Seq`, closes,
+//! deletes); some rounds make the disk fail part-way (the failing shard stops, as the
+//! process would), some crash between rounds, some restart cleanly, and now and then time
+//! passes beyond every TTL (the streams that have one expire). Memory mode keeps nothing
+//! over a restart or crash, and the model says so. After every crash the
 //! engine recovers from what the disk kept (file-fast promises only to survive a process
 //! crash, so its disk keeps every write; the other modes get a power loss), and the oracle
 //! checks each stream:
@@ -38,6 +42,8 @@ use ds_engine::{
 use model::{is_json_name, payload, predict, ttl_of_name, Observed, SimOp, State};
 
 const T0: u64 = 1_700_000_000_000;
+/// The TTL of the streams that have one (see `model::ttl_of_name`).
+const TTL_SECS: u64 = 3600;
 const STREAM_BYTES_MAX: u64 = 8 * 1024;
 /// Small segments, so runs rotate, checkpoint and remove segments often.
 const SEGMENT_BYTES: u64 = 32 * 1024;
@@ -45,7 +51,8 @@ const ROUNDS: usize = 60;
 const SEEDS_DEFAULT: u64 = 48;
 /// Most disk operations a failing round lets through before the disk stops.
 const FAIL_AFTER_MAX: u64 = 60;
-const MODES: [StorageMode; 3] = [StorageMode::Acid, StorageMode::FileDurable, StorageMode::FileFast];
+const MODES: [StorageMode; 4] =
+    [StorageMode::Memory, StorageMode::Acid, StorageMode::FileDurable, StorageMode::FileFast];
 
 /// What an operation's requester learned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +95,7 @@ fn submit(engine: &Engine, op: &SimOp) -> Pending {
             let request = CreateRequest { name, config, initial, closed: false };
             Box::pin(async move { classify(engine.create(request).await, |_| false) })
         }
-        SimOp::Append { body, close, producer, .. } => {
+        SimOp::Append { body, close, producer, stream_seq, .. } => {
             let request = AppendRequest {
                 content_type: Some(content_type(name.as_str())),
                 payload: (!body.is_empty()).then(|| payload(json, &body)),
@@ -98,7 +105,7 @@ fn submit(engine: &Engine, op: &SimOp) -> Pending {
                     epoch,
                     seq,
                 }),
-                stream_seq: None,
+                stream_seq: stream_seq.map(String::into_boxed_str),
                 name,
             };
             Box::pin(
@@ -154,6 +161,8 @@ struct Coverage {
     records_replayed: u64,
     /// Streams compaction moved (acid).
     moves: u64,
+    /// Streams that expired when time passed beyond their TTL.
+    expiries: u64,
 }
 
 struct Sim {
@@ -229,7 +238,9 @@ impl Sim {
             let count = 1 + self.rng.below(12) as usize;
             let ops = workload::round(&mut self.rng, &self.model, count, STREAM_BYTES_MAX);
             let roll = self.rng.below(100);
-            let fail_after = (roll < 20).then(|| self.rng.below(FAIL_AFTER_MAX));
+            // Memory mode has no disk to fail.
+            let disk_fails = roll < 20 && self.mode != StorageMode::Memory;
+            let fail_after = disk_fails.then(|| self.rng.below(FAIL_AFTER_MAX));
             let answers = self.execute(&ops, fail_after);
             if fail_after.is_some() {
                 self.crash();
@@ -247,7 +258,12 @@ impl Sim {
                     self.coverage.moves += self.engine().stats().moves;
                     self.engine.take().expect("running").shutdown();
                     self.start();
+                    self.forget_if_in_memory();
                     self.check_exact("after a clean restart");
+                }
+                33..=36 => {
+                    self.run_out_ttls();
+                    self.check_exact("after every TTL ran out");
                 }
                 _ => {}
             }
@@ -287,6 +303,26 @@ impl Sim {
             self.disk = self.disk.crash(&mut self.rng);
         }
         self.start();
+        self.forget_if_in_memory();
+    }
+
+    /// Memory mode starts empty: the model forgets every stream.
+    fn forget_if_in_memory(&mut self) {
+        if self.mode == StorageMode::Memory {
+            self.model.values_mut().for_each(|state| *state = None);
+        }
+    }
+
+    /// Time passes beyond every TTL: the streams that have one expire (whatever the
+    /// engine has written of their expiry when it crashes next).
+    fn run_out_ttls(&mut self) {
+        self.clock.advance_ms(2 * TTL_SECS * 1000);
+        self.engine().run_pending();
+        for (name, state) in &mut self.model {
+            if ttl_of_name(name).is_some() && state.take().is_some() {
+                self.coverage.expiries += 1;
+            }
+        }
     }
 
     /// Checks each stream against the answers and, after a crash, picks the state it
@@ -380,6 +416,7 @@ fn acknowledged_operations_survive_every_simulated_crash() {
                 total.from_checkpoint += coverage.from_checkpoint;
                 total.records_replayed += coverage.records_replayed;
                 total.moves += coverage.moves;
+                total.expiries += coverage.expiries;
             }
             Err(panic) => {
                 eprintln!("crash simulation failed in {mode}; reproduce with: DS_SIM_SEED={seed} cargo test -p ds-engine --test crash_sim");
@@ -397,6 +434,7 @@ fn acknowledged_operations_survive_every_simulated_crash() {
             total.from_checkpoint,
             total.records_replayed,
             total.moves,
+            total.expiries,
         ];
         assert!(
             covered.iter().all(|count| *count > 0),

@@ -2,7 +2,8 @@
 //!
 //! The model follows the protocol's rules for the operations the workload sends (creates
 //! with a fixed configuration per name, plain and JSON appends, producer appends that are in
-//! sequence, retried or start a new epoch, closes, deletes) and predicts, for each one,
+//! sequence, retried or start a new epoch, `Stream-Seq`s that rise or regress, closes,
+//! deletes, and TTLs running out) and predicts, for each one,
 //! whether it succeeds and whether it writes a record. The simulation checks every
 //! acknowledged answer against the prediction.
 
@@ -24,6 +25,8 @@ pub struct ModelStream {
     pub messages: u64,
     pub closed: bool,
     pub producers: BTreeMap<String, ProducerState>,
+    /// The last accepted `Stream-Seq`.
+    pub stream_seq: Option<String>,
 }
 
 /// A stream's state: absent, or present.
@@ -32,9 +35,20 @@ pub type State = Option<ModelStream>;
 /// One operation of the workload.
 #[derive(Clone, Debug)]
 pub enum SimOp {
-    Create { name: String, initial: Option<Vec<u8>> },
-    Append { name: String, body: Vec<u8>, close: bool, producer: Option<(String, u64, u64)> },
-    Delete { name: String },
+    Create {
+        name: String,
+        initial: Option<Vec<u8>>,
+    },
+    Append {
+        name: String,
+        body: Vec<u8>,
+        close: bool,
+        producer: Option<(String, u64, u64)>,
+        stream_seq: Option<String>,
+    },
+    Delete {
+        name: String,
+    },
 }
 
 impl SimOp {
@@ -72,7 +86,7 @@ pub fn is_json_name(name: &str) -> bool {
 }
 
 pub fn ttl_of_name(name: &str) -> Option<u64> {
-    name.starts_with('t').then_some(3600)
+    name.starts_with('t').then_some(super::TTL_SECS)
 }
 
 /// The engine's payload for `body` on a stream of this kind.
@@ -120,6 +134,7 @@ pub fn predict(state: &State, op: &SimOp, stream_bytes_max: u64) -> Prediction {
                     messages,
                     closed: false,
                     producers: BTreeMap::new(),
+                    stream_seq: None,
                 };
                 Prediction::accepted(Some(Some(created)))
             }
@@ -128,18 +143,24 @@ pub fn predict(state: &State, op: &SimOp, stream_bytes_max: u64) -> Prediction {
             Some(_) => Prediction::accepted(Some(None)),
             None => Prediction::refused(),
         },
-        SimOp::Append { body, close, producer, .. } => match state {
+        SimOp::Append { body, close, producer, stream_seq, .. } => match state {
             None => Prediction::refused(),
-            Some(stream) => predict_append(stream, body, *close, producer.as_ref(), stream_bytes_max),
+            Some(stream) => {
+                let tags = (producer.as_ref(), stream_seq.as_deref());
+                predict_append(stream, body, *close, tags, stream_bytes_max)
+            }
         },
     }
 }
+
+/// An append's producer tag and `Stream-Seq`.
+type Tags<'a> = (Option<&'a (String, u64, u64)>, Option<&'a str>);
 
 fn predict_append(
     stream: &ModelStream,
     body: &[u8],
     close: bool,
-    producer: Option<&(String, u64, u64)>,
+    (producer, stream_seq): Tags<'_>,
     stream_bytes_max: u64,
 ) -> Prediction {
     if let Some((id, epoch, seq)) = producer {
@@ -158,6 +179,11 @@ fn predict_append(
         let idempotent_close = body.is_empty() && producer.is_none();
         return if idempotent_close { Prediction::accepted(None) } else { Prediction::refused() };
     }
+    if let (Some(seq), Some(last)) = (stream_seq, &stream.stream_seq) {
+        if seq <= last.as_str() {
+            return Prediction::refused();
+        }
+    }
     let (stored, messages) = if body.is_empty() { (Vec::new(), 0) } else { stored_bytes(stream.json, body) };
     if (stream.data.len() + stored.len()) as u64 > stream_bytes_max {
         return Prediction::refused();
@@ -168,6 +194,9 @@ fn predict_append(
     after.closed |= close;
     if let Some((id, epoch, seq)) = producer {
         after.producers.insert(id.clone(), (*epoch, *seq));
+    }
+    if let Some(seq) = stream_seq {
+        after.stream_seq = Some(seq.to_string());
     }
     Prediction::accepted(Some(Some(after)))
 }

@@ -2,7 +2,8 @@
 //!
 //! Each round is a handful of operations generated against the model's predicted state, so
 //! producers mostly send the next sequence number (sometimes a retry, sometimes a new
-//! epoch), and streams that near their byte limit get deleted. A round never both deletes
+//! epoch), some appends carry a `Stream-Seq` (mostly above the last, sometimes not), and
+//! streams that near their byte limit get deleted. A round never both deletes
 //! and creates the same name, so every write changes what can be observed of its stream
 //! (existence, data, closed flag) and the oracle can tell each possible outcome apart.
 
@@ -76,14 +77,19 @@ pub fn round(
                 SimOp::Delete { name: name.clone() }
             }
             (Some(_), roll) if roll < 8 && !created.contains(&name) => SimOp::Delete { name: name.clone() },
-            (Some(_), roll) if roll < 12 => {
-                SimOp::Append { name: name.clone(), body: Vec::new(), close: true, producer: None }
-            }
+            (Some(stream), roll) if roll < 12 => SimOp::Append {
+                name: name.clone(),
+                body: Vec::new(),
+                close: true,
+                producer: None,
+                stream_seq: next_stream_seq(rng, stream.stream_seq.as_deref()),
+            },
             (Some(_), roll) if roll < 15 => SimOp::Create { name: name.clone(), initial: None },
             (Some(stream), roll) => {
                 let producer = (roll < 50).then(|| next_producer(rng, &stream.producers));
                 let close = rng.chance(3);
-                SimOp::Append { name: name.clone(), body: body_for(rng, &name), close, producer }
+                let stream_seq = next_stream_seq(rng, stream.stream_seq.as_deref());
+                SimOp::Append { name: name.clone(), body: body_for(rng, &name), close, producer, stream_seq }
             }
         };
         let prediction = predict(&predicted.get(&name).cloned().flatten(), &op, stream_bytes_max);
@@ -98,6 +104,21 @@ pub fn round(
         ops.push(op);
     }
     ops
+}
+
+/// An append's `Stream-Seq`, if it carries one: usually above `last`, sometimes equal to it
+/// or below it.
+fn next_stream_seq(rng: &mut SimRng, last: Option<&str>) -> Option<String> {
+    if !rng.chance(30) {
+        return None;
+    }
+    let last: u64 = last.map_or(0, |seq| seq.parse().expect("the workload's own seqs"));
+    let seq = match rng.below(100) {
+        0..=9 => last,
+        10..=14 => last.saturating_sub(1 + rng.below(3)),
+        _ => last + 1 + rng.below(3),
+    };
+    Some(format!("{seq:06}"))
 }
 
 /// A producer's next request: usually in sequence, sometimes a retry or a new epoch.

@@ -1,0 +1,96 @@
+//! Stream files: a flipped byte is always noticed, and garbage never panics the analysis.
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use proptest::sample::Index;
+
+use super::strategies::{encode_record, flip, RecordParts};
+use crate::chain::jump_count;
+use crate::content_type::ContentType;
+use crate::files::analysis::analyze_file;
+use crate::files::location;
+use crate::offset::Offset;
+use crate::record::codec::{Chain, CreateMeta, Header, Kind, Meta};
+use crate::stream::StreamConfig;
+
+/// A stream file: its create record and one append per `appends` entry, chained as the
+/// file writer chains them; with the ranges of bytes their checks cover.
+fn stream_file(appends: &[Vec<u8>], suffix: u8) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
+    let (mut bytes, mut covered, mut locations) = (Vec::new(), Vec::new(), Vec::new());
+    let mut tail = Offset::ZERO;
+    for n in 0..=appends.len() as u64 {
+        let data = if n == 0 { Vec::new() } else { appends[n as usize - 1].clone() };
+        let jumps = (0..jump_count(n)).map(|j| locations[(n - (1 << j)) as usize]);
+        let chain = Chain { n, jumps: jumps.collect() };
+        let mut meta = Meta { chain: Some(chain), ..Meta::default() };
+        if n == 0 {
+            let config = StreamConfig {
+                content_type: ContentType::parse("text/plain").unwrap(),
+                ttl_secs: None,
+                expires_at_ms: None,
+            };
+            meta.create = Some(CreateMeta { name: "s".into(), config });
+        }
+        let header = Header {
+            kind: if n == 0 { Kind::Create } else { Kind::Append },
+            flags: 0,
+            meta_len: 0,
+            payload_len: 0,
+            payload_crc: 0,
+            lsn: n,
+            stream: 7,
+            offset: tail,
+            time_ms: 1_000 + n,
+            messages: u32::from(!data.is_empty()),
+        };
+        let (record, record_covered) = encode_record(&RecordParts { header, meta, data: data.clone() });
+        locations.push(location(suffix, bytes.len() as u64));
+        covered.push(bytes.len()..bytes.len() + record_covered);
+        bytes.extend_from_slice(&record);
+        tail = tail.advance(u64::from(!data.is_empty()), data.len() as u64);
+    }
+    (bytes, covered)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn a_stream_file_with_a_flipped_byte_is_never_read_as_whole(
+        appends in prop::collection::vec(prop::collection::vec(1u8..=255, 1..80), 0..10),
+        suffix in any::<u8>(),
+        record in any::<Index>(),
+        (at, mask) in flip(),
+    ) {
+        let (bytes, covered) = stream_file(&appends, suffix);
+        let whole = analyze_file(&Bytes::from(bytes.clone()), suffix);
+        prop_assert!(whole.failure.is_none() && whole.damage.is_empty());
+        let snapshot = whole.snapshot.expect("the stream");
+        prop_assert!(snapshot.damage.is_none());
+        prop_assert_eq!(snapshot.chain_n, appends.len() as u64);
+        let stored: usize = appends.iter().map(Vec::len).sum();
+        prop_assert_eq!(snapshot.tail, Offset { messages: appends.len() as u64, bytes: stored as u64 });
+
+        let range = covered[record.index(covered.len())].clone();
+        let mut flipped = bytes;
+        flipped[range.start + at.index(range.len())] ^= mask;
+        let analysis = analyze_file(&Bytes::from(flipped), suffix);
+        let reported = analysis.failure.is_some()
+            || !analysis.damage.is_empty()
+            || analysis.snapshot.as_ref().is_none_or(|s| s.damage.is_some());
+        prop_assert!(reported, "a flipped byte at {} went unnoticed", range.start);
+    }
+
+    #[test]
+    fn arbitrary_stream_files_never_panic_the_analysis(
+        bytes in prop::collection::vec(any::<u8>(), 0..400),
+        appends in prop::collection::vec(prop::collection::vec(any::<u8>(), 1..40), 0..4),
+        garbage_at in any::<Index>(),
+    ) {
+        let _ = analyze_file(&Bytes::from(bytes.clone()), 0);
+        let (mut file, _) = stream_file(&appends, 0);
+        let at = garbage_at.index(file.len() + 1);
+        file.splice(at..at, bytes);
+        let _ = analyze_file(&Bytes::from(file), 0);
+    }
+}
