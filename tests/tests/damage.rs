@@ -279,9 +279,29 @@ fn case_losing(
     });
     let copy = copy_of(source);
     damage(copy.path());
-    let server = start(setup, copy.path());
+    let mut server = start(setup, copy.path());
     check_reads(setup, copy.path(), &server, damaged, name);
     check_containment(&server, copy.path(), &whole, 1 + touched.len(), name);
+    check_delete_and_restart(&mut server, &whole, touched.len(), name);
+}
+
+/// A damaged stream can be deleted and its name created afresh; the server restarts on what
+/// that left, with the other streams as they were.
+fn check_delete_and_restart(server: &mut Server, whole: &[String], other_damaged: usize, case: &str) {
+    let client = server.client();
+    assert_eq!(client.delete(STREAM).status, 204, "{case}: a damaged stream can be deleted");
+    assert_eq!(server.metric("ds_damaged_streams"), other_damaged as u64, "{case}: one damaged stream fewer");
+    assert_eq!(client.put(STREAM, "text/plain", b"fresh;").status, 201, "{case}");
+    assert_eq!(client.post(STREAM, "text/plain", b"again;").status, 204, "{case}");
+    assert!(server.terminate().success(), "{case}: a clean stop");
+    server.restart();
+    let client = server.client();
+    assert_eq!(client.get(STREAM).text(), "fresh;again;", "{case}: the new stream after a restart");
+    for name in whole {
+        let read = client.get(&format!("/v1/stream/{name}"));
+        assert_eq!((read.status, read.header("stream-up-to-date")), (200, Some("true")), "{case}: {name}");
+    }
+    assert_eq!(server.metric("ds_damaged_streams"), other_damaged as u64, "{case}: after the restart");
 }
 
 #[test]
