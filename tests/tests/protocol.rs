@@ -256,12 +256,12 @@ fn sse_connections_close_when_idle(mode: &str) {
 }
 
 fn bodies_and_streams_are_bounded_with_413(mode: &str) {
-    // A stream costs 512 bytes besides its name and content type, an append 64 besides its
-    // data: `a` with 900 bytes costs 1,501, `b` with 500 costs 1,101, and 200 more to `b`
-    // (264) only fit once `a` is gone.
+    // A stream costs 512 bytes besides its name, its content type and its data, an append
+    // 64 besides its data: `a` with 900 bytes costs 1,437, `b` with 500 costs 1,037, and 200
+    // more to `b` (264) only fit once `a` is gone.
     let server = Server::start_in(
         mode,
-        &[("DS_LIMITS__MAX_STREAM_BYTES", "1000"), ("DS_LIMITS__MAX_MEMORY_BYTES", "2800")],
+        &[("DS_LIMITS__MAX_STREAM_BYTES", "1000"), ("DS_LIMITS__MAX_MEMORY_BYTES", "2700")],
     );
     let client = server.client();
     create(&client, "/v1/stream/a", "application/octet-stream", &[1; 900]);
