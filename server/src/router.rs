@@ -19,6 +19,7 @@ use crate::access_log::AccessRecord;
 use crate::app::App;
 use crate::http::cors::ALLOWED_METHODS;
 use crate::http::problem::Problem;
+use crate::http::request_body;
 use crate::http::response::{finish, Body};
 use crate::metrics::{Metrics, Route};
 use crate::routes;
@@ -158,23 +159,40 @@ async fn route(
         Route::Preflight => return Ok(routes::preflight::preflight()),
         _ => {}
     }
-    let path = request.uri().path();
-    let Some(raw_name) = path.strip_prefix(STREAM_PREFIX) else {
-        return Err(Problem::new(StatusCode::NOT_FOUND, "no-route", format!("no resource at {path}")));
+    let name = match stream_name(request.uri()) {
+        Ok(name) => name,
+        Err(problem) => return Err(refuse(request, problem).await),
     };
-    let name = StreamName::from_path(raw_name)
-        .map_err(|error| Problem::bad_request("invalid-name", error.to_string()))?;
     match label {
         Route::Create => routes::create::create(app, name, request).await,
         Route::Append => routes::append::append(app, name, request).await,
         Route::Read | Route::LongPoll | Route::Sse => routes::read::read(app, name, request, link).await,
         Route::Head => routes::head::head(app, &name),
         Route::Delete => routes::delete::delete(app, name).await,
-        _ => Err(Problem::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method-not-allowed",
-            format!("{} is not allowed on streams", request.method()),
-        )
-        .with_header(ALLOW, HeaderValue::from_static(ALLOWED_METHODS))),
+        _ => {
+            let problem = Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                format!("{} is not allowed on streams", request.method()),
+            );
+            let problem = problem.with_header(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+            Err(refuse(request, problem).await)
+        }
     }
+}
+
+/// The stream `uri` names: 404 for a path outside the streams, 400 for a name that is not
+/// valid.
+fn stream_name(uri: &Uri) -> Result<StreamName, Problem> {
+    let path = uri.path();
+    let Some(raw_name) = path.strip_prefix(STREAM_PREFIX) else {
+        return Err(Problem::new(StatusCode::NOT_FOUND, "no-route", format!("no resource at {path}")));
+    };
+    StreamName::from_path(raw_name).map_err(|error| Problem::bad_request("invalid-name", error.to_string()))
+}
+
+/// `problem`, as the answer to `request` before its body was read.
+async fn refuse(request: Request<Incoming>, problem: Problem) -> Problem {
+    let (parts, body) = request.into_parts();
+    request_body::refuse_unread(body, &parts.headers, problem).await
 }

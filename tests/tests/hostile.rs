@@ -6,9 +6,10 @@
 //!   refuses more (413), in memory mode and in acid.
 //! - One-byte appends carrying the longest `Producer-Id` and `Stream-Seq` write log bytes
 //!   within [`LOG_PER_CHARGED_BYTE_MAX`] of their charge, in acid and file-durable.
-//! - Big bodies are refused before they are read when the stream is missing (404), past the
-//!   cap on buffered bodies (503 with `Retry-After`), and cut when they stall (408); what the
-//!   stalled ones hold stays within the cap.
+//! - Big bodies are refused before they are read when the stream is missing (404, closing
+//!   the connection), past the cap on buffered bodies (503 with `Retry-After`), and cut when
+//!   they stall (408); what the stalled ones hold stays within the cap. Short bodies refused
+//!   before they are read keep their connection usable, however late they arrive.
 
 use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -106,12 +107,14 @@ fn big_bodies_are_refused_early_and_stalled_ones_are_cut() {
              Content-Length: {DECLARED}\r\n\r\n"
         )
     };
-    // A missing stream: answered from the head, whatever the body would have been.
+    // A missing stream: answered from the head, whatever the body would have been, and the
+    // connection (whose body is left unread) closed.
     let missing: Vec<TcpStream> =
         (0..30).map(|_| send_raw(server.addr, head("missing").as_bytes())).collect();
     for connection in missing {
         let response = read_answer(connection).expect("an answer before the body");
         assert_eq!(response.status, 404);
+        assert_eq!(response.header("connection"), Some("close"));
     }
 
     let client = server.client();
@@ -144,6 +147,46 @@ fn big_bodies_are_refused_early_and_stalled_ones_are_cut() {
     assert_eq!(client.get("/v1/stream/target?offset=-1").body, b"");
     assert_eq!(client.post("/v1/stream/target", "text/plain", &body).status, 204);
     assert_eq!(server.metric("ds_request_body_held_bytes"), 0);
+}
+
+#[test]
+fn short_bodies_refused_before_they_are_read_keep_the_connection() {
+    let server = Server::start(&[]);
+    assert_eq!(server.client().put("/v1/stream/text", "text/plain", b"").status, 201);
+    let body = "b".repeat(3000);
+    // Each request's head, then (a moment later, as it comes over a real network) its body.
+    let request = |method: &str, path: &str, content_type: &str| {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n\
+             Content-Length: {}\r\n\r\n",
+            body.len()
+        );
+        (head, body.clone())
+    };
+    let refused = [
+        (request("POST", "/v1/stream/missing", "text/plain"), 404),
+        (request("POST", "/v1/stream/text", "application/json"), 409),
+        (request("POST", "/v1/stream/text", "text/plain\r\nStream-Closed: perhaps"), 400),
+        (request("POST", "/v1/stream/a/../b", "text/plain"), 400),
+        (request("PATCH", "/v1/stream/text", "text/plain"), 405),
+        (request("POST", "/nowhere", "text/plain"), 404),
+    ];
+    let mut connection = TcpStream::connect(server.addr).expect("connect");
+    connection.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reader = BufReader::new(connection.try_clone().unwrap());
+    for round in 0..5 {
+        for ((head, body), status) in &refused {
+            connection.write_all(head.as_bytes()).expect("the connection is still open");
+            std::thread::sleep(Duration::from_millis(20));
+            connection.write_all(body.as_bytes()).expect("the connection is still open");
+            let response = read_response(&mut reader, false).expect("an answer on the same connection");
+            assert_eq!(response.status, *status, "round {round}: {head:.60}: {}", response.text());
+            assert_eq!(response.header("connection"), None, "round {round}: kept open");
+        }
+    }
+    let (head, body) = request("POST", "/v1/stream/text", "text/plain");
+    connection.write_all(format!("{head}{body}").as_bytes()).unwrap();
+    assert_eq!(read_response(&mut reader, false).unwrap().status, 204, "and it still takes appends");
 }
 
 /// Creates `FLOOD_STREAMS` text streams named `{prefix}N`; their paths.

@@ -8,6 +8,11 @@
 //! with `Retry-After`, so many slow uploads cannot fill memory between them. A body that
 //! sends nothing for the body timeout is cut (408). The charge is held ([`HeldBody`]) until
 //! the request is answered, since the engine keeps the bytes until they are committed.
+//!
+//! A request refused before its body is read ([`refuse_unread`]) keeps its connection when
+//! the body is short: it is read and dropped first. Any answer that leaves a body unread
+//! says `Connection: close`, since the connection cannot carry another request after it;
+//! the client then knows to open a new one instead of finding this one reset.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,8 +20,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
+use hyper::body::Body as _;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, RETRY_AFTER};
+use hyper::header::{HeaderMap, HeaderValue, CONNECTION, CONTENT_LENGTH, RETRY_AFTER};
 use hyper::StatusCode;
 
 use super::problem::Problem;
@@ -80,14 +86,67 @@ pub struct BodyRules {
     pub budget: Arc<BodyBudget>,
 }
 
+/// Bodies at most this long are read and dropped when their request is refused before its
+/// body is read, so that the connection can carry the client's next request.
+const DISCARD_BYTES_MAX: u64 = 64 * 1024;
+/// How long such a body may take to arrive before the connection is closed instead.
+const DISCARD_WAIT: Duration = Duration::from_secs(1);
+
+/// `problem`, as the answer to a request whose body was not read: a short body is read and
+/// dropped first, so the connection stays usable; a longer one (or one that does not arrive
+/// at once) is left unread, and the answer closes the connection.
+pub async fn refuse_unread(body: Incoming, headers: &HeaderMap, problem: Problem) -> Problem {
+    if body.is_end_stream() {
+        return problem;
+    }
+    let short = declared_length(headers).is_some_and(|length| length <= DISCARD_BYTES_MAX);
+    if short && tokio::time::timeout(DISCARD_WAIT, discard(body)).await == Ok(true) {
+        return problem;
+    }
+    closing(problem)
+}
+
+/// Reads `body` to its end, keeping nothing; false if it fails or passes
+/// [`DISCARD_BYTES_MAX`].
+async fn discard(mut body: Incoming) -> bool {
+    let mut left = DISCARD_BYTES_MAX;
+    loop {
+        match body.frame().await {
+            None => return true,
+            Some(Err(_)) => return false,
+            Some(Ok(frame)) => {
+                let bytes = frame.data_ref().map_or(0, |data| data.len() as u64);
+                match left.checked_sub(bytes) {
+                    Some(still) => left = still,
+                    None => return false,
+                }
+            }
+        }
+    }
+}
+
+/// `problem`, closing the connection (its request's body is left unread).
+fn closing(problem: Problem) -> Problem {
+    problem.with_header(CONNECTION, HeaderValue::from_static("close"))
+}
+
 /// The length a request declares for its body, if it does.
 pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
 }
 
 /// The whole body, if it is at most `rules.bytes_max` long, arrives without a pause as long
-/// as `rules.timeout`, and fits the shared budget; with its charge.
+/// as `rules.timeout`, and fits the shared budget; with its charge. A refusal leaves the
+/// rest of the body unread, and closes the connection.
 pub async fn read(
+    body: Incoming,
+    headers: &HeaderMap,
+    rules: &BodyRules,
+) -> Result<(Bytes, HeldBody), Problem> {
+    read_whole(body, headers, rules).await.map_err(closing)
+}
+
+async fn read_whole(
     mut body: Incoming,
     headers: &HeaderMap,
     rules: &BodyRules,

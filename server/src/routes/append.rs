@@ -22,11 +22,11 @@ pub async fn append(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Problem> {
     let (parts, body) = request.into_parts();
-    let content_type = headers::content_type(&parts.headers)?;
-    let close = headers::stream_closed(&parts.headers)?;
-    let producer = headers::producer(&parts.headers)?;
-    let stream_seq = headers::stream_seq(&parts.headers)?;
-    refuse_before_the_body(app, &name, &parts.headers, content_type.as_ref())?;
+    let head = match judge_head(app, &name, &parts.headers) {
+        Ok(head) => head,
+        Err(problem) => return Err(request_body::refuse_unread(body, &parts.headers, problem).await),
+    };
+    let Head { content_type, close, producer, stream_seq } = head;
     let (body, _held) = request_body::read(body, &parts.headers, &app.body).await?;
     let body_bytes = body.len() as u64;
     let payload = match (&content_type, body.is_empty()) {
@@ -52,6 +52,26 @@ pub async fn append(
         Metrics::add(&app.metrics.append_bytes, body_bytes);
     }
     Ok(reply(outcome, tagged))
+}
+
+/// An append's headers.
+struct Head {
+    content_type: Option<ds_engine::ContentType>,
+    close: bool,
+    producer: Option<ds_engine::ProducerTag>,
+    stream_seq: Option<Box<str>>,
+}
+
+/// The append's headers, parsed, and judged before a byte of the body is read.
+fn judge_head(app: &App, name: &StreamName, headers: &hyper::HeaderMap) -> Result<Head, Problem> {
+    let head = Head {
+        content_type: headers::content_type(headers)?,
+        close: headers::stream_closed(headers)?,
+        producer: headers::producer(headers)?,
+        stream_seq: headers::stream_seq(headers)?,
+    };
+    refuse_before_the_body(app, name, headers, head.content_type.as_ref())?;
+    Ok(head)
 }
 
 /// What can be refused before a byte of the body is read (so a body sent to a stream that

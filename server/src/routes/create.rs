@@ -24,17 +24,13 @@ pub async fn create(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Problem> {
     let (parts, body) = request.into_parts();
-    let content_type = headers::content_type(&parts.headers)?.unwrap_or_else(ContentType::default_type);
-    let ttl_secs = headers::ttl_secs(&parts.headers)?;
-    let expires_at_ms = headers::expires_at_ms(&parts.headers)?;
-    if ttl_secs.is_some() && expires_at_ms.is_some() {
-        return Err(Problem::bad_request("ttl-and-expiry", "give Stream-TTL or Stream-Expires-At, not both"));
-    }
-    let closed = headers::stream_closed(&parts.headers)?;
+    let (config, closed) = match judge_head(&parts.headers) {
+        Ok(head) => head,
+        Err(problem) => return Err(request_body::refuse_unread(body, &parts.headers, problem).await),
+    };
     let (body, _held) = request_body::read(body, &parts.headers, &app.body).await?;
     let body_bytes = body.len() as u64;
-    let initial = payload_of(&content_type, body, true)?;
-    let config = StreamConfig { content_type, ttl_secs, expires_at_ms };
+    let initial = payload_of(&config.content_type, body, true)?;
     let request = CreateRequest { name, config, initial, closed };
     let outcome = app.engine.create(request).await.map_err(op_problem)?;
 
@@ -55,6 +51,18 @@ pub async fn create(
         set(headers, LOCATION, &location);
     }
     Ok(reply)
+}
+
+/// The stream's configuration and closed flag, as the headers give them.
+fn judge_head(headers: &hyper::HeaderMap) -> Result<(StreamConfig, bool), Problem> {
+    let content_type = headers::content_type(headers)?.unwrap_or_else(ContentType::default_type);
+    let ttl_secs = headers::ttl_secs(headers)?;
+    let expires_at_ms = headers::expires_at_ms(headers)?;
+    if ttl_secs.is_some() && expires_at_ms.is_some() {
+        return Err(Problem::bad_request("ttl-and-expiry", "give Stream-TTL or Stream-Expires-At, not both"));
+    }
+    let closed = headers::stream_closed(headers)?;
+    Ok((StreamConfig { content_type, ttl_secs, expires_at_ms }, closed))
 }
 
 /// Whether `host` is a plain `host[:port]` (a name, an IPv4 or a bracketed IPv6 address):
