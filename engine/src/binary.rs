@@ -26,11 +26,6 @@ impl Encoder {
         self
     }
 
-    pub fn i64(&mut self, value: i64) -> &mut Self {
-        self.bytes.extend_from_slice(&value.to_le_bytes());
-        self
-    }
-
     /// A string with a u32 length.
     pub fn text(&mut self, text: &str) -> &mut Self {
         self.u32(text.len() as u32);
@@ -99,10 +94,6 @@ impl<'a> Decoder<'a> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 
-    pub fn i64(&mut self) -> Result<i64, DecodeFailure> {
-        Ok(self.u64()? as i64)
-    }
-
     pub fn text(&mut self) -> Result<String, DecodeFailure> {
         let len = self.u32()? as usize;
         String::from_utf8(self.take(len)?.to_vec()).map_err(|_| DecodeFailure)
@@ -132,20 +123,11 @@ mod tests {
     #[test]
     fn fields_round_trip_and_truncation_fails() {
         let mut encoder = Encoder::default();
-        encoder
-            .u8(7)
-            .u32(8)
-            .u64(9)
-            .i64(-10)
-            .text("héllo")
-            .option_u64(None)
-            .option_u64(Some(3))
-            .option_text(Some("x"));
+        encoder.u8(7).u32(8).u64(9).text("héllo").option_u64(None).option_u64(Some(3)).option_text(Some("x"));
         let mut decoder = Decoder::new(&encoder.bytes);
         assert_eq!(decoder.u8(), Ok(7));
         assert_eq!(decoder.u32(), Ok(8));
         assert_eq!(decoder.u64(), Ok(9));
-        assert_eq!(decoder.i64(), Ok(-10));
         assert_eq!(decoder.text().as_deref(), Ok("héllo"));
         assert_eq!(decoder.option_u64(), Ok(None));
         assert_eq!(decoder.option_u64(), Ok(Some(3)));

@@ -18,16 +18,17 @@ use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::config::{EngineConfig, EngineError, StorageMode, Threading};
+use crate::config::{EngineConfig, EngineError, Threading};
 use crate::histogram::HistogramSnapshot;
 use crate::limits::ByteBudget;
 use crate::name::StreamName;
 use crate::op::{AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
 use crate::producer::PRODUCER_IDLE_MS_MAX;
 use crate::shard::{Shard, ShardSettings, ShardShared};
-use crate::storage::open::{self, OpenedStore};
+use crate::storage::open::{self, OpenError, OpenedStore, StoreSettings};
 use crate::storage::RecoveryReport;
-use crate::stream::handle::StreamHandle;
+use crate::storage::StorageMode;
+use crate::stream::handle::{StreamHandle, StreamOwner};
 
 /// A running engine. Clones share it; the last one to go stops the shards.
 #[derive(Clone)]
@@ -94,9 +95,12 @@ impl Engine {
     /// the shards.
     pub fn start(config: EngineConfig) -> Result<Engine, EngineError> {
         config.validate()?;
-        let OpenedStore { shards: opened, lock, housekeeper } = open::open(&config)?;
-        let budget =
-            Arc::new(ByteBudget::with_streams_max(config.limits.total_bytes_max, config.limits.streams_max));
+        let OpenedStore { shards: opened, lock, housekeeper } = open::open(&store_settings(&config))
+            .map_err(|error| match error {
+                OpenError::Storage(detail) => EngineError::Storage(detail),
+                OpenError::Spawn(error) => EngineError::Spawn(error),
+            })?;
+        let budget = Arc::new(ByteBudget::new(config.limits.total_bytes_max, config.limits.streams_max));
         let settings = ShardSettings {
             limits: config.limits,
             producer_idle_ms_max: (config.mode == StorageMode::Memory).then_some(PRODUCER_IDLE_MS_MAX),
@@ -191,7 +195,8 @@ impl Engine {
     pub fn open(&self, name: &StreamName) -> Option<StreamHandle> {
         let shard = self.shard(name.as_str());
         let stream = shard.directory.get(name.as_str())?;
-        let handle = StreamHandle::new(stream, Arc::clone(shard), self.inner.config.clock.clone());
+        let owner: Arc<dyn StreamOwner> = Arc::clone(shard) as Arc<dyn StreamOwner>;
+        let handle = StreamHandle::new(stream, owner, self.inner.config.clock.clone());
         handle.status().is_some().then_some(handle)
     }
 
@@ -278,6 +283,21 @@ fn release_freed_memory() {
 }
 
 /// One thread per shard.
+/// What opening the storage needs of `config`.
+fn store_settings(config: &EngineConfig) -> StoreSettings {
+    StoreSettings {
+        mode: config.mode,
+        data_dir: config.data_dir.clone(),
+        shard_count: config.shard_count,
+        segment_bytes: config.segment_bytes,
+        stream_bytes_max: config.limits.stream_bytes_max,
+        file_handles_max: config.file_handles_max,
+        inline: config.threading == Threading::Manual,
+        vfs: Arc::clone(&config.vfs.0),
+        now_ms: config.clock.now_ms(),
+    }
+}
+
 fn spawn_shards(shards: Vec<Shard>) -> Result<Vec<JoinHandle<()>>, EngineError> {
     let mut threads = Vec::with_capacity(shards.len());
     for (index, shard) in shards.into_iter().enumerate() {

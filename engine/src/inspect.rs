@@ -4,11 +4,11 @@
 //! is refused while a server holds its exclusive lock; with `force` it skips the lock and
 //! reads whatever prefix of each log is whole at that moment (every record is checked end to
 //! end, so one being written is never taken for a complete one). Every file is read through
-//! [`ReadOnly`]: this is the analysis recovery runs, without the repair, and nothing can be
+//! `ReadOnly`: this is the analysis recovery runs, without the repair, and nothing can be
 //! written.
 //!
-//! - acid: [`Store::shard`] analyzes one shard's log (checkpoint, then replay) and gives a
-//!   [`WalSource`] over its segments, for reads and record scans.
+//! - acid: [`Store::shard`] analyzes one shard's log (checkpoint, then replay) and gives
+//!   a `WalSource` over its segments, for reads and record scans.
 //! - file modes: [`Store::stream_files`] lists the stream files; [`Store::stream_file`]
 //!   reads and checks one.
 //! - both: [`Store::open_stream`] finds a stream by name and reads it as a reader would.
@@ -22,26 +22,31 @@ use std::sync::Arc;
 use bytes::Bytes;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::config::StorageMode;
-use crate::files::analysis::{analyze_file, FileAnalysis};
-use crate::files::recovery::{file_bytes, list_stream_files, FileEntry};
-use crate::files::source::FileSource;
-use crate::files::{stream_path, SUFFIX_MAX};
-use crate::logread::{LogRead, RecordSource};
 use crate::offset::Offset;
-use crate::read::{Chunk, Message, ReadError};
+use crate::storage::chain::read::{LogRead, RecordSource};
+use crate::storage::chain::NodeSource;
+use crate::storage::chunk::{Chunk, Message, ReadError};
+use crate::storage::files::analysis::{analyze_file, FileAnalysis};
+use crate::storage::files::recovery::{file_bytes, list_stream_files};
+use crate::storage::files::source::FileSource;
+use crate::storage::files::{stream_path, SUFFIX_MAX};
 use crate::storage::manifest::MANIFEST_NAME;
 use crate::storage::open::{shard_dir, LOCK_NAME};
-use crate::stream::StreamSnapshot;
-use crate::vfs::read_only::ReadOnly;
-use crate::vfs::real::RealVfs;
-use crate::vfs::{read_file, Vfs};
-use crate::wal::checkpoint::{checkpoint_path, Checkpoint};
-use crate::wal::recovery::{analyze, Analysis, PREVIOUS_CHECKPOINT_NAME};
-use crate::wal::source::WalSource;
-use crate::wal::SegmentTable;
+use crate::storage::vfs::read_only::ReadOnly;
+use crate::storage::vfs::real::RealVfs;
+use crate::storage::vfs::{read_file, Vfs};
+use crate::storage::wal::checkpoint::{checkpoint_path, Checkpoint, PREVIOUS_CHECKPOINT_NAME};
+use crate::storage::wal::recovery::{analyze, Analysis};
+use crate::storage::wal::source::WalSource;
+use crate::storage::wal::SegmentTable;
+use crate::storage::StorageMode;
 
+pub use crate::meta::StreamSnapshot;
+pub use crate::storage::files::recovery::FileEntry;
 pub use crate::storage::manifest::{Manifest, FORMAT_VERSION};
+pub use crate::storage::record::codec::{flag_names, Header as RecordHeader, Kind as RecordKind};
+pub use crate::storage::record::scan::{next_header, RecordScan, ScanEnd, Scanned};
+pub use crate::storage::wal::segment::Segment;
 
 /// An opened data directory.
 pub struct Store {
@@ -214,6 +219,15 @@ impl Store {
             }
         }
         Ok(None)
+    }
+}
+
+impl ShardLog {
+    /// Whether the record `stream`'s state names as its last is there, and is that record.
+    pub fn holds_last_record_of(&self, stream: &StreamSnapshot) -> bool {
+        self.source
+            .node(stream.chain_tail)
+            .is_ok_and(|node| node.stream == stream.id && node.n == stream.chain_n && node.end == stream.tail)
     }
 }
 

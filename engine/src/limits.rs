@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const TOTAL_BYTES_MAX_DEFAULT: u64 = 104_857_600;
 /// The spec's default cap on bytes stored in one stream.
 pub const STREAM_BYTES_MAX_DEFAULT: u64 = 10_485_760;
+/// Longest accepted `Stream-Seq` value, in bytes.
+pub const STREAM_SEQ_BYTES_MAX: usize = 256;
 /// Default cap on the number of streams.
 pub const STREAMS_MAX_DEFAULT: u64 = 1_000_000;
 /// What a stream costs besides its name, its content type and its appends: its state in
@@ -71,11 +73,7 @@ pub struct ByteBudget {
 }
 
 impl ByteBudget {
-    pub fn new(max: u64) -> ByteBudget {
-        ByteBudget::with_streams_max(max, u64::MAX)
-    }
-
-    pub fn with_streams_max(max: u64, streams_max: u64) -> ByteBudget {
+    pub fn new(max: u64, streams_max: u64) -> ByteBudget {
         ByteBudget {
             used: AtomicU64::new(0),
             max,
@@ -145,10 +143,6 @@ impl ByteBudget {
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Acquire)
     }
-
-    pub fn max(&self) -> u64 {
-        self.max
-    }
 }
 
 /// Keeps a cache map within `max` entries: past it, drops every other entry (in no
@@ -169,7 +163,7 @@ mod tests {
 
     #[test]
     fn charges_up_to_the_maximum_and_no_further() {
-        let budget = ByteBudget::new(100);
+        let budget = ByteBudget::new(100, u64::MAX);
         assert!(budget.try_charge(60));
         assert!(!budget.try_charge(41), "would pass the maximum");
         assert_eq!(budget.used(), 60, "a refused charge takes nothing");
@@ -182,7 +176,7 @@ mod tests {
 
     #[test]
     fn concurrent_charges_never_exceed_the_maximum() {
-        let budget = std::sync::Arc::new(ByteBudget::new(10_000));
+        let budget = std::sync::Arc::new(ByteBudget::new(10_000, u64::MAX));
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let budget = budget.clone();

@@ -8,11 +8,11 @@
 use tokio::sync::oneshot;
 
 use crate::content_type::ContentType;
+use crate::meta::StreamConfig;
 use crate::name::StreamName;
 use crate::offset::Offset;
 use crate::payload::Payload;
 use crate::producer::ProducerTag;
-use crate::stream::StreamConfig;
 
 /// Create a stream (PUT).
 #[derive(Debug)]

@@ -118,10 +118,6 @@ impl ProducerTable {
         self.producers.as_ref().map_or(0, |p| p.by_id.len())
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Forgets producers idle longer than `idle_ms_max`; returns how many were dropped.
     pub fn prune(&mut self, now_ms: u64, idle_ms_max: u64) -> u64 {
         let Some(producers) = self.producers.as_mut() else {
@@ -187,7 +183,7 @@ mod tests {
     #[test]
     fn table_keeps_producers_independent_and_prunes_idle_ones() {
         let mut table = ProducerTable::default();
-        assert!(table.is_empty());
+        assert_eq!(table.len(), 0);
         table.insert("a", ProducerState { epoch: 0, last_seq: 1, last_used_ms: 100 });
         table.insert("b", ProducerState { epoch: 4, last_seq: 0, last_used_ms: 900 });
         let tag = ProducerTag { id: "b".into(), epoch: 4, seq: 1 };
@@ -197,7 +193,7 @@ mod tests {
         assert!(table.get("a").is_none());
         assert_eq!(table.len(), 1);
         assert_eq!(table.prune(10_000, 500), producer_charge("b"));
-        assert!(table.is_empty());
+        assert_eq!(table.len(), 0);
     }
 
     #[test]
@@ -206,7 +202,7 @@ mod tests {
         table.insert("old", ProducerState { epoch: 0, last_seq: 0, last_used_ms: 0 });
         assert_eq!(table.prune_if_due(PRUNE_INTERVAL_MS - 1, 10), 0, "checked too recently");
         assert_eq!(table.prune_if_due(PRUNE_INTERVAL_MS, 10), producer_charge("old"));
-        assert!(table.is_empty());
+        assert_eq!(table.len(), 0);
     }
 
     fn accepted_at(epoch: u64, seq: u64, now_ms: u64) -> Decision {

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ds_engine::config::VfsHandle;
-use ds_engine::vfs::sim::SimVfs;
+use ds_engine::testing::SimVfs;
+use ds_engine::testing::VfsHandle;
 use ds_engine::{
     AppendRequest, ContentType, CreateRequest, Engine, EngineConfig, Payload, StartAt, StorageMode,
     StreamConfig, StreamName,

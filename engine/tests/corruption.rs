@@ -8,9 +8,9 @@ mod support;
 
 use std::path::Path;
 
-use ds_engine::read::ReadError;
-use ds_engine::vfs::Vfs;
+use ds_engine::testing::Vfs;
 use ds_engine::OpError;
+use ds_engine::ReadError;
 use ds_engine::StorageMode;
 use support::{append_request, plain_config, Harness};
 
@@ -314,6 +314,6 @@ fn a_damaged_record_is_never_served() {
         assert!(report.clean_shutdown && report.records_replayed == 0, "the checkpoint covers the record");
         let handle = harness.engine().open(&support::name("s")).unwrap();
         let read = handle.read(ds_engine::StartAt::Beginning, usize::MAX);
-        assert_eq!(read.err(), Some(ds_engine::read::ReadError::Damaged), "{} bytes", body.len());
+        assert_eq!(read.err(), Some(ds_engine::ReadError::Damaged), "{} bytes", body.len());
     }
 }

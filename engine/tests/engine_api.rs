@@ -2,9 +2,10 @@
 //! manual clock so nothing here sleeps to let time pass.
 
 use bytes::Bytes;
-use ds_engine::limits::{stream_charge, Limits, APPEND_CHARGE_BYTES};
-use ds_engine::producer::producer_charge;
-use ds_engine::time::Clock;
+use ds_engine::testing::producer_charge;
+use ds_engine::testing::{stream_charge, APPEND_CHARGE_BYTES};
+use ds_engine::Clock;
+use ds_engine::Limits;
 use ds_engine::{
     AppendKind, AppendRequest, ContentType, CreateRequest, Engine, EngineConfig, Offset, OpError, Payload,
     ProducerTag, StartAt, StreamConfig, StreamName,

@@ -14,11 +14,12 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use ds_engine::config::{IoErrorPolicy, Threading, VfsHandle};
-use ds_engine::limits::Limits;
-use ds_engine::time::Clock;
-use ds_engine::vfs::sim::{SimRng, SimVfs};
+use ds_engine::testing::VfsHandle;
+use ds_engine::testing::{SimRng, SimVfs};
+use ds_engine::Clock;
+use ds_engine::Limits;
 use ds_engine::{Engine, EngineConfig, StartAt, StorageMode};
+use ds_engine::{IoErrorPolicy, Threading};
 use support::{append_request, name, plain_config};
 
 const BODIES: [&str; 3] = ["one;", "two;", "three;"];

@@ -6,7 +6,7 @@
 mod support;
 
 use bytes::Bytes;
-use ds_engine::vfs::Vfs;
+use ds_engine::testing::Vfs;
 use ds_engine::RENEWALS_SAVE_INTERVAL_MS as SAVE_INTERVAL_MS;
 use ds_engine::{
     AppendKind, ContentType, CreateRequest, Offset, OpError, Payload, StorageMode, StreamConfig,

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use ds_engine::config::{segment_bytes_for, SEGMENT_OVERHEAD_BYTES};
-use ds_engine::limits::Limits;
+use ds_engine::Limits;
+use ds_engine::{segment_bytes_for, SEGMENT_OVERHEAD_BYTES};
 use ds_engine::{EngineConfig, StorageMode};
 
 use crate::http::cors::CorsPolicy;

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use ds_engine::histogram::HistogramSnapshot;
+use ds_engine::HistogramSnapshot;
 use ds_engine::{EngineStats, ShardStats};
 
 /// What a request was, for the `route` label.
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn histograms_are_cumulative_and_scaled() {
-        let histogram = ds_engine::histogram::Histogram::default();
+        let histogram = ds_engine::testing::Histogram::default();
         histogram.record(3);
         histogram.record(1000);
         let shard =

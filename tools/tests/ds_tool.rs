@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::Bytes;
-use ds_engine::limits::Limits;
+use ds_engine::Limits;
 use ds_engine::{
     AppendRequest, ContentType, CreateRequest, Engine, EngineConfig, Payload, ProducerTag, StorageMode,
     StreamConfig, StreamName,

@@ -5,8 +5,8 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use super::strategies::{encode_record, flip, record_parts};
-use crate::record::codec::{decode_chain, decode_meta, decode_record, Header, HEADER_BYTES};
-use crate::record::scan::{could_be_torn, failed_record_len, next_header, RecordScan};
+use crate::storage::record::codec::{decode_chain, decode_meta, decode_record, Header, HEADER_BYTES};
+use crate::storage::record::scan::{could_be_torn, failed_record_len, next_header, RecordScan};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]

@@ -6,8 +6,8 @@ use proptest::sample::Index;
 use super::strategies::{checkpoint, flip, text};
 use crate::storage::manifest::Manifest;
 use crate::storage::renewals::{self, Renewal};
-use crate::wal::checkpoint::Checkpoint;
-use crate::wal::segment::SegmentHeader;
+use crate::storage::wal::checkpoint::Checkpoint;
+use crate::storage::wal::segment::SegmentHeader;
 use crate::StorageMode;
 
 proptest! {

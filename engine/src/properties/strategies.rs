@@ -6,16 +6,17 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-use crate::chain::jump_count;
 use crate::content_type::ContentType;
+use crate::meta::{StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::{ProducerState, ProducerTag};
-use crate::record::codec::{
-    encode_meta, flags, padding, payload_crc, Chain, CreateMeta, Header, Kind, Meta, MetaRef, JUMPS_MAX,
+use crate::storage::chain::jump_count;
+use crate::storage::chain::Chain;
+use crate::storage::record::codec::{
+    encode_meta, flags, padding, payload_crc, CreateMeta, Header, Kind, Meta, MetaRef, JUMPS_MAX,
 };
-use crate::stream::{StreamConfig, StreamDamage, StreamSnapshot};
-use crate::wal::checkpoint::Checkpoint;
-use crate::wal::ledger::LedgerState;
+use crate::storage::wal::checkpoint::Checkpoint;
+use crate::storage::wal::ledger::LedgerState;
 
 /// Text of 1 to `max` arbitrary characters.
 pub(super) fn text(max: usize) -> impl Strategy<Value = String> {

@@ -5,13 +5,14 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use super::strategies::{encode_record, flip, RecordParts};
-use crate::chain::jump_count;
 use crate::content_type::ContentType;
-use crate::files::analysis::analyze_file;
-use crate::files::location;
+use crate::meta::StreamConfig;
 use crate::offset::Offset;
-use crate::record::codec::{Chain, CreateMeta, Header, Kind, Meta};
-use crate::stream::StreamConfig;
+use crate::storage::chain::jump_count;
+use crate::storage::chain::Chain;
+use crate::storage::files::analysis::analyze_file;
+use crate::storage::files::location;
+use crate::storage::record::codec::{CreateMeta, Header, Kind, Meta};
 
 /// A stream file: its create record and one append per `appends` entry, chained as the
 /// file writer chains them; with the ranges of bytes their checks cover.

@@ -14,12 +14,12 @@ use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateR
 use crate::payload::Payload;
 use crate::producer::producer_charge;
 use crate::producer::Decision;
-use crate::record::codec::HEADER_BYTES;
-use crate::record::encode::record_bytes_max;
-use crate::record::Record;
+use crate::storage::record::codec::HEADER_BYTES;
+use crate::storage::record::encode::record_bytes_max;
+use crate::storage::record::Record;
+use crate::storage::wal::source::Resident;
 use crate::storage::{NoRoom, Purpose, Unprepared};
 use crate::stream::{Stream, StreamData, StreamState};
-use crate::wal::source::Resident;
 
 use super::{Batch, Pending, Shard};
 
@@ -305,7 +305,6 @@ impl Shard {
         drop(state);
         batch.records.push(Record::Move {
             stream: stream.id,
-            name: Arc::clone(&stream.name),
             chain_tail,
             witness: resident.witness,
             witness_n: resident.witness_n,

@@ -10,8 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::{Batch, Shard};
-use crate::record::Record;
-use crate::stream::{Published, StreamSnapshot};
+use crate::meta::StreamSnapshot;
+use crate::storage::record::Record;
+use crate::stream::Published;
 
 impl Shard {
     /// Steps 3 and 4: make the batch durable, then publish it.

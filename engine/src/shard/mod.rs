@@ -31,15 +31,17 @@ use crate::config::IoErrorPolicy;
 use crate::content_type::ContentType;
 use crate::histogram::Histogram;
 use crate::limits::{stream_charge, ByteBudget, Limits, APPEND_CHARGE_BYTES};
-use crate::live::LiveRegistry;
+use crate::meta::StreamSnapshot;
 use crate::op::{AppendOutcome, CreateOutcome, Op, OpError, Reply};
 use crate::producer::producer_charge;
-use crate::record::Record;
 use crate::storage::open::OpenedShard;
+use crate::storage::record::Record;
+use crate::storage::wal::source::Resident;
 use crate::storage::{LogStore, Persist, Place};
-use crate::stream::{DamageCounter, Published, Stream, StreamSnapshot};
+use crate::stream::handle::StreamOwner;
+use crate::stream::live::LiveRegistry;
+use crate::stream::{DamageCounter, Published, Stream};
 use crate::time::Clock;
-use crate::wal::source::Resident;
 use directory::{Directory, Overlay};
 use doorbell::Doorbell;
 use expiry::ExpiryQueue;
@@ -90,6 +92,28 @@ impl ShardShared {
         if self.ops.send(Op::Stop).is_ok() {
             self.doorbell.ring();
         }
+    }
+}
+
+impl StreamOwner for ShardShared {
+    fn log(&self) -> Option<&dyn LogStore> {
+        self.log.as_deref()
+    }
+
+    fn damage_counter(&self) -> &DamageCounter {
+        &self.counters.damage
+    }
+
+    fn live(&self) -> &Arc<LiveRegistry> {
+        &self.live
+    }
+
+    fn note_read_renewal(&self) {
+        ShardShared::note_read_renewal(self);
+    }
+
+    fn request_expiry(&self, name: Arc<str>, id: u64) {
+        self.request(Op::Expire { name, id });
     }
 }
 
@@ -371,10 +395,10 @@ fn recovered_charge(snapshot: &StreamSnapshot) -> u64 {
 mod tests {
     use super::*;
     use crate::content_type::ContentType;
+    use crate::meta::StreamConfig;
     use crate::name::StreamName;
     use crate::op::{AppendRequest, CreateRequest};
     use crate::payload::Payload;
-    use crate::stream::StreamConfig;
     use bytes::Bytes;
     use tokio::sync::oneshot;
 
@@ -387,7 +411,7 @@ mod tests {
             clock: Clock::manual(1_000),
             io_error_policy: IoErrorPolicy::Abort,
         };
-        let budget = Arc::new(ByteBudget::new(Limits::default().total_bytes_max));
+        let budget = Arc::new(ByteBudget::new(Limits::default().total_bytes_max, u64::MAX));
         Shard::new(queue_capacity, budget, settings, OpenedShard::memory())
     }
 

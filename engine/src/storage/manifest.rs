@@ -7,8 +7,8 @@
 use std::io;
 use std::path::Path;
 
-use crate::config::StorageMode;
-use crate::vfs::{read_file, write_file_durably, Vfs};
+use crate::storage::vfs::{read_file, write_file_durably, Vfs};
+use crate::storage::StorageMode;
 
 pub const MANIFEST_NAME: &str = "MANIFEST";
 /// Version of the on-disk format this build reads and writes.
@@ -165,7 +165,7 @@ fn same_format(found: StorageMode, expected: StorageMode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vfs::sim::SimVfs;
+    use crate::storage::vfs::sim::SimVfs;
 
     #[test]
     fn first_start_writes_it_and_later_starts_must_match() {

@@ -1,25 +1,47 @@
-//! How a shard makes batches durable and how readers reach stored bytes, per mode.
+//! Where stream bytes live, every mode under one roof, and the two interfaces the shards
+//! use: [`Persist`] (step 3 of the shard loop: make a batch's records durable) and
+//! [`LogStore`] (how readers of a disk mode read a stream's chain of records).
 //!
-//! - [`Persist`]: step 3 of the shard loop. Memory mode has nothing to write; acid writes
-//!   the shard's WAL (`crate::wal`); the file modes write each stream's own file.
-//! - [`LogStore`]: how readers of a disk mode read a stream's chain of records.
-//! - `manifest`: the data directory's identity (format, mode, shard count, hash).
-//! - `open`: opening a data directory for a mode: lock, manifest, recovery.
-//! - `renewals`: TTL windows renewed by reads, saved now and then so a crash keeps them.
+//! # Layout
+//!
+//! - `memory/`: memory mode's bytes (append-only blocks, message boundaries); nothing to
+//!   persist.
+//! - `wal/`: acid — a write-ahead log per shard in preallocated segments, group commit,
+//!   checkpoints, compaction, recovery.
+//! - `files/`: file-durable and file-fast — one file of records per stream.
+//! - Shared by the disk modes: `record/` (one record per accepted op: its codec, with a
+//!   header and a payload crc32, its encoding, scans of many), `chain/` (each stream's
+//!   records linked backwards by skip links, and reading a stream along them), `replay`
+//!   (how records rebuild a stream's durable state), `chunk` (what a read returns),
+//!   `vfs/` (every file operation, real, read-only or simulated).
+//! - The data directory: `mode` (the storage modes), `manifest` (its identity), `open`
+//!   (lock, manifest, recovery, one opened shard per shard thread), `renewals` (TTL windows
+//!   renewed by reads, saved so a crash keeps them).
 
+pub mod chain;
+pub mod chunk;
+pub mod files;
 pub mod manifest;
+pub mod memory;
+mod mode;
 pub mod open;
+pub mod record;
 pub mod renewals;
+pub mod replay;
+pub mod vfs;
+pub mod wal;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::logread::{LogRead, RecordSource};
+use crate::meta::StreamSnapshot;
 use crate::offset::Offset;
-use crate::read::{Chunk, Message, ReadError};
-use crate::record::Record;
-use crate::stream::StreamSnapshot;
-use crate::wal::source::Resident;
+use crate::storage::chain::read::{LogRead, RecordSource};
+use crate::storage::chunk::{Chunk, Message, ReadError};
+use crate::storage::record::Record;
+use crate::storage::wal::source::Resident;
+
+pub use mode::StorageMode;
 
 /// What recovery found and did (per shard in acid, for the whole store in the file modes).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -12,19 +12,19 @@ use std::thread::JoinHandle;
 use super::manifest::Manifest;
 use super::RecoveryReport;
 use super::{LogStore, MemoryPersist, Persist};
-use crate::config::{EngineConfig, EngineError, StorageMode, Threading};
-use crate::files;
-use crate::files::handles::Handles;
-use crate::files::source::FileStore;
-use crate::files::writer::FileWriter;
-use crate::record::codec::{HEADER_BYTES, META_BYTES_MAX, RECORD_ALIGN};
-use crate::stream::StreamSnapshot;
-use crate::vfs::{create_dir_durably, Vfs};
-use crate::wal::housekeeper::{Housekeeper, Task};
-use crate::wal::ledger::Ledger;
-use crate::wal::recovery::{self, Recovered, RecoverySettings};
-use crate::wal::writer::{WalWriter, SYNC_RUN_BYTES_MAX};
-use crate::wal::ShardFiles;
+use crate::meta::StreamSnapshot;
+use crate::storage::files;
+use crate::storage::files::handles::Handles;
+use crate::storage::files::source::FileStore;
+use crate::storage::files::writer::FileWriter;
+use crate::storage::record::codec::{HEADER_BYTES, META_BYTES_MAX, RECORD_ALIGN};
+use crate::storage::vfs::{create_dir_durably, Vfs};
+use crate::storage::wal::housekeeper::{Housekeeper, Task};
+use crate::storage::wal::ledger::Ledger;
+use crate::storage::wal::recovery::{self, Recovered, RecoverySettings};
+use crate::storage::wal::writer::{WalWriter, SYNC_RUN_BYTES_MAX};
+use crate::storage::wal::ShardFiles;
+use crate::storage::StorageMode;
 
 /// Name of the lock file at the root of a data directory.
 pub const LOCK_NAME: &str = "LOCK";
@@ -62,8 +62,36 @@ pub(crate) struct OpenedStore {
     pub housekeeper: Option<JoinHandle<()>>,
 }
 
-fn storage_error(what: String) -> impl FnOnce(std::io::Error) -> EngineError {
-    move |error| EngineError::Storage(format!("{what}: {error}"))
+/// What opening a data directory needs (the engine's configuration, as storage sees it).
+pub(crate) struct StoreSettings {
+    pub mode: StorageMode,
+    pub data_dir: PathBuf,
+    pub shard_count: u32,
+    /// Size of each WAL segment (acid).
+    pub segment_bytes: u64,
+    /// The largest record's data (how far a torn write can reach).
+    pub stream_bytes_max: u64,
+    /// Stream files kept open across all shards (file modes).
+    pub file_handles_max: usize,
+    /// Everything on the caller's thread, in a fixed order (deterministic tests): no
+    /// housekeeper thread, no parallel recovery.
+    pub inline: bool,
+    pub vfs: Arc<dyn Vfs>,
+    /// The time recovery takes as now (clock milliseconds).
+    pub now_ms: u64,
+}
+
+/// Why a data directory could not be opened.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The directory cannot be locked, labelled, read or recovered.
+    Storage(String),
+    /// The housekeeper thread could not be started.
+    Spawn(std::io::Error),
+}
+
+fn storage_error(what: String) -> impl FnOnce(std::io::Error) -> OpenError {
+    move |error| OpenError::Storage(format!("{what}: {error}"))
 }
 
 /// The directory of shard `index`.
@@ -71,7 +99,7 @@ pub fn shard_dir(data_dir: &Path, index: u32) -> PathBuf {
     data_dir.join(format!("shard-{index:03}"))
 }
 
-pub(crate) fn open(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
+pub(crate) fn open(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
     match config.mode {
         StorageMode::Memory => Ok(OpenedStore {
             shards: (0..config.shard_count).map(|_| OpenedShard::memory()).collect(),
@@ -85,27 +113,27 @@ pub(crate) fn open(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
 
 /// Creates the data directory if needed, takes its exclusive lock and checks (or writes)
 /// its manifest.
-fn lock_data_dir(config: &EngineConfig) -> Result<Box<dyn Any + Send + Sync>, EngineError> {
-    let vfs = config.vfs.0.as_ref();
+fn lock_data_dir(config: &StoreSettings) -> Result<Box<dyn Any + Send + Sync>, OpenError> {
+    let vfs = config.vfs.as_ref();
     let dir = &config.data_dir;
     create_dir_durably(vfs, dir).map_err(storage_error(format!("cannot create {}", dir.display())))?;
     let lock = vfs.lock_exclusive(&dir.join(LOCK_NAME)).map_err(|error| {
-        EngineError::Storage(format!("{} is in use by another process ({error})", dir.display()))
+        OpenError::Storage(format!("{} is in use by another process ({error})", dir.display()))
     })?;
     Manifest::check_or_create(vfs, dir, &Manifest::new(config.mode, config.shard_count))
-        .map_err(|error| EngineError::Storage(error.to_string()))?;
+        .map_err(|error| OpenError::Storage(error.to_string()))?;
     Ok(lock)
 }
 
 /// file-fast and file-durable: every stream file read back, then one writer and one reader
 /// view per shard over a shared cache of open files.
-fn open_files(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
+fn open_files(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
     let lock = lock_data_dir(config)?;
-    let vfs = Arc::clone(&config.vfs.0);
+    let vfs = Arc::clone(&config.vfs);
     let durable = config.mode == StorageMode::FileDurable;
-    let threads = match config.threading {
-        Threading::Manual => 1,
-        Threading::Threads => std::thread::available_parallelism().map_or(1, |n| n.get()).min(8),
+    let threads = match config.inline {
+        true => 1,
+        false => std::thread::available_parallelism().map_or(1, |n| n.get()).min(8),
     };
     let recovered =
         files::recovery::recover(vfs.as_ref(), &config.data_dir, config.shard_count, durable, threads)
@@ -138,16 +166,16 @@ fn open_files(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
 
 /// Recovers every shard: in parallel, or one after another under manual threading (so a
 /// simulated disk sees the same operations in the same order for the same seed).
-fn recover_shards(config: &EngineConfig, vfs: &dyn Vfs) -> Vec<std::io::Result<Recovered>> {
-    let stale_window_bytes = SYNC_RUN_BYTES_MAX + config.limits.stream_bytes_max + RECORD_OVERHEAD_MAX;
-    let now_ms = config.clock.now_ms();
+fn recover_shards(config: &StoreSettings, vfs: &dyn Vfs) -> Vec<std::io::Result<Recovered>> {
+    let stale_window_bytes = SYNC_RUN_BYTES_MAX + config.stream_bytes_max + RECORD_OVERHEAD_MAX;
+    let now_ms = config.now_ms;
     let dir = &config.data_dir;
     let recover = |shard: u32| {
         let settings =
             RecoverySettings { shard, segment_bytes: config.segment_bytes, stale_window_bytes, now_ms };
         recovery::recover(vfs, &shard_dir(dir, shard), &settings)
     };
-    if config.threading == Threading::Manual {
+    if config.inline {
         return (0..config.shard_count).map(recover).collect();
     }
     std::thread::scope(|scope| {
@@ -158,16 +186,16 @@ fn recover_shards(config: &EngineConfig, vfs: &dyn Vfs) -> Vec<std::io::Result<R
     })
 }
 
-fn open_acid(config: &EngineConfig) -> Result<OpenedStore, EngineError> {
+fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
     let lock = lock_data_dir(config)?;
-    let vfs = Arc::clone(&config.vfs.0);
+    let vfs = Arc::clone(&config.vfs);
     let dir = &config.data_dir;
-    let (housekeeper, thread) = match config.threading {
-        Threading::Threads => {
-            let (housekeeper, thread) = Housekeeper::start(Arc::clone(&vfs)).map_err(EngineError::Spawn)?;
+    let (housekeeper, thread) = match config.inline {
+        false => {
+            let (housekeeper, thread) = Housekeeper::start(Arc::clone(&vfs)).map_err(OpenError::Spawn)?;
             (housekeeper, Some(thread))
         }
-        Threading::Manual => (Housekeeper::inline(Arc::clone(&vfs)), None),
+        true => (Housekeeper::inline(Arc::clone(&vfs)), None),
     };
     let recovered = recover_shards(config, vfs.as_ref());
     let mut shards = Vec::with_capacity(recovered.len());

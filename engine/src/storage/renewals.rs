@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::binary::{Decoder, Encoder};
-use crate::stream::StreamSnapshot;
-use crate::vfs::{create_dir_durably, read_file, write_file_durably, Vfs};
+use crate::meta::StreamSnapshot;
+use crate::storage::vfs::{create_dir_durably, read_file, write_file_durably, Vfs};
 
 /// Readers' renewals are saved at most this often (and at a clean stop).
 pub const SAVE_INTERVAL_MS: u64 = 5_000;
@@ -138,7 +138,7 @@ pub(crate) fn parse(bytes: &[u8]) -> io::Result<Vec<(Box<str>, u64, u64)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vfs::sim::SimVfs;
+    use crate::storage::vfs::sim::SimVfs;
 
     fn renewal(name: &str, incarnation: u64, last_access_ms: u64) -> Renewal {
         Renewal { name: name.into(), incarnation, last_access_ms }
@@ -148,7 +148,7 @@ mod tests {
         StreamSnapshot {
             id,
             name: name.into(),
-            config: crate::stream::StreamConfig {
+            config: crate::meta::StreamConfig {
                 content_type: crate::content_type::ContentType::default_type(),
                 ttl_secs: Some(10),
                 expires_at_ms: None,

@@ -7,21 +7,35 @@
 
 use std::sync::Arc;
 
-use crate::live::Subscription;
-use crate::memory::MemLog;
+use crate::meta::{StreamConfig, StreamDamage};
 use crate::offset::{Offset, StartAt};
-use crate::op::Op;
-use crate::read::{Chunk, Message, ReadError};
-use crate::shard::ShardShared;
+use crate::storage::chunk::{Chunk, Message, ReadError};
+use crate::storage::memory::MemLog;
 use crate::storage::{LogStore, LogView};
-use crate::stream::{Published, Stream, StreamConfig, StreamDamage, StreamData};
+use crate::stream::live::{LiveRegistry, Subscription};
+use crate::stream::{DamageCounter, Published, Stream, StreamData};
 use crate::time::Clock;
+
+/// What a reader needs of the shard that owns its stream (the shard implements it; a
+/// reader never goes through the shard's queue for data).
+pub(crate) trait StreamOwner: Send + Sync {
+    /// Where the stored bytes of a disk mode are read (none in memory mode).
+    fn log(&self) -> Option<&dyn LogStore>;
+    /// The count of damaged streams a read that finds damage raises.
+    fn damage_counter(&self) -> &DamageCounter;
+    /// Tail-advance wakes of the shard's streams.
+    fn live(&self) -> &Arc<LiveRegistry>;
+    /// A read renewed the TTL window of a stream with a TTL (so the shard saves renewals).
+    fn note_read_renewal(&self);
+    /// The stream `name` (incarnation `id`) has expired: remove it when convenient.
+    fn request_expiry(&self, name: Arc<str>, id: u64);
+}
 
 /// A reader's handle on one stream incarnation.
 #[derive(Clone)]
 pub struct StreamHandle {
     stream: Arc<Stream>,
-    shard: Arc<ShardShared>,
+    shard: Arc<dyn StreamOwner>,
     clock: Clock,
 }
 
@@ -63,7 +77,7 @@ pub struct MessagesResult {
 }
 
 impl StreamHandle {
-    pub(crate) fn new(stream: Arc<Stream>, shard: Arc<ShardShared>, clock: Clock) -> StreamHandle {
+    pub(crate) fn new(stream: Arc<Stream>, shard: Arc<dyn StreamOwner>, clock: Clock) -> StreamHandle {
         StreamHandle { stream, shard, clock }
     }
 
@@ -161,7 +175,7 @@ impl StreamHandle {
                 StreamData::Log { tail, n, .. } => (*tail, *n),
             };
             drop(state);
-            let log = self.shard.log.as_deref().ok_or(ReadError::Storage)?;
+            let log = self.shard.log().ok_or(ReadError::Storage)?;
             match read(PublishedData::Log(log), self.view(tail_location, tail_n, published.tail), from) {
                 Ok(value) => return Ok(Some((from, published, value))),
                 Err(ReadError::Damaged) => {
@@ -178,7 +192,7 @@ impl StreamHandle {
                     self.stream.note_damage(
                         from,
                         "a read found stored data that fails its checks",
-                        &self.shard.counters.damage,
+                        self.shard.damage_counter(),
                     );
                     return Err(ReadError::Damaged);
                 }
@@ -189,7 +203,7 @@ impl StreamHandle {
 
     /// Registers for tail-advance wakes of this stream.
     pub fn subscribe(&self) -> Subscription {
-        self.shard.live.subscribe(self.stream.id, || self.stream.read_state().published)
+        self.shard.live().subscribe(self.stream.id, || self.stream.read_state().published)
     }
 
     fn view(&self, tail_location: u64, tail_n: u64, until: Offset) -> LogView {
@@ -212,7 +226,7 @@ impl StreamHandle {
             return false;
         }
         if self.stream.is_expired(self.clock.now_ms()) {
-            self.shard.request(Op::Expire { name: Arc::clone(&self.stream.name), id: self.stream.id });
+            self.shard.request_expiry(Arc::clone(&self.stream.name), self.stream.id);
             return false;
         }
         true

@@ -8,68 +8,17 @@
 //! shard holds the lock for microseconds, never across I/O.
 
 pub mod handle;
-pub mod replay;
+pub mod live;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use crate::content_type::ContentType;
-use crate::memory::MemLog;
+use crate::meta::{StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
-use crate::producer::{ProducerState, ProducerTable};
-use crate::record::Record;
+use crate::producer::ProducerTable;
+use crate::storage::memory::MemLog;
+use crate::storage::record::Record;
 use crate::storage::Place;
-
-/// Longest accepted `Stream-Seq` value, in bytes.
-pub const STREAM_SEQ_BYTES_MAX: usize = 256;
-
-/// What a stream is created with; never changes afterwards.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StreamConfig {
-    pub content_type: ContentType,
-    /// Sliding time-to-live: the stream expires this long after its last read or append.
-    pub ttl_secs: Option<u64>,
-    /// Absolute expiry, in milliseconds since the Unix epoch.
-    pub expires_at_ms: Option<i64>,
-}
-
-impl StreamConfig {
-    /// Whether a create with `other` is the same create (content type, TTL and expiry).
-    pub fn same_as(&self, other: &StreamConfig) -> bool {
-        self.content_type.matches(&other.content_type)
-            && self.ttl_secs == other.ttl_secs
-            && self.expires_at_ms == other.expires_at_ms
-    }
-}
-
-/// Damage found in a stream's stored bytes (disk modes): where its intact data ends as far
-/// as known, and why. A damaged stream is read up to the damage and refuses writes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StreamDamage {
-    pub at: Offset,
-    pub reason: Box<str>,
-}
-
-/// A stream's durable state: what recovery rebuilds and a checkpoint stores.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StreamSnapshot {
-    pub id: u64,
-    pub name: Arc<str>,
-    pub config: StreamConfig,
-    pub last_access_ms: u64,
-    pub tail: Offset,
-    pub closed: bool,
-    pub stream_seq: Option<Box<str>>,
-    pub producers: Vec<(Box<str>, ProducerState)>,
-    /// Location of the stream's last record (disk modes).
-    pub chain_tail: u64,
-    /// Index of that record in the stream's chain.
-    pub chain_n: u64,
-    /// Producer tag and `Stream-Seq` bytes its appends carried (see `limits::tag_bytes`).
-    pub tag_bytes: u64,
-    /// Damage found in its stored bytes, if any.
-    pub damage: Option<StreamDamage>,
-}
 
 /// How many streams of a shard are known to be damaged (a gauge: deleting one lowers it).
 #[derive(Default)]
@@ -291,16 +240,8 @@ impl Stream {
         }
     }
 
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    pub fn config(&self) -> &StreamConfig {
-        &self.config
     }
 
     /// When the stream expires, if it can (clock milliseconds; TTL counted from last access).
@@ -350,6 +291,7 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::content_type::ContentType;
 
     fn config(ttl_secs: Option<u64>, expires_at_ms: Option<i64>) -> StreamConfig {
         StreamConfig { content_type: ContentType::default_type(), ttl_secs, expires_at_ms }
@@ -376,20 +318,6 @@ mod tests {
         assert_eq!(both.deadline_ms(), Some(5_000));
         let never = Stream::new(4, "s".into(), config(None, None), 0, StreamData::new(true));
         assert!(!never.is_expired(u64::MAX));
-    }
-
-    #[test]
-    fn configs_compare_by_content_type_key_ttl_and_expiry() {
-        let json = |ttl| StreamConfig {
-            content_type: ContentType::parse("application/json").unwrap(),
-            ttl_secs: ttl,
-            expires_at_ms: None,
-        };
-        let mut upper = json(Some(5));
-        upper.content_type = ContentType::parse("APPLICATION/JSON; charset=utf-8").unwrap();
-        assert!(json(Some(5)).same_as(&upper));
-        assert!(!json(Some(5)).same_as(&json(Some(6))));
-        assert!(!json(None).same_as(&config(None, None)));
     }
 
     #[test]

@@ -31,14 +31,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use ds_engine::config::{IoErrorPolicy, Threading, VfsHandle};
-use ds_engine::limits::Limits;
-use ds_engine::time::Clock;
-use ds_engine::vfs::sim::{SimRng, SimVfs};
+use ds_engine::testing::VfsHandle;
+use ds_engine::testing::{SimRng, SimVfs};
+use ds_engine::Clock;
+use ds_engine::Limits;
 use ds_engine::{
     AppendKind, AppendRequest, ContentType, CreateRequest, Engine, EngineConfig, OpError, StartAt,
     StorageMode, StreamConfig, StreamName,
 };
+use ds_engine::{IoErrorPolicy, Threading};
 use model::{is_json_name, payload, predict, ttl_of_name, Observed, SimOp, State};
 
 const T0: u64 = 1_700_000_000_000;

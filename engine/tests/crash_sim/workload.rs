@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ds_engine::vfs::sim::SimRng;
+use ds_engine::testing::SimRng;
 
 use super::model::{is_json_name, predict, SimOp, State};
 

@@ -14,16 +14,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
-use ds_engine::config::{IoErrorPolicy, Threading, VfsHandle, SEGMENT_OVERHEAD_BYTES};
-use ds_engine::limits::Limits;
-use ds_engine::time::Clock;
-use ds_engine::vfs::sim::SimVfs;
-use ds_engine::vfs::Vfs;
+use ds_engine::testing::SimVfs;
+use ds_engine::testing::Vfs;
+use ds_engine::testing::VfsHandle;
+use ds_engine::Clock;
+use ds_engine::Limits;
 use ds_engine::RecoveryReport;
 use ds_engine::{
     AppendOutcome, AppendRequest, ContentType, CreateOutcome, CreateRequest, Engine, EngineConfig, OpError,
     Payload, ProducerTag, StartAt, StorageMode, StreamConfig, StreamName,
 };
+use ds_engine::{IoErrorPolicy, Threading, SEGMENT_OVERHEAD_BYTES};
 
 pub const T0: u64 = 1_700_000_000_000;
 pub const SHARD_DIR: &str = "/data/shard-000";
@@ -125,7 +126,7 @@ impl Harness {
     /// what was synced, plus a seeded choice of the rest.
     pub fn lose_power(&mut self, seed: u64) {
         self.stop_abruptly();
-        self.disk = self.disk.crash(&mut ds_engine::vfs::sim::SimRng::new(seed));
+        self.disk = self.disk.crash(&mut ds_engine::testing::SimRng::new(seed));
     }
 
     /// Stops cleanly (final checkpoint).
@@ -199,11 +200,7 @@ impl Harness {
 
     /// The bytes of `stream` from `from` on, read until its tail or until a read fails,
     /// with the error a read ended with.
-    pub fn read_from(
-        &self,
-        stream: &str,
-        from: ds_engine::Offset,
-    ) -> (String, Option<ds_engine::read::ReadError>) {
+    pub fn read_from(&self, stream: &str, from: ds_engine::Offset) -> (String, Option<ds_engine::ReadError>) {
         let handle = self.engine().open(&name(stream)).expect("the stream exists");
         let tail = handle.status().expect("the stream exists").tail;
         let (mut text, mut at) = (String::new(), from);
@@ -248,11 +245,11 @@ impl Harness {
 
     /// The file of stream `stream` (file modes).
     pub fn stream_file(&self, stream: &str) -> PathBuf {
-        ds_engine::files::stream_path(Path::new("/data"), stream, 0)
+        ds_engine::testing::stream_path(Path::new("/data"), stream, 0)
     }
 
     pub fn file_bytes(&self, path: &Path) -> Vec<u8> {
-        ds_engine::vfs::read_file(&self.disk, path).expect("file reads")
+        ds_engine::testing::read_file(&self.disk, path).expect("file reads")
     }
 
     /// Where `needle` first occurs in the file at `path`.

@@ -3,11 +3,11 @@
 //! Each parser returns a typed value or a [`Problem`] (400) that says which header is wrong.
 //! A header we act on that appears more than once is refused rather than guessed at.
 
-use ds_engine::content_type::ContentType;
-use ds_engine::producer::{ProducerTag, PRODUCER_ID_BYTES_MAX, PRODUCER_NUMBER_MAX};
-use ds_engine::stream::STREAM_SEQ_BYTES_MAX;
-use ds_engine::time::parse_rfc3339_ms;
+use ds_engine::parse_rfc3339_ms;
+use ds_engine::ContentType;
 use ds_engine::Offset;
+use ds_engine::STREAM_SEQ_BYTES_MAX;
+use ds_engine::{ProducerTag, PRODUCER_ID_BYTES_MAX, PRODUCER_NUMBER_MAX};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::problem::Problem;

@@ -34,7 +34,7 @@ fn jitter_intervals() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ds_engine::time::parse_rfc3339_ms;
+    use ds_engine::parse_rfc3339_ms;
 
     #[test]
     fn counts_intervals_from_the_cursor_epoch() {

@@ -16,8 +16,8 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use bytes::BytesMut;
-use ds_engine::content_type::SseEncoding;
 use ds_engine::Offset;
+use ds_engine::SseEncoding;
 
 /// How a stream's messages become data events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

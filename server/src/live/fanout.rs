@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
 use bytes::Bytes;
-use ds_engine::live::{LiveTail, Subscription};
-use ds_engine::time::Clock;
+use ds_engine::Clock;
+use ds_engine::{LiveTail, Subscription};
 use ds_engine::{Offset, StreamHandle};
 use tokio::sync::Notify;
 

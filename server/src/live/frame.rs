@@ -8,8 +8,8 @@
 //! Leaves only: the callers decide what to do with a frame.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use ds_engine::content_type::SseEncoding;
-use ds_engine::live::{CachedFrame, Subscription};
+use ds_engine::SseEncoding;
+use ds_engine::{CachedFrame, Subscription};
 use ds_engine::{Offset, StreamHandle};
 
 use super::event::{write_control, write_message, ControlState, EventFormat};

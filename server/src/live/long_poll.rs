@@ -68,5 +68,5 @@ fn no_content(result: &ReadResult, cursor: u64) -> Response<Body> {
 }
 
 fn now_ms() -> u64 {
-    ds_engine::time::Clock::System.now_ms()
+    ds_engine::Clock::System.now_ms()
 }

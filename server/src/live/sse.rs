@@ -19,8 +19,8 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use ds_engine::content_type::SseEncoding;
-use ds_engine::live::Subscription;
+use ds_engine::SseEncoding;
+use ds_engine::Subscription;
 use ds_engine::{Offset, StartAt, StreamHandle};
 use http_body::Frame;
 use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
@@ -180,7 +180,7 @@ impl SseBody {
 
     /// The events to send now, if any: new messages, or the catch-up or closing control.
     fn next_frame(&mut self) -> Option<Bytes> {
-        let now_ms = ds_engine::time::Clock::System.now_ms();
+        let now_ms = ds_engine::Clock::System.now_ms();
         let cursor = response_cursor(self.client_cursor.as_deref(), now_ms);
         let source = FrameSource {
             handle: &self.handle,

@@ -4,7 +4,7 @@
 //! expiry and closed state exists, 409 when one exists with anything else. An optional body
 //! becomes the first messages (for JSON streams `[]` means none).
 
-use ds_engine::content_type::ContentType;
+use ds_engine::ContentType;
 use ds_engine::{CreateRequest, StreamConfig, StreamName};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HOST, LOCATION};

@@ -3,7 +3,7 @@
 //! Tail offset, content type, closed flag, remaining TTL (whole seconds, rounded up) and
 //! absolute expiry. HEAD does not renew the TTL.
 
-use ds_engine::time::format_rfc3339_ms;
+use ds_engine::format_rfc3339_ms;
 use ds_engine::StreamName;
 use hyper::header::CONTENT_TYPE;
 use hyper::{Response, StatusCode};

@@ -15,8 +15,8 @@ pub mod preflight;
 pub mod read;
 
 use bytes::Bytes;
-use ds_engine::content_type::ContentType;
-use ds_engine::read::ReadError;
+use ds_engine::ContentType;
+use ds_engine::ReadError;
 use ds_engine::{OpError, Payload};
 use hyper::header::HeaderValue;
 use hyper::StatusCode;

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ds_engine::read::json_array;
+use ds_engine::json_array;
 use ds_engine::{ReadResult, StartAt, StreamHandle, StreamName};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, ETAG, IF_NONE_MATCH};

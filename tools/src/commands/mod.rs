@@ -10,7 +10,7 @@ pub mod verify;
 use std::io;
 
 use ds_engine::inspect::Store;
-use ds_engine::stream::StreamSnapshot;
+use ds_engine::inspect::StreamSnapshot;
 
 /// Calls `visit` with every stream of `store`: acid shard by shard (each shard's streams by
 /// name), the file modes file by file. Only one shard's streams are held at a time.

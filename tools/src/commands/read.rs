@@ -5,8 +5,8 @@
 use std::io::Write;
 
 use ds_engine::inspect::Store;
-use ds_engine::read::ReadError;
 use ds_engine::Offset;
+use ds_engine::ReadError;
 
 use crate::cli::ReadArgs;
 use crate::{Outcome, ToolError};

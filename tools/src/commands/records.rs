@@ -8,8 +8,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 use ds_engine::inspect::Store;
-use ds_engine::record::codec::{flags, Kind};
-use ds_engine::record::scan::{RecordScan, ScanEnd, Scanned};
+use ds_engine::inspect::{flag_names, RecordKind, RecordScan, ScanEnd, Scanned, Segment};
 use ds_engine::StorageMode;
 use serde_json::Value;
 
@@ -43,7 +42,7 @@ impl Filter<'_> {
     fn admits(&mut self, record: &Scanned) -> bool {
         if let Some(name) = self.name {
             let created = record.meta.create.as_ref().is_some_and(|c| &*c.name == name);
-            if created && record.header.kind == Kind::Create {
+            if created && record.header.kind == RecordKind::Create {
                 self.ids.insert(record.header.stream);
             }
             if !self.ids.contains(&record.header.stream) {
@@ -80,7 +79,7 @@ pub fn run(
             let log = store.shard(shard)?;
             for segment in &log.analysis.segments {
                 let bytes = segment.map.slice(0, segment.readable_len() as usize);
-                let start = ds_engine::wal::segment::Segment::records_start();
+                let start = Segment::records_start();
                 write_log(&mut table, &relative(store, &segment.path), bytes, start, &mut filter)?;
             }
         }
@@ -126,28 +125,19 @@ fn row(log: &str, record: &Scanned) -> Vec<Value> {
         Value::from(record.position),
         Value::from(header.lsn),
         Value::from(header.kind.name()),
-        if header.kind == Kind::Seal { Value::Null } else { Value::from(header.stream) },
-        if header.kind == Kind::Append { Value::from(header.offset.to_string()) } else { Value::Null },
+        if header.kind == RecordKind::Seal { Value::Null } else { Value::from(header.stream) },
+        if header.kind == RecordKind::Append { Value::from(header.offset.to_string()) } else { Value::Null },
         Value::from(header.messages),
         Value::from(header.data_len()),
-        Value::from(flag_names(header.flags)),
+        Value::from(flags_text(header.flags)),
         producer.map_or(Value::Null, Value::from),
         Value::from("ok"),
     ]
 }
 
 /// The flags of a record, by name (`-` for none).
-pub fn flag_names(bits: u8) -> String {
-    let names = [
-        (flags::CLOSE, "close"),
-        (flags::PRODUCER, "producer"),
-        (flags::STREAM_SEQ, "seq"),
-        (flags::EXPIRED, "expired"),
-        (flags::JSON, "json"),
-        (flags::MOVED, "moved"),
-        (flags::MOVE_END, "move-end"),
-    ];
-    let set: Vec<&str> = names.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, name)| *name).collect();
+pub fn flags_text(bits: u8) -> String {
+    let set = flag_names(bits);
     if set.is_empty() {
         "-".into()
     } else {

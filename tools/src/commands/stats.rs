@@ -9,9 +9,7 @@ use std::io::Write;
 
 use bytes::Bytes;
 use ds_engine::inspect::Store;
-use ds_engine::record::codec::Kind;
-use ds_engine::record::scan::RecordScan;
-use ds_engine::wal::segment::Segment;
+use ds_engine::inspect::{RecordKind, RecordScan, Segment};
 use ds_engine::StorageMode;
 use serde_json::{json, Value};
 
@@ -112,7 +110,7 @@ pub fn run(store: &Store, format: Format, out: &mut dyn Write) -> Result<Outcome
         let mut count = 0;
         for record in RecordScan::new(bytes, start) {
             count += 1;
-            if record.header.kind == Kind::Append {
+            if record.header.kind == RecordKind::Append {
                 appends.add(u64::from(record.header.data_len()));
             }
         }

@@ -2,9 +2,9 @@
 
 use std::io::Write;
 
+use ds_engine::format_rfc3339_ms;
 use ds_engine::inspect::Store;
-use ds_engine::stream::StreamSnapshot;
-use ds_engine::time::format_rfc3339_ms;
+use ds_engine::inspect::StreamSnapshot;
 use serde_json::{json, Value};
 
 use super::for_each_stream;

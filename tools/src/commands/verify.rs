@@ -10,11 +10,7 @@
 
 use std::io::Write;
 
-use ds_engine::chain::NodeSource;
-use ds_engine::inspect::{ShardLog, Store};
-use ds_engine::record::scan::{next_header, RecordScan, ScanEnd};
-use ds_engine::stream::StreamSnapshot;
-use ds_engine::wal::segment::Segment;
+use ds_engine::inspect::{next_header, RecordScan, ScanEnd, Segment, ShardLog, Store};
 use ds_engine::StorageMode;
 use serde_json::{json, Value};
 
@@ -81,7 +77,7 @@ fn verify_shard(store: &Store, log: &ShardLog, findings: &mut Findings) {
             let what =
                 format!("stream {} is damaged at offset {}: {}", stream.name, damage.at, damage.reason);
             findings.problems.push(Problem { log: format!("shard-{:03}", log.shard), position: 0, what });
-        } else if !last_record_is_there(log, stream) {
+        } else if !log.holds_last_record_of(stream) {
             let what = format!(
                 "stream {}: the checkpoint names its last record at {:#x}, which is not there",
                 stream.name, stream.chain_tail
@@ -134,13 +130,6 @@ fn scan_checkpointed(store: &Store, log: &ShardLog, findings: &mut Findings) {
             }
         }
     }
-}
-
-/// Whether the record a stream's state names as its last is there and is that record.
-fn last_record_is_there(log: &ShardLog, stream: &StreamSnapshot) -> bool {
-    log.source
-        .node(stream.chain_tail)
-        .is_ok_and(|node| node.stream == stream.id && node.n == stream.chain_n && node.end == stream.tail)
 }
 
 fn verify_files(store: &Store, findings: &mut Findings) -> std::io::Result<()> {

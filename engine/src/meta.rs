@@ -1,0 +1,81 @@
+//! What is known of a stream besides its bytes, in every layer: its configuration
+//! ([`StreamConfig`]), its durable state ([`StreamSnapshot`]: what recovery rebuilds and a
+//! checkpoint stores) and damage found in it ([`StreamDamage`]).
+//!
+//! Requests carry a configuration, storage rebuilds and saves snapshots, shards install
+//! them: so this module depends on none of those, only on the leaf types.
+
+use std::sync::Arc;
+
+use crate::content_type::ContentType;
+use crate::offset::Offset;
+use crate::producer::ProducerState;
+
+/// What a stream is created with; never changes afterwards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamConfig {
+    pub content_type: ContentType,
+    /// Sliding time-to-live: the stream expires this long after its last read or append.
+    pub ttl_secs: Option<u64>,
+    /// Absolute expiry, in milliseconds since the Unix epoch.
+    pub expires_at_ms: Option<i64>,
+}
+
+impl StreamConfig {
+    /// Whether a create with `other` is the same create (content type, TTL and expiry).
+    pub fn same_as(&self, other: &StreamConfig) -> bool {
+        self.content_type.matches(&other.content_type)
+            && self.ttl_secs == other.ttl_secs
+            && self.expires_at_ms == other.expires_at_ms
+    }
+}
+
+/// Damage found in a stream's stored bytes (disk modes): where its intact data ends as far
+/// as known, and why. A damaged stream is read up to the damage and refuses writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamDamage {
+    pub at: Offset,
+    pub reason: Box<str>,
+}
+
+/// A stream's durable state: what recovery rebuilds and a checkpoint stores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamSnapshot {
+    pub id: u64,
+    pub name: Arc<str>,
+    pub config: StreamConfig,
+    pub last_access_ms: u64,
+    pub tail: Offset,
+    pub closed: bool,
+    pub stream_seq: Option<Box<str>>,
+    pub producers: Vec<(Box<str>, ProducerState)>,
+    /// Location of the stream's last record (disk modes).
+    pub chain_tail: u64,
+    /// Index of that record in the stream's chain.
+    pub chain_n: u64,
+    /// Producer tag and `Stream-Seq` bytes its appends carried (see `limits::tag_bytes`).
+    pub tag_bytes: u64,
+    /// Damage found in its stored bytes, if any.
+    pub damage: Option<StreamDamage>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_compare_by_content_type_key_ttl_and_expiry() {
+        let json = |ttl| StreamConfig {
+            content_type: ContentType::parse("application/json").unwrap(),
+            ttl_secs: ttl,
+            expires_at_ms: None,
+        };
+        let mut upper = json(Some(5));
+        upper.content_type = ContentType::parse("APPLICATION/JSON; charset=utf-8").unwrap();
+        assert!(json(Some(5)).same_as(&upper));
+        assert!(!json(Some(5)).same_as(&json(Some(6))));
+        let plain =
+            StreamConfig { content_type: ContentType::default_type(), ttl_secs: None, expires_at_ms: None };
+        assert!(!json(None).same_as(&plain));
+    }
+}

@@ -1,0 +1,457 @@
+//! Reading a stream from its chain of records, in either disk mode.
+//!
+//! A stream in a disk mode is the chain of its records in a log (acid segments or its own
+//! file). A read starts from the published tail record, finds the record holding the start
+//! offset (checking it is a message boundary, inside a multi-message JSON record if need
+//! be), picks the last record that fits the byte budget (and at most
+//! [`RECORDS_PER_READ_MAX`] records), and walks back to collect them. The data comes back as
+//! `Bytes` straight from the storage ([`RecordSource::data`]); the data of small records is
+//! copied together instead ([`COPY_BELOW_BYTES`]).
+//!
+//! Nothing damaged is served. Every jump is checked to lead to the record the chain names,
+//! the records collected are checked to follow one another exactly from the start offset,
+//! and each record's data is checked against its crc as it is read. Where the chain cannot
+//! be walked (a damaged or missing record on the way), `careful` locates the start around
+//! the damage and reads the stream forward from there. A read that reaches damage returns
+//! the intact records before it (a partial read, never marked up to date); a read that
+//! starts at damage fails with [`ReadError::Damaged`].
+
+mod careful;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::offset::Offset;
+use crate::payload::stored_json_message_ends;
+use crate::storage::chain::{collect, find, find_index, find_last, Node, NodeSource};
+use crate::storage::chunk::{Chunk, Message, ReadError};
+
+/// Most records one read returns (a partial read continues at its next offset).
+pub const RECORDS_PER_READ_MAX: u64 = 4096;
+
+/// Records whose data is smaller than this are copied into a shared buffer by reads rather
+/// than handed out as slices of their own: a slice costs an allocation and an iovec on the
+/// way out, more than copying a few hundred bytes.
+pub const COPY_BELOW_BYTES: u64 = 4096;
+
+/// Most log bytes one read scans forward past other records when the chain is damaged.
+pub const SCAN_BYTES_MAX: u64 = 64 << 20;
+
+/// A log that can hand out a record's stored data.
+pub trait RecordSource: NodeSource<Error = ReadError> {
+    /// The stored message bytes of the record `node` describes.
+    fn data(&self, node: &Node) -> Result<Bytes, ReadError>;
+
+    /// Appends the stored bytes of the record `node` describes, from byte `skip` on, to `out`.
+    fn copy_data(&self, node: &Node, skip: usize, out: &mut BytesMut) -> Result<(), ReadError> {
+        out.extend_from_slice(&self.data(node)?[skip..]);
+        Ok(())
+    }
+
+    /// The record after `node` in its stream, found by reading the log forward (never past
+    /// the location `limit`, and at most `*scan_bytes` bytes, which it counts down).
+    /// `None` when none is found; an error when the record there is damaged.
+    fn successor(&self, node: &Node, limit: u64, scan_bytes: &mut u64) -> Result<Option<Node>, ReadError>;
+
+    /// The first record of `stream` (whose last record is at `tail_location`), found
+    /// without its chain: a stream file starts with it; acid reads its log forward from the
+    /// oldest segment (at most `*scan_bytes`). `None` when it is not found.
+    fn first_record(
+        &self,
+        stream: u64,
+        tail_location: u64,
+        scan_bytes: &mut u64,
+    ) -> Result<Option<Node>, ReadError>;
+}
+
+/// Reads stored for one stream: its published last record (location and chain index) and
+/// its published tail offset `until`.
+pub struct LogRead<'a, S: RecordSource> {
+    pub source: &'a S,
+    pub stream: u64,
+    pub tail_location: u64,
+    pub tail_n: u64,
+    pub until: Offset,
+    pub json: bool,
+}
+
+/// The records a read covers and where in the first one it starts.
+struct Span {
+    nodes: Vec<Node>,
+    /// Bytes of the first record's data before the start offset.
+    skip_bytes: usize,
+    /// Messages of the first record before the start offset.
+    skip_messages: u64,
+}
+
+impl<S: RecordSource> LogRead<'_, S> {
+    /// Whole messages from `from`, about `bytes_max` stored bytes (at least one record).
+    pub fn chunk(&self, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
+        let Some(span) = self.span(from, bytes_max)? else {
+            return Ok(Chunk { next: from, messages: 0, slices: Vec::new() });
+        };
+        let mut slices = Vec::new();
+        let mut copied = BytesMut::new();
+        let mut next = from;
+        for (index, node) in span.nodes.iter().enumerate() {
+            let skip = if index == 0 { span.skip_bytes } else { 0 };
+            let served = if node.start == node.end {
+                Ok(())
+            } else if node.end.bytes - node.start.bytes < COPY_BELOW_BYTES {
+                self.source.copy_data(node, skip, &mut copied)
+            } else {
+                self.source.data(node).map(|data| {
+                    if !copied.is_empty() {
+                        slices.push(copied.split().freeze());
+                    }
+                    slices.push(data.slice(skip..));
+                })
+            };
+            match served {
+                Ok(()) => next = node.end,
+                // Damage right at the start: nothing here can be served.
+                Err(error) if index == 0 => return Err(error),
+                // Damage further on: the intact records before it are the answer.
+                Err(_) => break,
+            }
+        }
+        if !copied.is_empty() {
+            slices.push(copied.freeze());
+        }
+        debug_assert!(next > from, "a read that returns covers at least one record");
+        Ok(Chunk { next, messages: next.messages - from.messages, slices })
+    }
+
+    /// Single messages from `from` (for SSE), with the same limits as [`LogRead::chunk`].
+    pub fn messages(&self, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
+        let Some(span) = self.span(from, bytes_max)? else {
+            return Ok(Vec::new());
+        };
+        let mut messages = Vec::new();
+        for (index, node) in span.nodes.iter().enumerate() {
+            if node.start == node.end {
+                continue;
+            }
+            let read = self.source.data(node).and_then(|data| Ok((self.message_ends(&data, node)?, data)));
+            let (ends, data) = match read {
+                Ok(read) => read,
+                Err(error) if messages.is_empty() => return Err(error),
+                Err(_) => break,
+            };
+            let mut next = node.start;
+            let mut start = 0;
+            for end in ends {
+                next = next.advance(1, (end - start) as u64);
+                let skipped = index == 0 && next.messages <= node.start.messages + span.skip_messages;
+                if !skipped {
+                    messages.push(Message { stored: data.slice(start..end), next });
+                }
+                start = end;
+            }
+            debug_assert_eq!(next, node.end, "a record's messages end at its end offset");
+        }
+        Ok(messages)
+    }
+
+    /// The records to read from `from`, or `None` when `from` is the published tail.
+    fn span(&self, from: Offset, bytes_max: usize) -> Result<Option<Span>, ReadError> {
+        if from.messages > self.until.messages || from.bytes > self.until.bytes {
+            return Err(ReadError::NotBoundary);
+        }
+        if from == self.until {
+            return Ok(None);
+        }
+        let span = match self.chained_span(from, bytes_max) {
+            Err(ReadError::Damaged) => careful::span(self, from, bytes_max)?,
+            span => span?,
+        };
+        debug_assert!(span.nodes.windows(2).all(|pair| pair[0].end == pair[1].start), "records follow on");
+        Ok(Some(span))
+    }
+
+    /// The span found through the chain alone, every jump checked.
+    fn chained_span(&self, from: Offset, bytes_max: usize) -> Result<Span, ReadError> {
+        let tail = self.tail()?;
+        let first = find(self.source, &tail, from.bytes)?;
+        let (skip_bytes, skip_messages) = self.position_in(&first, from)?;
+        let budget_end = self.budget_end(from, bytes_max);
+        let mut last =
+            find_last(self.source, &tail, |node| node.start.bytes < budget_end.max(from.bytes + 1))?;
+        if last.n > first.n && last.end.bytes > budget_end {
+            last = find_index(self.source, &last, last.n - 1)?;
+        }
+        if last.n - first.n >= RECORDS_PER_READ_MAX {
+            last = find_index(self.source, &last, first.n + RECORDS_PER_READ_MAX - 1)?;
+        }
+        let nodes = collect(self.source, &first, last, RECORDS_PER_READ_MAX as usize)?;
+        Ok(Span { nodes, skip_bytes, skip_messages })
+    }
+
+    /// The published last record, checked to be the one the stream's view names.
+    fn tail(&self) -> Result<Node, ReadError> {
+        let tail = self.source.node(self.tail_location)?;
+        let named = tail.stream == self.stream && tail.n == self.tail_n && tail.end == self.until;
+        if !named {
+            return Err(ReadError::Damaged);
+        }
+        Ok(tail)
+    }
+
+    /// Where a read from `from` of about `bytes_max` bytes ends at the latest.
+    fn budget_end(&self, from: Offset, bytes_max: usize) -> u64 {
+        from.bytes.saturating_add(bytes_max as u64).min(self.until.bytes)
+    }
+
+    /// How far into `node` (bytes, messages) the offset `at` is; it must be a boundary.
+    fn position_in(&self, node: &Node, at: Offset) -> Result<(usize, u64), ReadError> {
+        if at == node.start {
+            return Ok((0, 0));
+        }
+        if !self.json || at.bytes >= node.end.bytes || at.messages <= node.start.messages {
+            return Err(ReadError::NotBoundary);
+        }
+        let data = self.source.data(node)?;
+        let ends = stored_json_message_ends(&data);
+        let skip_messages = at.messages - node.start.messages;
+        let skip_bytes = (at.bytes - node.start.bytes) as usize;
+        match ends.get(skip_messages as usize - 1) {
+            Some(end) if *end == skip_bytes => Ok((skip_bytes, skip_messages)),
+            _ => Err(ReadError::NotBoundary),
+        }
+    }
+
+    /// Where each message of a record's data ends.
+    fn message_ends(&self, data: &Bytes, node: &Node) -> Result<Vec<usize>, ReadError> {
+        let count = node.end.messages - node.start.messages;
+        if !self.json || count == 1 {
+            return Ok(vec![data.len()]);
+        }
+        let ends = stored_json_message_ends(data);
+        if ends.len() as u64 != count || ends.last() != Some(&data.len()) {
+            return Err(ReadError::Damaged);
+        }
+        Ok(ends)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::Payload;
+    use crate::storage::chain::Levels;
+
+    /// An in-memory log of records, chained like the disk modes chain them, whose records
+    /// can be damaged: unreadable, with a wrong chain index, or with data that fails its crc.
+    struct Log {
+        nodes: Vec<Node>,
+        data: Vec<Bytes>,
+        damage: Option<(u64, Damage)>,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Damage {
+        Header,
+        ChainIndex,
+        Data,
+    }
+
+    impl NodeSource for Log {
+        type Error = ReadError;
+        fn node(&self, location: u64) -> Result<Node, ReadError> {
+            let mut node = self.nodes.get(location as usize).cloned().ok_or(ReadError::Damaged)?;
+            match self.damage {
+                Some((at, Damage::Header)) if at == location => return Err(ReadError::Damaged),
+                Some((at, Damage::ChainIndex)) if at == location => node.n += 1 << 16,
+                _ => {}
+            }
+            Ok(node)
+        }
+    }
+
+    impl RecordSource for Log {
+        fn data(&self, node: &Node) -> Result<Bytes, ReadError> {
+            if self.damage.is_some_and(|(at, _)| at == node.location) {
+                return Err(ReadError::Damaged);
+            }
+            Ok(self.data[node.location as usize].clone())
+        }
+
+        fn successor(&self, node: &Node, limit: u64, scan: &mut u64) -> Result<Option<Node>, ReadError> {
+            let at = node.location + 1;
+            if at > limit || *scan == 0 {
+                return Ok(None);
+            }
+            *scan -= 1;
+            let next = self.node(at)?;
+            let follows = next.n == node.n + 1 && next.jumps[0] == node.location && next.start == node.end;
+            if follows {
+                Ok(Some(next))
+            } else {
+                Err(ReadError::Damaged)
+            }
+        }
+
+        fn first_record(&self, _stream: u64, _tail: u64, _scan: &mut u64) -> Result<Option<Node>, ReadError> {
+            self.node(0).map(Some)
+        }
+    }
+
+    fn log(payloads: &[Payload]) -> Log {
+        let mut log = Log {
+            nodes: vec![Node {
+                location: 0,
+                n: 0,
+                stream: 1,
+                start: Offset::ZERO,
+                end: Offset::ZERO,
+                jumps: vec![],
+                len: 1,
+            }],
+            data: vec![Bytes::new()],
+            damage: None,
+        };
+        let mut levels = Levels::started_at(0);
+        for payload in payloads {
+            let chain = levels.next_chain();
+            let start = log.nodes.last().unwrap().end;
+            let end = start.advance(payload.message_count(), payload.stored_len());
+            let location = log.nodes.len() as u64;
+            log.nodes.push(Node { location, n: chain.n, stream: 1, start, end, jumps: chain.jumps, len: 1 });
+            log.data.push(Bytes::from(payload.stored_bytes()));
+            levels.push(location);
+        }
+        log
+    }
+
+    fn reader(log: &Log, json: bool) -> LogRead<'_, Log> {
+        let tail = log.nodes.last().unwrap();
+        LogRead {
+            source: log,
+            stream: 1,
+            tail_location: tail.location,
+            tail_n: tail.n,
+            until: tail.end,
+            json,
+        }
+    }
+
+    fn text(chunk: &Chunk) -> String {
+        chunk.slices.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect()
+    }
+
+    fn raw(text: &str) -> Payload {
+        Payload::raw(Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    #[test]
+    fn reads_from_every_record_boundary() {
+        let log = log(&[raw("aa"), Payload::raw(Bytes::new()), raw("bbb"), raw("c")]);
+        let read = reader(&log, false);
+        let offsets = [Offset::ZERO, Offset { messages: 1, bytes: 2 }, Offset { messages: 2, bytes: 5 }];
+        let expected = ["aabbbc", "bbbc", "c"];
+        for (from, expected) in offsets.iter().zip(expected) {
+            let chunk = read.chunk(*from, 1 << 20).unwrap();
+            assert_eq!(text(&chunk), expected);
+            assert_eq!(chunk.next, read.until);
+        }
+        assert!(read.chunk(read.until, 100).unwrap().is_empty());
+        assert_eq!(read.chunk(Offset { messages: 1, bytes: 3 }, 100).err(), Some(ReadError::NotBoundary));
+        assert_eq!(read.chunk(Offset { messages: 9, bytes: 9 }, 100).err(), Some(ReadError::NotBoundary));
+    }
+
+    #[test]
+    fn budgets_and_record_caps_cut_at_records() {
+        let payloads: Vec<Payload> = (0..10_000).map(|i| raw(&format!("{:04}", i % 10_000))).collect();
+        let log = log(&payloads);
+        let read = reader(&log, false);
+        let chunk = read.chunk(Offset::ZERO, 10).unwrap();
+        assert_eq!((text(&chunk), chunk.messages), ("00000001".to_string(), 2));
+        let chunk = read.chunk(Offset::ZERO, 1).unwrap();
+        assert_eq!(chunk.messages, 1, "at least one record");
+        let chunk = read.chunk(Offset::ZERO, usize::MAX).unwrap();
+        assert_eq!(chunk.messages, RECORDS_PER_READ_MAX);
+        let mut from = Offset::ZERO;
+        let mut all = String::new();
+        while from != read.until {
+            let chunk = read.chunk(from, 1000).unwrap();
+            all.push_str(&text(&chunk));
+            from = chunk.next;
+        }
+        assert_eq!(all.len(), 40_000);
+    }
+
+    #[test]
+    fn json_records_split_into_messages_and_allow_inner_boundaries() {
+        let batch = Payload::json(Bytes::from_static(b"[1,{\"a\":\",\"},[2,3]]"), false).unwrap();
+        let log = log(&[batch, Payload::json(Bytes::from_static(b"\"x\""), false).unwrap()]);
+        let read = reader(&log, true);
+        let messages = read.messages(Offset::ZERO, 1 << 20).unwrap();
+        let stored: Vec<String> =
+            messages.iter().map(|m| String::from_utf8(m.stored.to_vec()).unwrap()).collect();
+        assert_eq!(stored, ["1,", "{\"a\":\",\"},", "[2,3],", "\"x\","]);
+        let inner = messages[0].next;
+        assert_eq!(text(&read.chunk(inner, 1 << 20).unwrap()), "{\"a\":\",\"},[2,3],\"x\",");
+        let from_inner = read.messages(inner, 1 << 20).unwrap();
+        assert_eq!(from_inner.len(), 3);
+        assert_eq!(from_inner.last().unwrap().next, read.until);
+        let not_boundary = Offset { messages: 1, bytes: 3 };
+        assert_eq!(read.chunk(not_boundary, 10).err(), Some(ReadError::NotBoundary));
+    }
+
+    /// Reads from `from` to the end with reads of about `budget` bytes: what was served, and
+    /// whether the reads ended in an error rather than at the tail.
+    fn read_all(read: &LogRead<'_, Log>, mut from: Offset, budget: usize) -> (String, bool) {
+        let mut served = String::new();
+        while from != read.until {
+            match read.chunk(from, budget) {
+                Ok(chunk) => {
+                    assert!(chunk.next > from, "a read moves on");
+                    served.push_str(&text(&chunk));
+                    from = chunk.next;
+                }
+                Err(error) => {
+                    assert_eq!(error, ReadError::Damaged);
+                    return (served, true);
+                }
+            }
+        }
+        (served, false)
+    }
+
+    #[test]
+    fn damage_is_never_served_never_skipped_and_what_is_intact_is() {
+        let payloads: Vec<Payload> = (0..40).map(|i| raw(&format!("<{i:02}>"))).collect();
+        let whole: String = (0..40).map(|i| format!("<{i:02}>")).collect();
+        for damaged in 1..=40u64 {
+            for damage in [Damage::Header, Damage::ChainIndex, Damage::Data] {
+                let mut log = log(&payloads);
+                log.damage = Some((damaged, damage));
+                let read = reader(&log, false);
+                let (start, end) = (log.nodes[damaged as usize].start, log.nodes[damaged as usize].end);
+                for record in 1..=40usize {
+                    let from = log.nodes[record].start;
+                    let case = format!("{damage:?} at {damaged}, from record {record}");
+                    for budget in [1, 9, 1 << 20] {
+                        let (served, failed) = read_all(&read, from, budget);
+                        let expected = &whole[from.bytes as usize..];
+                        if from >= end {
+                            assert_eq!((served.as_str(), failed), (expected, false), "{case}");
+                        } else if from >= start {
+                            assert_eq!((served.as_str(), failed), ("", true), "{case}");
+                        } else {
+                            let intact = &whole[from.bytes as usize..start.bytes as usize];
+                            assert_eq!((served.as_str(), failed), (intact, true), "{case}, budget {budget}");
+                        }
+                    }
+                    let messages = read.messages(from, 1 << 20);
+                    if from < start {
+                        let messages = messages.unwrap();
+                        assert!(messages.last().unwrap().next <= start, "{case}");
+                        assert_eq!(messages.len() as u64, start.messages - from.messages, "{case}");
+                    } else if from < end {
+                        assert_eq!(messages.err(), Some(ReadError::Damaged), "{case}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Reading one stream file back: its stream, what is damaged in it, and where it ends.
+//!
+//! A file must open with its stream's create record; every later record must continue the
+//! stream (`storage::replay`). A record that fails its checks is a torn write when it could
+//! be one (a sector of it reads as zeros, or it runs past the end of the file): the file
+//! ends there, and recovery cuts it. Anything else that fails is damage to data that was
+//! written whole: it is stepped over (by the record's own length when its header holds,
+//! else to the next record that passes its checks and continues the chain), the stream is
+//! marked damaged where its intact data ends, and the records after it are kept.
+
+use bytes::Bytes;
+
+use super::location;
+use crate::meta::StreamSnapshot;
+use crate::storage::record::codec::{Header, Kind, HEADER_BYTES};
+use crate::storage::record::scan::{
+    could_be_torn, failed_record_len, next_header, RecordScan, ScanEnd, Scanned,
+};
+use crate::storage::replay;
+
+/// What a stream file holds, read without changing it.
+pub struct FileAnalysis {
+    /// The stream, if the file opens with a readable create record (marked damaged if
+    /// damage was stepped over).
+    pub snapshot: Option<StreamSnapshot>,
+    pub records: u64,
+    /// Where the last record read (good, or damaged and stepped over) ends.
+    pub valid_end: u64,
+    /// Damage stepped over: where, and why.
+    pub damage: Vec<(u64, String)>,
+    /// Why reading stopped before the end of the file (a torn write, or nothing readable
+    /// to the end), if it did: what follows `valid_end` is cut.
+    pub failure: Option<String>,
+}
+
+/// Reads and checks the records of a stream file's `bytes` (its collision suffix `suffix`).
+pub fn analyze_file(bytes: &Bytes, suffix: u8) -> FileAnalysis {
+    let mut scan = RecordScan::new(bytes.clone(), 0);
+    let created = scan.next().filter(|first| first.header.lsn == 0).and_then(|first| {
+        let snapshot = replay::created(&first.header, &first.meta, location(suffix, 0)).ok()?;
+        Some((snapshot, first.header.record_len() as u64))
+    });
+    let Some((snapshot, valid_end)) = created else {
+        return FileAnalysis {
+            snapshot: None,
+            records: 0,
+            valid_end: 0,
+            damage: Vec::new(),
+            failure: Some("no readable create record".into()),
+        };
+    };
+    let mut reading = Reading { bytes, suffix, snapshot, records: 1, valid_end, damage: Vec::new() };
+    let failure = reading.run();
+    FileAnalysis {
+        snapshot: Some(reading.snapshot),
+        records: reading.records,
+        valid_end: reading.valid_end,
+        damage: reading.damage,
+        failure,
+    }
+}
+
+/// A file being read after its create record.
+struct Reading<'a> {
+    bytes: &'a Bytes,
+    suffix: u8,
+    snapshot: StreamSnapshot,
+    records: u64,
+    valid_end: u64,
+    damage: Vec<(u64, String)>,
+}
+
+impl Reading<'_> {
+    /// Reads to the end of the file; why it stopped short, if it did.
+    fn run(&mut self) -> Option<String> {
+        loop {
+            let mut scan = RecordScan::new(self.bytes.clone(), self.valid_end);
+            for record in scan.by_ref() {
+                self.apply(&record);
+            }
+            match scan.end() {
+                Some(ScanEnd::Damaged(error)) => {
+                    let failed = scan.position() as usize;
+                    if could_be_torn(self.bytes, failed, failed_record_len(self.bytes, failed)) {
+                        return Some(error.to_string());
+                    }
+                    if !self.step_over(failed, format!("record {}: {error}", self.snapshot.chain_n + 1)) {
+                        return Some(format!("{error}, and nothing readable after it"));
+                    }
+                }
+                Some(ScanEnd::Sealed) => return Some("a seal record in a stream file".into()),
+                Some(ScanEnd::Unwritten) if self.valid_end < self.bytes.len() as u64 => {
+                    return Some("unwritten (zeroed) bytes".into())
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Applies a record that passed its checks.
+    fn apply(&mut self, record: &Scanned) {
+        let at = location(self.suffix, record.position);
+        let snapshot = &mut self.snapshot;
+        if snapshot.damage.is_none() {
+            let applied = match record.header.lsn == snapshot.chain_n + 1 {
+                true => replay::append(snapshot, &record.header, &record.meta, at),
+                false => Err("record out of sequence"),
+            };
+            if let Err(reason) = applied {
+                let reason =
+                    format!("record {}: {reason} (a record before it is missing)", record.header.lsn);
+                replay::mark_damaged(snapshot, snapshot.tail, reason);
+            }
+        }
+        if snapshot.chain_tail != at {
+            if let Err(reason) = replay::append_after_damage(snapshot, &record.header, &record.meta, at) {
+                self.damage.push((record.position, format!("record {}: {reason}", record.header.lsn)));
+            }
+        }
+        self.valid_end = record.position + record.header.record_len() as u64;
+        self.records += 1;
+    }
+
+    /// Steps over damage at `failed`; false when nothing readable follows.
+    fn step_over(&mut self, failed: usize, reason: String) -> bool {
+        self.damage.push((failed as u64, reason.clone()));
+        let snapshot = &mut self.snapshot;
+        replay::mark_damaged(snapshot, snapshot.tail, reason);
+        let raw = self.bytes.get(failed..failed + HEADER_BYTES);
+        if let Some(header) = raw.and_then(|raw| Header::decode(raw.try_into().ok()?).ok()) {
+            if header.kind == Kind::Append && header.stream == snapshot.id {
+                replay::skip_damaged(snapshot, &header, location(self.suffix, failed as u64));
+            }
+            self.valid_end = (failed + header.record_len()) as u64;
+            return true;
+        }
+        let mut from = failed + 1;
+        while let Some((next, header)) = next_header(self.bytes, from) {
+            if header.stream == snapshot.id && header.lsn > snapshot.chain_n {
+                self.valid_end = next as u64;
+                return true;
+            }
+            from = next + 1;
+        }
+        false
+    }
+}

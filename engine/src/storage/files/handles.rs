@@ -1,0 +1,123 @@
+//! The open files of a shard's streams, shared by its writer and its readers, bounded.
+//!
+//! A stream's file is opened when it is first written or read and kept open while it is
+//! used; past the bound, the least recently used eighth is closed at once (a reader or
+//! writer still holding one keeps it open until it is done). A million idle streams hold no
+//! file descriptors.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use crate::storage::vfs::VfsFile;
+
+/// Open files by stream id.
+pub struct Handles {
+    capacity: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    tick: u64,
+    open: HashMap<u64, (Arc<dyn VfsFile>, u64)>,
+}
+
+impl Handles {
+    /// Files open now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.state.lock().expect("handle cache lock").open.len()
+    }
+
+    pub fn new(capacity: usize) -> Handles {
+        assert!(capacity > 0, "a handle cache holds at least one file");
+        Handles { capacity, state: Mutex::new(State::default()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("handle cache lock")
+    }
+
+    /// The open file of `stream`, opened with `open` if it is not (outside the lock).
+    pub fn get_or_open(
+        &self,
+        stream: u64,
+        open: impl FnOnce() -> io::Result<Arc<dyn VfsFile>>,
+    ) -> io::Result<Arc<dyn VfsFile>> {
+        if let Some(file) = self.get(stream) {
+            return Ok(file);
+        }
+        let file = open()?;
+        Ok(self.insert(stream, file))
+    }
+
+    pub fn get(&self, stream: u64) -> Option<Arc<dyn VfsFile>> {
+        let mut state = self.lock();
+        state.tick += 1;
+        let tick = state.tick;
+        state.open.get_mut(&stream).map(|(file, used)| {
+            *used = tick;
+            Arc::clone(file)
+        })
+    }
+
+    /// Caches `file` for `stream` (keeping one opened meanwhile by another thread).
+    pub fn insert(&self, stream: u64, file: Arc<dyn VfsFile>) -> Arc<dyn VfsFile> {
+        let mut state = self.lock();
+        state.tick += 1;
+        let tick = state.tick;
+        let file = Arc::clone(&state.open.entry(stream).or_insert((file, tick)).0);
+        if state.open.len() > self.capacity {
+            evict_oldest(&mut state.open, self.capacity);
+        }
+        file
+    }
+
+    /// Forgets `stream`'s file (its stream is gone).
+    pub fn remove(&self, stream: u64) {
+        self.lock().open.remove(&stream);
+    }
+
+    /// Most files the cache keeps open.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+/// Closes the least recently used files until an eighth of `capacity` is free.
+fn evict_oldest(open: &mut HashMap<u64, (Arc<dyn VfsFile>, u64)>, capacity: usize) {
+    let keep = capacity - capacity / 8;
+    let mut ticks: Vec<u64> = open.values().map(|(_, used)| *used).collect();
+    let cut = ticks.len() - keep;
+    let (_, threshold, _) = ticks.select_nth_unstable(cut - 1);
+    let threshold = *threshold;
+    open.retain(|_, (_, used)| *used > threshold);
+    debug_assert!(open.len() <= keep, "eviction makes room");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::vfs::sim::SimVfs;
+    use crate::storage::vfs::Vfs;
+    use std::path::Path;
+
+    #[test]
+    fn the_cache_stays_bounded_and_keeps_recent_files() {
+        let vfs = SimVfs::new();
+        vfs.create_dir_all(Path::new("/d")).unwrap();
+        let handles = Handles::new(16);
+        for stream in 0..100u64 {
+            let path = format!("/d/{stream}");
+            handles.get_or_open(stream, || vfs.create_new(Path::new(&path))).unwrap();
+            handles.get(0);
+            assert!(handles.len() <= 16);
+        }
+        assert!(handles.get(0).is_some(), "a file in use stays open");
+        assert!(handles.get(99).is_some());
+        assert!(handles.get(50).is_none());
+        handles.remove(0);
+        assert!(handles.get(0).is_none());
+    }
+}

@@ -1,0 +1,236 @@
+//! Rebuilding the file modes' streams at start: every stream file read and checked.
+//!
+//! Each file must open with its stream's create record and continue with appends that each
+//! continue the stream (see `storage::replay`); every record's header and payload crc are
+//! checked. Reading stops at the first record that fails: the file is cut there (synced in
+//! file-durable), so the next append lands right after the last good record, and the cut is
+//! reported; bytes that were cut off (unless all zeros) are kept in `dropped/` first. A file without a readable create record holds nothing that was acknowledged as
+//! a stream; it is moved to `dropped/` rather than deleted. Files are read in parallel.
+
+use std::collections::{BTreeSet, HashSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::analysis::analyze_file;
+use super::{belongs_at, incarnation, parse_file_name, renewals_path, STREAMS_DIR};
+use crate::meta::StreamSnapshot;
+use crate::storage::renewals;
+use crate::storage::vfs::{create_dir_durably, write_file_durably, Vfs, VfsFile};
+use crate::storage::{Damage, RecoveryReport};
+
+/// Where files that cannot be streams go.
+pub const DROPPED_DIR: &str = "dropped";
+
+/// The streams of a file-mode data directory, by shard.
+pub struct FilesRecovered {
+    pub shards: Vec<Vec<StreamSnapshot>>,
+    /// Stream directories that exist.
+    pub dirs: BTreeSet<PathBuf>,
+    pub report: RecoveryReport,
+}
+
+/// What reading one file found.
+enum FileOutcome {
+    Stream {
+        snapshot: Box<StreamSnapshot>,
+        records: u64,
+        bytes: u64,
+        damage: Vec<Damage>,
+        stale_bytes: u64,
+    },
+    /// Not a stream (no readable create record): moved aside.
+    Dropped(PathBuf),
+    /// A file that is not where its stream belongs: left alone.
+    Misplaced(PathBuf),
+}
+
+/// Recovers every stream under `root`; `threads` readers work in parallel (1: in order).
+pub fn recover(
+    vfs: &dyn Vfs,
+    root: &Path,
+    shard_count: u32,
+    durable: bool,
+    threads: usize,
+) -> io::Result<FilesRecovered> {
+    let (dirs, files) = list_stream_files(vfs, root)?;
+    let chunk = files.len().div_ceil(threads.max(1)).max(1);
+    let outcomes: Vec<io::Result<Vec<FileOutcome>>> = if threads <= 1 {
+        vec![files.iter().map(|(path, suffix)| recover_file(vfs, root, path, *suffix, durable)).collect()]
+    } else {
+        std::thread::scope(|scope| {
+            let tasks: Vec<_> = files
+                .chunks(chunk)
+                .map(|part| {
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|(path, suffix)| recover_file(vfs, root, path, *suffix, durable))
+                            .collect()
+                    })
+                })
+                .collect();
+            tasks.into_iter().map(|task| task.join().expect("recovery threads do not panic")).collect()
+        })
+    };
+    let mut recovered = FilesRecovered {
+        shards: vec![Vec::new(); shard_count as usize],
+        dirs,
+        report: RecoveryReport::default(),
+    };
+    let mut names = HashSet::new();
+    for part in outcomes {
+        for outcome in part? {
+            gather(&mut recovered, &mut names, outcome, shard_count);
+        }
+    }
+    let renewed = renewals::load(vfs, (0..shard_count).map(|shard| renewals_path(root, shard)));
+    for streams in &mut recovered.shards {
+        renewals::apply(&renewed, streams, |stream| incarnation(stream.chain_tail));
+    }
+    Ok(recovered)
+}
+
+/// Adds one file's outcome to the recovered streams and the report.
+fn gather(
+    recovered: &mut FilesRecovered,
+    names: &mut HashSet<Arc<str>>,
+    outcome: FileOutcome,
+    shard_count: u32,
+) {
+    let report = &mut recovered.report;
+    match outcome {
+        FileOutcome::Stream { snapshot, records, bytes, damage, stale_bytes } => {
+            report.files += 1;
+            report.records_replayed += records;
+            report.bytes_replayed += bytes;
+            report.stale_bytes += stale_bytes;
+            report.damage.extend(damage);
+            report.damaged_streams += u64::from(snapshot.damage.is_some());
+            if !names.insert(Arc::clone(&snapshot.name)) {
+                tracing::warn!(name = %snapshot.name, "two files hold one stream; the second is ignored");
+                return;
+            }
+            let shard = (xxh3_64(snapshot.name.as_bytes()) & u64::from(shard_count - 1)) as usize;
+            recovered.shards[shard].push(*snapshot);
+        }
+        FileOutcome::Dropped(path) => {
+            tracing::warn!(path = %path.display(), "a file without a readable create record was moved aside");
+            report.damage.push(Damage {
+                file: path,
+                position: 0,
+                reason: "no readable create record".into(),
+                quarantined: Vec::new(),
+            });
+        }
+        FileOutcome::Misplaced(path) => {
+            tracing::warn!(path = %path.display(), "a stream file is not where its name hashes to; ignored");
+        }
+    }
+}
+
+/// A stream file and its collision suffix.
+pub type FileEntry = (PathBuf, u8);
+
+/// The stream directories (`streams/ab/cd`) and stream files under `root`.
+pub fn list_stream_files(vfs: &dyn Vfs, root: &Path) -> io::Result<(BTreeSet<PathBuf>, Vec<FileEntry>)> {
+    let streams = root.join(STREAMS_DIR);
+    create_dir_durably(vfs, &streams)?;
+    let is_hex_pair =
+        |name: &str| name.len() == 2 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let mut dirs = BTreeSet::new();
+    let mut files = Vec::new();
+    for upper in vfs.list(&streams)?.into_iter().filter(|n| is_hex_pair(n)) {
+        for lower in vfs.list(&streams.join(&upper))?.into_iter().filter(|n| is_hex_pair(n)) {
+            let dir = streams.join(&upper).join(&lower);
+            for name in vfs.list(&dir)? {
+                if let Some((_, suffix)) = parse_file_name(&name) {
+                    files.push((dir.join(&name), suffix));
+                }
+            }
+            dirs.insert(dir);
+        }
+    }
+    files.sort();
+    Ok((dirs, files))
+}
+
+/// The bytes of the file at `path`, shared from a map.
+pub fn file_bytes(vfs: &dyn Vfs, path: &Path) -> io::Result<(Arc<dyn VfsFile>, Bytes)> {
+    let file = vfs.open(path)?;
+    let size = file.size()?;
+    let bytes = if size == 0 { Bytes::new() } else { file.map(size)?.slice(0, size as usize) };
+    Ok((file, bytes))
+}
+
+/// Reads and checks one stream file, cutting off anything after its last good record.
+fn recover_file(
+    vfs: &dyn Vfs,
+    root: &Path,
+    path: &Path,
+    suffix: u8,
+    durable: bool,
+) -> io::Result<FileOutcome> {
+    let (file, bytes) = file_bytes(vfs, path)?;
+    let size = bytes.len() as u64;
+    let analysis = analyze_file(&bytes, suffix);
+    let Some(snapshot) = analysis.snapshot else {
+        return drop_aside(vfs, root, path);
+    };
+    if !belongs_at(&snapshot.name, suffix, path, root) {
+        return Ok(FileOutcome::Misplaced(path.to_path_buf()));
+    }
+    let position = analysis.valid_end;
+    let at =
+        |(position, reason)| Damage { file: path.to_path_buf(), position, reason, quarantined: Vec::new() };
+    let mut damage: Vec<Damage> = analysis.damage.into_iter().map(at).collect();
+    let mut torn = analysis.failure.map(|reason| at((position, reason)));
+    if position < size {
+        let cut = &bytes[position as usize..];
+        if let (Some(torn), true) = (torn.as_mut(), cut.iter().any(|b| *b != 0)) {
+            torn.quarantined.extend(keep_cut_tail(vfs, root, path, position, cut));
+        }
+        file.set_len(position)?;
+        if durable {
+            file.sync_data()?;
+        }
+    }
+    damage.extend(torn);
+    Ok(FileOutcome::Stream {
+        snapshot: Box::new(snapshot),
+        records: analysis.records,
+        bytes: position,
+        damage,
+        stale_bytes: size - position,
+    })
+}
+
+/// Keeps the bytes cut off a stream file in `dropped/` (for inspection) before the cut, if
+/// it can (not on a full disk: they were never acknowledged, so the cut goes on anyway).
+fn keep_cut_tail(vfs: &dyn Vfs, root: &Path, path: &Path, position: u64, cut: &[u8]) -> Option<PathBuf> {
+    let dropped = root.join(DROPPED_DIR);
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let target = dropped.join(format!("{name}.from-{position}"));
+    let kept = create_dir_durably(vfs, &dropped).and_then(|()| write_file_durably(vfs, &target, cut));
+    match kept {
+        Ok(()) => Some(target),
+        Err(error) => {
+            tracing::warn!(%error, path = %path.display(), "cannot keep the bytes cut off a torn stream file");
+            None
+        }
+    }
+}
+
+/// Moves a file that is not a stream into `dropped/` (kept for inspection).
+fn drop_aside(vfs: &dyn Vfs, root: &Path, path: &Path) -> io::Result<FileOutcome> {
+    let dropped = root.join(DROPPED_DIR);
+    create_dir_durably(vfs, &dropped)?;
+    let target = dropped.join(path.file_name().unwrap_or_default());
+    vfs.rename(path, &target)?;
+    vfs.sync_dir(&dropped)?;
+    vfs.sync_dir(path.parent().unwrap_or(root))?;
+    Ok(FileOutcome::Dropped(target))
+}

@@ -1,0 +1,316 @@
+//! The commit step of the file modes: each record appended to its stream's own file.
+//!
+//! A create makes the stream's file (its directory first, if new) and writes the create
+//! record at its start; an append writes one record (header and meta staged, a plain body
+//! from the request's own buffer) at the file's end with one positional write; a delete
+//! unlinks the file. file-durable then syncs each touched file once (fdatasync) and each
+//! touched directory once (new and removed entries) before the batch is acknowledged;
+//! file-fast acknowledges once the writes are in the page cache, so a process crash loses
+//! nothing but a power loss may.
+//!
+//! The writer remembers, for a bounded number of recently written streams (no more than the
+//! shared handle cache holds, so the two together keep at most twice its files open), the
+//! open file, its end and the chain levels; any other stream's file is opened again and its
+//! levels rebuilt from its last record (at most 64 reads).
+
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::handles::Handles;
+use super::source::FileSource;
+use super::{incarnation, location, renewals_path, split_location, stream_dir, stream_path, SUFFIX_MAX};
+use crate::limits::halve_when_over;
+use crate::storage::chain::Chain;
+use crate::storage::chain::Levels;
+use crate::storage::record::codec::{decode_record, Header, Kind, HEADER_BYTES};
+use crate::storage::record::{encode, Record};
+use crate::storage::renewals::{self, Renewal};
+use crate::storage::vfs::{read_exact_at, Vfs, VfsFile};
+use crate::storage::{NoRoom, Persist, Place, Purpose, Unprepared};
+
+/// Streams whose writer state is kept between batches, at most (no more than the handle
+/// cache holds files: each remembered stream keeps its file open).
+const STREAMS_CACHED_MAX: usize = 4096;
+/// Free disk space writes leave untouched: room for file system metadata, directories and
+/// the blocks files round up to, so that a write the shard accepted finds its room.
+const FREE_BYTES_KEPT: u64 = 8 << 20;
+
+/// What the writer knows of a stream's file.
+struct OpenStream {
+    file: Arc<dyn VfsFile>,
+    suffix: u8,
+    /// Where the next record goes.
+    end: u64,
+    levels: Levels,
+}
+
+pub struct FileWriter {
+    vfs: Arc<dyn Vfs>,
+    root: PathBuf,
+    /// The shard this writer serves (names its saved renewals).
+    shard: u32,
+    /// file-durable: sync files and directories before acknowledging.
+    durable: bool,
+    handles: Arc<Handles>,
+    streams: HashMap<u64, OpenStream>,
+    /// Stream directories known to exist (and to be durable in file-durable).
+    dirs: BTreeSet<PathBuf>,
+    staging: Vec<u8>,
+    meta: Vec<u8>,
+    /// This batch's written files and changed directories, to sync.
+    touched_files: Vec<(u64, Arc<dyn VfsFile>)>,
+    touched_dirs: BTreeSet<PathBuf>,
+    /// Free bytes on the data directory's file system (read once per batch), and the bytes
+    /// this batch's accepted ops will write.
+    free_bytes: Option<u64>,
+    reserved_bytes: u64,
+}
+
+impl FileWriter {
+    pub fn new(
+        vfs: Arc<dyn Vfs>,
+        root: PathBuf,
+        shard: u32,
+        durable: bool,
+        handles: Arc<Handles>,
+        dirs: BTreeSet<PathBuf>,
+    ) -> FileWriter {
+        FileWriter {
+            vfs,
+            root,
+            shard,
+            durable,
+            handles,
+            streams: HashMap::new(),
+            dirs,
+            staging: Vec::new(),
+            meta: Vec::new(),
+            touched_files: Vec::new(),
+            touched_dirs: BTreeSet::new(),
+            free_bytes: None,
+            reserved_bytes: 0,
+        }
+    }
+
+    fn write(&mut self, record: &Record, time_ms: u64) -> io::Result<Place> {
+        match record {
+            Record::Create { stream, name, .. } => {
+                let (suffix, file) = self.create_file(name)?;
+                let mut open = OpenStream { file, suffix, end: 0, levels: Levels::default() };
+                self.append_record(&mut open, record, Chain { n: 0, jumps: Vec::new() }, time_ms)?;
+                self.touched_files.push((*stream, Arc::clone(&open.file)));
+                self.handles.insert(*stream, Arc::clone(&open.file));
+                self.streams.insert(*stream, open);
+                Ok(Place { location: location(suffix, 0), n: 0 })
+            }
+            Record::Append { stream, name, chain_tail, .. } => {
+                let mut open = match self.streams.remove(stream) {
+                    Some(open) => open,
+                    None => self.reopen(*stream, name, *chain_tail).map_err(|unprepared| {
+                        io::Error::other(format!("reopening a prepared stream: {unprepared:?}"))
+                    })?,
+                };
+                let chain = open.levels.next_chain();
+                let place = Place { location: location(open.suffix, open.end), n: chain.n };
+                let written = self.append_record(&mut open, record, chain, time_ms);
+                self.touched_files.push((*stream, Arc::clone(&open.file)));
+                self.streams.insert(*stream, open);
+                written.map(|()| place)
+            }
+            Record::Move { .. } => Err(io::Error::other("stream files are not compacted")),
+            Record::Delete { stream, name, chain_tail, .. } => {
+                let suffix =
+                    self.streams.remove(stream).map_or(split_location(*chain_tail).0, |open| open.suffix);
+                self.handles.remove(*stream);
+                self.touched_files.retain(|(touched, _)| touched != stream);
+                let path = stream_path(&self.root, name, suffix);
+                match self.vfs.remove_file(&path) {
+                    // A damaged stream's file may already be gone.
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                    removed => removed?,
+                }
+                self.touched_dirs.insert(parent(&path));
+                Ok(Place::default())
+            }
+        }
+    }
+
+    /// Encodes `record` with `chain` and appends it to `open`'s file (one write).
+    fn append_record(
+        &mut self,
+        open: &mut OpenStream,
+        record: &Record,
+        chain: Chain,
+        time_ms: u64,
+    ) -> io::Result<()> {
+        let prepared = encode::prepare(record, Some(&chain), &mut self.meta)?;
+        self.staging.clear();
+        let staged = encode::stage(&prepared, &self.meta, chain.n, time_ms, &mut self.staging);
+        let head = &self.staging[staged.head];
+        match staged.body {
+            Some(body) => open.file.write_all_at(open.end, &[head, body, staged.padding])?,
+            None => open.file.write_all_at(open.end, &[head, staged.padding])?,
+        }
+        let at = location(open.suffix, open.end);
+        if chain.n == 0 {
+            open.levels = Levels::started_at(at);
+        } else {
+            open.levels.push(at);
+        }
+        open.end += prepared.record_len as u64;
+        debug_assert_eq!(open.levels.next_index(), chain.n + 1, "the chain grows by one");
+        Ok(())
+    }
+
+    /// The writer state of a stream it does not remember: its file, end and chain levels.
+    fn reopen(&mut self, stream: u64, name: &str, chain_tail: u64) -> Result<OpenStream, Unprepared> {
+        let (suffix, _) = split_location(chain_tail);
+        let path = stream_path(&self.root, name, suffix);
+        let file = self.handles.get_or_open(stream, || self.vfs.open(&path)).map_err(|error| match error
+            .kind()
+        {
+            io::ErrorKind::NotFound => Unprepared::Damaged(format!("its file {} is gone", path.display())),
+            _ => Unprepared::Unavailable(error),
+        })?;
+        let end = file.size().map_err(Unprepared::Unavailable)?;
+        let source = FileSource { file: Arc::clone(&file), stream };
+        let tail = source.head(chain_tail).map_err(Unprepared::from)?;
+        let levels = Levels::rebuild(&source, &tail.node).map_err(Unprepared::from)?;
+        if tail.node.location + tail.node.len != location(suffix, end) {
+            return Err(Unprepared::Damaged(format!(
+                "its file {} does not end after its last record",
+                path.display()
+            )));
+        }
+        Ok(OpenStream { file, suffix, end, levels })
+    }
+
+    /// Creates the file of a new stream `name`: the first free suffix whose file does not
+    /// belong to another name (a hash collision).
+    fn create_file(&mut self, name: &str) -> io::Result<(u8, Arc<dyn VfsFile>)> {
+        self.ensure_dir(&stream_dir(&self.root, name))?;
+        for suffix in 0..=SUFFIX_MAX {
+            let path = stream_path(&self.root, name, suffix);
+            match self.vfs.create_new(&path) {
+                Ok(file) => {
+                    self.touched_dirs.insert(parent(&path));
+                    return Ok((suffix, file));
+                }
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                    if stream_name_in(self.vfs.as_ref(), &path).as_deref() == Some(name) {
+                        // A leftover of this name (no live stream has it): replace it.
+                        self.vfs.remove_file(&path)?;
+                        let file = self.vfs.create_new(&path)?;
+                        self.touched_dirs.insert(parent(&path));
+                        return Ok((suffix, file));
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Err(io::Error::other(format!("more than {SUFFIX_MAX} stream names share one hash")))
+    }
+
+    /// Creates a stream directory (and its parent) if needed; new entries are synced with
+    /// the batch.
+    fn ensure_dir(&mut self, dir: &Path) -> io::Result<()> {
+        if self.dirs.contains(dir) {
+            return Ok(());
+        }
+        let upper = parent(dir);
+        for (path, holder) in [(upper.clone(), parent(&upper)), (dir.to_path_buf(), upper.clone())] {
+            if !self.vfs.exists(&path) {
+                self.vfs.create_dir_all(&path)?;
+                self.touched_dirs.insert(holder);
+            }
+        }
+        self.dirs.insert(dir.to_path_buf());
+        Ok(())
+    }
+
+    /// file-durable: each touched file's data, then each changed directory.
+    fn sync_touched(&mut self) -> io::Result<()> {
+        if self.durable {
+            self.touched_files.sort_by_key(|(stream, _)| *stream);
+            self.touched_files.dedup_by_key(|(stream, _)| *stream);
+            for (_, file) in &self.touched_files {
+                file.sync_data()?;
+            }
+            // Deepest first: a new directory's own entries before its parent's entry for it.
+            for dir in self.touched_dirs.iter().rev() {
+                self.vfs.sync_dir(dir)?;
+            }
+        }
+        self.touched_files.clear();
+        self.touched_dirs.clear();
+        Ok(())
+    }
+}
+
+impl Persist for FileWriter {
+    fn prepare_append(&mut self, stream: u64, name: &str, chain_tail: u64) -> Result<(), Unprepared> {
+        if !self.streams.contains_key(&stream) {
+            let open = self.reopen(stream, name, chain_tail)?;
+            self.streams.insert(stream, open);
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> io::Result<()> {
+        for record in records {
+            places.push(self.write(record, time_ms)?);
+        }
+        self.sync_touched()?;
+        halve_when_over(&mut self.streams, STREAMS_CACHED_MAX.min(self.handles.capacity()));
+        self.free_bytes = None;
+        self.reserved_bytes = 0;
+        Ok(())
+    }
+
+    /// Writes need the free space they take (a new file a block more) beyond what is kept
+    /// free; deletes give space back and always may.
+    fn reserve(&mut self, bytes: u64, purpose: Purpose, _now_ms: u64) -> Result<(), NoRoom> {
+        if purpose == Purpose::Delete {
+            return Ok(());
+        }
+        let free = *self.free_bytes.get_or_insert_with(|| self.vfs.free_bytes(&self.root));
+        let needed = self.reserved_bytes.saturating_add(bytes).saturating_add(FREE_BYTES_KEPT);
+        if free < needed {
+            return Err(NoRoom::OutOfSpace);
+        }
+        self.reserved_bytes += bytes;
+        Ok(())
+    }
+
+    fn incarnation(&self, _id: u64, chain_tail: u64) -> u64 {
+        incarnation(chain_tail)
+    }
+
+    /// Saves on the shard thread: the file holds a few dozen bytes per stream with a TTL.
+    fn save_renewals(&mut self, renewals: Vec<Renewal>, _wait: bool) {
+        let path = renewals_path(&self.root, self.shard);
+        if let Err(error) = renewals::save(self.vfs.as_ref(), &path, &renewals) {
+            // A stream kept alive by reads alone may come back with its window restarted at
+            // its last write (or last saved renewal).
+            tracing::error!(%error, shard = self.shard, "cannot save TTL renewals");
+        }
+    }
+}
+
+fn parent(path: &Path) -> PathBuf {
+    path.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The stream a file's create record names, if it has a readable one.
+pub fn stream_name_in(vfs: &dyn Vfs, path: &Path) -> Option<String> {
+    let file = vfs.open(path).ok()?;
+    let mut raw = [0u8; HEADER_BYTES];
+    read_exact_at(file.as_ref(), 0, &mut raw).ok()?;
+    let header = Header::decode(&raw).ok()?;
+    let mut record = vec![0u8; header.record_len()];
+    read_exact_at(file.as_ref(), 0, &mut record).ok()?;
+    let first = decode_record(&record).ok()?;
+    (first.header.kind == Kind::Create).then(|| first.meta.create.map(|c| c.name.into_string())).flatten()
+}

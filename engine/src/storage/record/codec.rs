@@ -1,0 +1,571 @@
+//! The on-disk form of a record, shared by acid and the file modes.
+//!
+//! ```text
+//! header (64 bytes, little-endian)
+//!   0  magic "DSR1" (format version 1)     32  stream offset before: messages u64
+//!   4  kind u8                             40  stream offset before: bytes u64
+//!   5  flags u8                            48  time (ms since the Unix epoch) u64
+//!   6  meta length u16                     56  messages in the data u32
+//!   8  payload length u32 (meta + data)    60  header crc32 of bytes 0..60
+//!  12  payload crc32 (meta + data)
+//!  16  sequence number u64 (LSN in acid, record index in a stream file)
+//!  24  stream id u64
+//! payload: meta (per kind, below), then the stored message bytes
+//! padding: zeros up to a multiple of 8
+//! ```
+//!
+//! Meta of `Create` and `Append` starts with the record's place in its stream's chain
+//! (`n` u64, jump count u8, jump locations u64 each); `Create` then carries the name, content
+//! type, TTL and expiry; `Append` the producer tag and `Stream-Seq` when its flags say so.
+//! Every field is checked on decode: a zeroed, torn or foreign header never decodes, and the
+//! payload crc is always present, so a valid header over a zeroed payload fails too.
+
+use crate::content_type::ContentType;
+use crate::meta::StreamConfig;
+use crate::offset::Offset;
+use crate::producer::ProducerTag;
+use crate::storage::chain::{jump_count, Chain};
+
+pub const HEADER_BYTES: usize = 64;
+/// Magic and format version: "DSR1".
+pub const MAGIC: u32 = u32::from_le_bytes(*b"DSR1");
+/// Records start at multiples of this.
+pub const RECORD_ALIGN: usize = 8;
+/// Most meta bytes a record carries: a full chain, a name of 1024 bytes, a content type, a
+/// producer id and a `Stream-Seq` of 256 bytes each, with their lengths, fit well inside.
+pub const META_BYTES_MAX: usize = 4096;
+/// Most jump pointers one record holds (records up to 2^62 per chain).
+pub const JUMPS_MAX: usize = 63;
+
+/// What a record does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    Create = 1,
+    Append = 2,
+    Delete = 3,
+    /// The end of a segment: nothing follows in this file.
+    Seal = 4,
+}
+
+impl Kind {
+    fn from_u8(value: u8) -> Option<Kind> {
+        match value {
+            1 => Some(Kind::Create),
+            2 => Some(Kind::Append),
+            3 => Some(Kind::Delete),
+            4 => Some(Kind::Seal),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Create => "create",
+            Kind::Append => "append",
+            Kind::Delete => "delete",
+            Kind::Seal => "seal",
+        }
+    }
+}
+
+/// Record flags.
+pub mod flags {
+    /// The stream is closed by (after) this record.
+    pub const CLOSE: u8 = 1;
+    /// The meta carries a producer tag.
+    pub const PRODUCER: u8 = 2;
+    /// The meta carries a `Stream-Seq`.
+    pub const STREAM_SEQ: u8 = 4;
+    /// A delete caused by expiry.
+    pub const EXPIRED: u8 = 8;
+    /// The data is stored JSON messages (each followed by `,`).
+    pub const JSON: u8 = 16;
+    /// A copy of one of the stream's records, written by compaction (acid).
+    pub const MOVED: u8 = 32;
+    /// The last copy of a move: from here on the copies are the stream's chain.
+    pub const MOVE_END: u8 = 64;
+    pub const ALL: u8 = CLOSE | PRODUCER | STREAM_SEQ | EXPIRED | JSON | MOVED | MOVE_END;
+}
+
+/// The names of the flags set in `bits`, in bit order (for listings).
+pub fn flag_names(bits: u8) -> Vec<&'static str> {
+    const NAMES: [(u8, &str); 7] = [
+        (flags::CLOSE, "close"),
+        (flags::PRODUCER, "producer"),
+        (flags::STREAM_SEQ, "seq"),
+        (flags::EXPIRED, "expired"),
+        (flags::JSON, "json"),
+        (flags::MOVED, "moved"),
+        (flags::MOVE_END, "move-end"),
+    ];
+    NAMES.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, name)| *name).collect()
+}
+
+/// A decoded header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub flags: u8,
+    pub meta_len: u16,
+    pub payload_len: u32,
+    pub payload_crc: u32,
+    pub lsn: u64,
+    pub stream: u64,
+    /// The stream's offset before this record.
+    pub offset: Offset,
+    pub time_ms: u64,
+    /// Messages in the data.
+    pub messages: u32,
+}
+
+/// Why bytes are not a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// All zeros: unwritten space (the normal end of a log).
+    Zeroed,
+    BadMagic,
+    BadHeaderCrc,
+    BadKind,
+    /// Lengths or flags that cannot belong to a record of this kind.
+    Inconsistent,
+    /// The record runs past the end of the space it is in.
+    Truncated,
+    BadPayloadCrc,
+    BadMeta,
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DecodeError::Zeroed => "unwritten (zeroed) space",
+            DecodeError::BadMagic => "bad magic",
+            DecodeError::BadHeaderCrc => "header checksum mismatch",
+            DecodeError::BadKind => "unknown record kind",
+            DecodeError::Inconsistent => "inconsistent header fields",
+            DecodeError::Truncated => "record runs past the end",
+            DecodeError::BadPayloadCrc => "payload checksum mismatch",
+            DecodeError::BadMeta => "malformed record metadata",
+        })
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+impl Header {
+    /// The record that ends a segment.
+    pub fn seal(lsn: u64, time_ms: u64) -> Header {
+        Header {
+            kind: Kind::Seal,
+            flags: 0,
+            meta_len: 0,
+            payload_len: 0,
+            payload_crc: payload_crc(&[], &[]),
+            lsn,
+            stream: 0,
+            offset: Offset::ZERO,
+            time_ms,
+            messages: 0,
+        }
+    }
+
+    pub fn data_len(&self) -> u32 {
+        self.payload_len - u32::from(self.meta_len)
+    }
+
+    /// Bytes the record takes, padding included.
+    pub fn record_len(&self) -> usize {
+        align(HEADER_BYTES + self.payload_len as usize)
+    }
+
+    /// The stream's offset after this record.
+    pub fn end_offset(&self) -> Offset {
+        self.offset.advance(u64::from(self.messages), u64::from(self.data_len()))
+    }
+
+    pub fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// Encodes the header, computing its crc.
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut raw = [0u8; HEADER_BYTES];
+        raw[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        raw[4] = self.kind as u8;
+        raw[5] = self.flags;
+        raw[6..8].copy_from_slice(&self.meta_len.to_le_bytes());
+        raw[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
+        raw[12..16].copy_from_slice(&self.payload_crc.to_le_bytes());
+        raw[16..24].copy_from_slice(&self.lsn.to_le_bytes());
+        raw[24..32].copy_from_slice(&self.stream.to_le_bytes());
+        raw[32..40].copy_from_slice(&self.offset.messages.to_le_bytes());
+        raw[40..48].copy_from_slice(&self.offset.bytes.to_le_bytes());
+        raw[48..56].copy_from_slice(&self.time_ms.to_le_bytes());
+        raw[56..60].copy_from_slice(&self.messages.to_le_bytes());
+        let crc = crc32fast::hash(&raw[..60]);
+        raw[60..64].copy_from_slice(&crc.to_le_bytes());
+        raw
+    }
+
+    /// Decodes and checks a header (not its payload).
+    pub fn decode(raw: &[u8; HEADER_BYTES]) -> Result<Header, DecodeError> {
+        if raw.iter().all(|b| *b == 0) {
+            return Err(DecodeError::Zeroed);
+        }
+        if u32_at(raw, 0) != MAGIC {
+            return Err(DecodeError::BadMagic);
+        }
+        if crc32fast::hash(&raw[..60]) != u32_at(raw, 60) {
+            return Err(DecodeError::BadHeaderCrc);
+        }
+        let kind = Kind::from_u8(raw[4]).ok_or(DecodeError::BadKind)?;
+        let header = Header {
+            kind,
+            flags: raw[5],
+            meta_len: u16::from_le_bytes([raw[6], raw[7]]),
+            payload_len: u32_at(raw, 8),
+            payload_crc: u32_at(raw, 12),
+            lsn: u64_at(raw, 16),
+            stream: u64_at(raw, 24),
+            offset: Offset { messages: u64_at(raw, 32), bytes: u64_at(raw, 40) },
+            time_ms: u64_at(raw, 48),
+            messages: u32_at(raw, 56),
+        };
+        header.check()?;
+        Ok(header)
+    }
+
+    fn check(&self) -> Result<(), DecodeError> {
+        let consistent = u32::from(self.meta_len) <= self.payload_len
+            && self.flags & !flags::ALL == 0
+            && (self.messages == 0) == (self.data_len() == 0)
+            && (self.flags & flags::MOVE_END == 0 || self.flags & flags::MOVED != 0)
+            && match self.kind {
+                Kind::Create | Kind::Append => true,
+                Kind::Delete | Kind::Seal => self.payload_len == 0 && self.flags & flags::MOVED == 0,
+            };
+        if consistent {
+            Ok(())
+        } else {
+            Err(DecodeError::Inconsistent)
+        }
+    }
+}
+
+/// A stream's name and configuration as a create record carries them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateMeta {
+    pub name: Box<str>,
+    pub config: StreamConfig,
+}
+
+/// Everything a record's meta may hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub chain: Option<Chain>,
+    pub create: Option<CreateMeta>,
+    pub producer: Option<ProducerTag>,
+    pub stream_seq: Option<Box<str>>,
+}
+
+/// The parts of a meta to encode, borrowed from the record being written.
+#[derive(Clone, Copy, Default)]
+pub struct MetaRef<'a> {
+    pub chain: Option<&'a Chain>,
+    /// Name and configuration (create records).
+    pub create: Option<(&'a str, &'a StreamConfig)>,
+    pub producer: Option<&'a ProducerTag>,
+    pub stream_seq: Option<&'a str>,
+}
+
+/// Encodes the meta of a record of `kind`; the flags follow from which parts are present.
+pub fn encode_meta(kind: Kind, meta: MetaRef<'_>, out: &mut Vec<u8>) {
+    if matches!(kind, Kind::Create | Kind::Append) {
+        let chain = meta.chain.expect("create and append records are chained");
+        debug_assert!(chain.jumps.len() <= JUMPS_MAX);
+        out.extend_from_slice(&chain.n.to_le_bytes());
+        out.push(chain.jumps.len() as u8);
+        for jump in &chain.jumps {
+            out.extend_from_slice(&jump.to_le_bytes());
+        }
+    }
+    if let (Kind::Create, Some((name, config))) = (kind, meta.create) {
+        put_text(out, name);
+        put_text(out, config.content_type.as_str());
+        out.extend_from_slice(&config.ttl_secs.unwrap_or(u64::MAX).to_le_bytes());
+        out.extend_from_slice(&config.expires_at_ms.unwrap_or(i64::MIN).to_le_bytes());
+    }
+    if let (Kind::Append, Some(producer)) = (kind, meta.producer) {
+        put_text(out, &producer.id);
+        out.extend_from_slice(&producer.epoch.to_le_bytes());
+        out.extend_from_slice(&producer.seq.to_le_bytes());
+    }
+    if let (Kind::Append, Some(stream_seq)) = (kind, meta.stream_seq) {
+        put_text(out, stream_seq);
+    }
+}
+
+/// Decodes the meta of a record with header `header`.
+pub fn decode_meta(header: &Header, bytes: &[u8]) -> Result<Meta, DecodeError> {
+    let mut reader = Reader { bytes, at: 0 };
+    let mut meta = Meta::default();
+    if matches!(header.kind, Kind::Create | Kind::Append) {
+        meta.chain = Some(reader.chain()?);
+    }
+    if header.kind == Kind::Create {
+        let name = reader.text()?.into();
+        let content_type = ContentType::parse(&reader.text()?).map_err(|_| DecodeError::BadMeta)?;
+        let ttl = reader.u64()?;
+        let expires = reader.u64()? as i64;
+        let config = StreamConfig {
+            content_type,
+            ttl_secs: (ttl != u64::MAX).then_some(ttl),
+            expires_at_ms: (expires != i64::MIN).then_some(expires),
+        };
+        meta.create = Some(CreateMeta { name, config });
+    }
+    if header.kind == Kind::Append && header.has(flags::PRODUCER) {
+        let id = reader.text()?.into();
+        meta.producer = Some(ProducerTag { id, epoch: reader.u64()?, seq: reader.u64()? });
+    }
+    if header.kind == Kind::Append && header.has(flags::STREAM_SEQ) {
+        meta.stream_seq = Some(reader.text()?.into());
+    }
+    if reader.at != bytes.len() {
+        return Err(DecodeError::BadMeta);
+    }
+    Ok(meta)
+}
+
+/// Decodes only the chain part of a meta (what readers need).
+pub fn decode_chain(meta: &[u8]) -> Result<Chain, DecodeError> {
+    Reader { bytes: meta, at: 0 }.chain()
+}
+
+/// Bytes of the chain part of a meta with `jumps` jumps.
+pub fn chain_bytes(jumps: usize) -> usize {
+    9 + 8 * jumps
+}
+
+/// The payload crc of a record: meta, then data.
+pub fn payload_crc(meta: &[u8], data: &[&[u8]]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(meta);
+    for part in data {
+        hasher.update(part);
+    }
+    hasher.finalize()
+}
+
+/// Zeros that pad a record of `unpadded` bytes to the record alignment.
+pub fn padding(unpadded: usize) -> &'static [u8] {
+    const ZEROS: [u8; RECORD_ALIGN] = [0; RECORD_ALIGN];
+    &ZEROS[..align(unpadded) - unpadded]
+}
+
+pub fn align(len: usize) -> usize {
+    len.div_ceil(RECORD_ALIGN) * RECORD_ALIGN
+}
+
+/// A whole record read from `bytes` (which starts at the record), checked end to end.
+pub struct Decoded<'a> {
+    pub header: Header,
+    pub meta: Meta,
+    pub data: &'a [u8],
+}
+
+pub fn decode_record(bytes: &[u8]) -> Result<Decoded<'_>, DecodeError> {
+    let raw: &[u8; HEADER_BYTES] =
+        bytes.get(..HEADER_BYTES).and_then(|b| b.try_into().ok()).ok_or_else(|| {
+            if bytes.iter().all(|b| *b == 0) {
+                DecodeError::Zeroed
+            } else {
+                DecodeError::Truncated
+            }
+        })?;
+    let header = Header::decode(raw)?;
+    let payload =
+        bytes.get(HEADER_BYTES..HEADER_BYTES + header.payload_len as usize).ok_or(DecodeError::Truncated)?;
+    let (meta_bytes, data) = payload.split_at(header.meta_len as usize);
+    if payload_crc(meta_bytes, &[data]) != header.payload_crc {
+        return Err(DecodeError::BadPayloadCrc);
+    }
+    let meta = decode_meta(&header, meta_bytes)?;
+    Ok(Decoded { header, meta, data })
+}
+
+fn put_text(out: &mut Vec<u8>, text: &str) {
+    debug_assert!(text.len() <= usize::from(u16::MAX));
+    out.extend_from_slice(&(text.len() as u16).to_le_bytes());
+    out.extend_from_slice(text.as_bytes());
+}
+
+fn u32_at(raw: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(raw[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(raw: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(raw[at..at + 8].try_into().expect("8 bytes"))
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, count: usize) -> Result<&[u8], DecodeError> {
+        let taken = self.bytes.get(self.at..self.at + count).ok_or(DecodeError::BadMeta)?;
+        self.at += count;
+        Ok(taken)
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    fn text(&mut self) -> Result<String, DecodeError> {
+        let len = u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes"));
+        String::from_utf8(self.take(usize::from(len))?.to_vec()).map_err(|_| DecodeError::BadMeta)
+    }
+
+    fn chain(&mut self) -> Result<Chain, DecodeError> {
+        let n = self.u64()?;
+        let count = usize::from(self.take(1)?[0]);
+        if count > JUMPS_MAX || count != jump_count(n) {
+            return Err(DecodeError::BadMeta);
+        }
+        let jumps = (0..count).map(|_| self.u64()).collect::<Result<Vec<u64>, _>>()?;
+        Ok(Chain { n, jumps })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn append_record(data: &[u8], producer: bool) -> Vec<u8> {
+        let mut record_flags = flags::JSON;
+        let chain = Chain { n: 4, jumps: vec![100, 200, 400] };
+        let tag = ProducerTag { id: "p-1".into(), epoch: 3, seq: 9 };
+        let mut meta = MetaRef { chain: Some(&chain), ..MetaRef::default() };
+        if producer {
+            record_flags |= flags::PRODUCER | flags::STREAM_SEQ | flags::CLOSE;
+            meta.producer = Some(&tag);
+            meta.stream_seq = Some("0042");
+        }
+        let mut meta_bytes = Vec::new();
+        encode_meta(Kind::Append, meta, &mut meta_bytes);
+        let header = Header {
+            kind: Kind::Append,
+            flags: record_flags,
+            meta_len: meta_bytes.len() as u16,
+            payload_len: (meta_bytes.len() + data.len()) as u32,
+            payload_crc: payload_crc(&meta_bytes, &[data]),
+            lsn: 77,
+            stream: 5,
+            offset: Offset { messages: 10, bytes: 300 },
+            time_ms: 1_700_000_000_000,
+            messages: if data.is_empty() { 0 } else { 2 },
+        };
+        let mut out = header.encode().to_vec();
+        out.extend_from_slice(&meta_bytes);
+        out.extend_from_slice(data);
+        out.extend_from_slice(padding(out.len()));
+        out
+    }
+
+    #[test]
+    fn records_round_trip() {
+        for producer in [false, true] {
+            let bytes = append_record(b"1,{\"a\":2},", producer);
+            assert_eq!(bytes.len() % RECORD_ALIGN, 0);
+            let decoded = decode_record(&bytes).unwrap();
+            assert_eq!(decoded.data, b"1,{\"a\":2},");
+            assert_eq!(decoded.header.lsn, 77);
+            assert_eq!(decoded.header.end_offset(), Offset { messages: 12, bytes: 310 });
+            assert_eq!(decoded.header.record_len(), bytes.len());
+            assert_eq!(decoded.meta.chain.as_ref().unwrap().jumps, [100, 200, 400]);
+            assert_eq!(decoded.meta.producer.is_some(), producer);
+            assert_eq!(decoded.meta.stream_seq.as_deref(), producer.then_some("0042"));
+        }
+    }
+
+    #[test]
+    fn create_meta_round_trips() {
+        let config = StreamConfig {
+            content_type: ContentType::parse("application/json; charset=utf-8").unwrap(),
+            ttl_secs: Some(60),
+            expires_at_ms: None,
+        };
+        let chain = Chain { n: 0, jumps: vec![] };
+        let meta_ref =
+            MetaRef { chain: Some(&chain), create: Some(("tenant/orders", &config)), ..MetaRef::default() };
+        let mut bytes = Vec::new();
+        encode_meta(Kind::Create, meta_ref, &mut bytes);
+        let meta = Meta {
+            chain: Some(chain.clone()),
+            create: Some(CreateMeta { name: "tenant/orders".into(), config: config.clone() }),
+            ..Meta::default()
+        };
+        let header = Header {
+            kind: Kind::Create,
+            flags: 0,
+            meta_len: bytes.len() as u16,
+            payload_len: bytes.len() as u32,
+            payload_crc: 0,
+            lsn: 1,
+            stream: 1,
+            offset: Offset::ZERO,
+            time_ms: 0,
+            messages: 0,
+        };
+        assert_eq!(decode_meta(&header, &bytes).unwrap(), meta);
+    }
+
+    #[test]
+    fn every_flipped_bit_is_detected() {
+        let bytes = append_record(b"some payload bytes", true);
+        let end = HEADER_BYTES + decode_record(&bytes).unwrap().header.payload_len as usize;
+        for index in 0..end {
+            for bit in 0..8 {
+                let mut damaged = bytes.clone();
+                damaged[index] ^= 1 << bit;
+                assert!(decode_record(&damaged).is_err(), "flip at byte {index} bit {bit} went unnoticed");
+            }
+        }
+    }
+
+    #[test]
+    fn zeros_truncation_and_zeroed_payloads_never_decode() {
+        assert_eq!(decode_record(&[0; 200]).err(), Some(DecodeError::Zeroed));
+        let bytes = append_record(b"payload", false);
+        assert_eq!(decode_record(&bytes[..bytes.len() - 12]).err(), Some(DecodeError::Truncated));
+        assert_eq!(decode_record(&bytes[..30]).err(), Some(DecodeError::Truncated));
+        let mut zeroed_payload = bytes.clone();
+        zeroed_payload[HEADER_BYTES..].fill(0);
+        assert_eq!(decode_record(&zeroed_payload).err(), Some(DecodeError::BadPayloadCrc));
+    }
+
+    #[test]
+    fn inconsistent_headers_are_refused() {
+        let mut header =
+            Header::decode(append_record(b"x", false)[..HEADER_BYTES].try_into().unwrap()).unwrap();
+        header.messages = 0;
+        assert_eq!(
+            Header::decode(&header.encode()).err(),
+            Some(DecodeError::Inconsistent),
+            "data without messages"
+        );
+        header.messages = 1;
+        header.flags = 0x80;
+        assert_eq!(Header::decode(&header.encode()).err(), Some(DecodeError::Inconsistent), "unknown flag");
+        header.flags = 0;
+        header.kind = Kind::Delete;
+        assert_eq!(
+            Header::decode(&header.encode()).err(),
+            Some(DecodeError::Inconsistent),
+            "delete with payload"
+        );
+    }
+}

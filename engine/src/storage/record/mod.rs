@@ -1,0 +1,45 @@
+//! Log records: one per accepted mutation, the unit that is made durable.
+//!
+//! The shard turns every accepted op into exactly one record, so each operation is atomic on
+//! its own: a create carries its initial messages and closed flag, an append carries its
+//! producer tag, its `Stream-Seq` and its optional close. Producer state travels inside the
+//! record that stores the data it guards — a crash can never keep one and lose the other.
+//! Memory mode commits records by dropping them; the disk modes encode and write them.
+
+pub mod codec;
+pub mod encode;
+pub mod scan;
+
+use std::sync::Arc;
+
+use crate::meta::StreamConfig;
+use crate::offset::Offset;
+use crate::payload::Payload;
+use crate::producer::ProducerTag;
+
+/// One accepted mutation.
+#[derive(Debug)]
+pub enum Record {
+    /// A stream came to be, with its configuration and any initial messages.
+    Create { stream: u64, name: Arc<str>, config: StreamConfig, initial: Option<Payload>, closed: bool },
+    /// Messages were stored at `offset` (and maybe the stream closed), by `producer` if tagged.
+    Append {
+        stream: u64,
+        /// The stream's name (the file modes find its file by it).
+        name: Arc<str>,
+        offset: Offset,
+        payload: Option<Payload>,
+        producer: Option<ProducerTag>,
+        stream_seq: Option<Box<str>>,
+        close: bool,
+        /// Location of the stream's last committed record (disk modes chain to it).
+        chain_tail: u64,
+    },
+    /// A stream and all its data are gone (deleted by a client or expired).
+    Delete { stream: u64, name: Arc<str>, expired: bool, chain_tail: u64 },
+    /// Compaction (acid): the stream's records are copied to the head of the log, as a new
+    /// chain that replaces the one ending at `chain_tail`. Nothing about the stream changes.
+    /// The move is skipped when record `witness_n` of the chain is not at `witness` any more
+    /// (the stream was moved since compaction found it there).
+    Move { stream: u64, chain_tail: u64, witness: u64, witness_n: u64 },
+}

@@ -1,0 +1,232 @@
+//! Reading records in order from a run of stored bytes (a WAL segment, a stream file), each
+//! checked end to end, until the bytes end, turn to zeros, reach a seal, or fail a check.
+//!
+//! Used wherever records are read in sequence: inspection, verification, statistics and
+//! compaction's surveys. Data comes out as `Bytes` sharing the scanned bytes (a map).
+//! [`next_header`] finds where records resume after bytes that are not a record, so a
+//! reader can tell damage followed by intact records from the end of a log.
+
+use bytes::Bytes;
+
+use super::codec::{decode_record, DecodeError, Header, Kind, Meta, HEADER_BYTES, MAGIC, RECORD_ALIGN};
+
+/// Sectors a disk writes whole or not at all (the smallest any disk uses).
+pub const SECTOR_BYTES: usize = 512;
+
+/// Whether the `len` bytes at `start` of `bytes` (which start at a sector boundary of their
+/// file) could be a write the disk did not finish: they run past the end, or some sector of
+/// them reads as zeros, as space no write reached does (segments are zero-filled ahead,
+/// files grow from zeros). Damage to bytes that were written whole shows no such sector.
+pub fn could_be_torn(bytes: &[u8], start: usize, len: usize) -> bool {
+    let end = start + len;
+    if end > bytes.len() {
+        return true;
+    }
+    let mut sector = start / SECTOR_BYTES * SECTOR_BYTES;
+    while sector < end {
+        let (from, to) = (sector.max(start), (sector + SECTOR_BYTES).min(end));
+        if bytes[from..to].iter().all(|b| *b == 0) {
+            return true;
+        }
+        sector += SECTOR_BYTES;
+    }
+    false
+}
+
+/// How many bytes of a record that failed its checks at `start` to judge: the whole record
+/// when its header holds, else the header alone.
+pub fn failed_record_len(bytes: &[u8], start: usize) -> usize {
+    let header =
+        bytes.get(start..start + HEADER_BYTES).and_then(|raw| Header::decode(raw.try_into().ok()?).ok());
+    header.map_or(HEADER_BYTES, |header| header.record_len())
+}
+
+/// The first position at or after `from` (rounded up to the record alignment) where a
+/// header that passes its checks starts, if any.
+pub fn next_header(bytes: &[u8], from: usize) -> Option<(usize, Header)> {
+    let magic = MAGIC.to_le_bytes();
+    let mut position = from.div_ceil(RECORD_ALIGN) * RECORD_ALIGN;
+    while position + HEADER_BYTES <= bytes.len() {
+        if bytes[position..position + 4] == magic {
+            let raw: &[u8; HEADER_BYTES] =
+                bytes[position..position + HEADER_BYTES].try_into().expect("a header's bytes");
+            if let Ok(header) = Header::decode(raw) {
+                return Some((position, header));
+            }
+        }
+        position += RECORD_ALIGN;
+    }
+    None
+}
+
+/// One record read by a [`RecordScan`].
+#[derive(Clone, Debug)]
+pub struct Scanned {
+    /// Where the record starts in the scanned bytes.
+    pub position: u64,
+    pub header: Header,
+    pub meta: Meta,
+    pub data: Bytes,
+}
+
+/// Why a scan stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScanEnd {
+    /// The bytes ended exactly after a record.
+    End,
+    /// Zeros where the next record would be: unwritten space, the normal end of a log.
+    Unwritten,
+    /// A seal record (included in the scan) ends a segment.
+    Sealed,
+    /// The bytes at the position are not a valid record.
+    Damaged(DecodeError),
+}
+
+impl ScanEnd {
+    /// Whether the scan stopped at something other than a normal end.
+    pub fn is_damage(&self) -> bool {
+        matches!(self, ScanEnd::Damaged(_))
+    }
+}
+
+/// Records of `bytes` from a position on.
+pub struct RecordScan {
+    bytes: Bytes,
+    position: u64,
+    end: Option<ScanEnd>,
+}
+
+impl RecordScan {
+    pub fn new(bytes: Bytes, from: u64) -> RecordScan {
+        RecordScan { bytes, position: from, end: None }
+    }
+
+    /// Where the next record would start (after the scan: where it stopped).
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Why the scan stopped (`None` while it has not).
+    pub fn end(&self) -> Option<&ScanEnd> {
+        self.end.as_ref()
+    }
+
+    fn stop(&mut self, end: ScanEnd) -> Option<Scanned> {
+        self.end = Some(end);
+        None
+    }
+}
+
+impl Iterator for RecordScan {
+    type Item = Scanned;
+
+    fn next(&mut self) -> Option<Scanned> {
+        if self.end.is_some() {
+            return None;
+        }
+        let start = self.position as usize;
+        if start >= self.bytes.len() {
+            return self.stop(ScanEnd::End);
+        }
+        let rest = &self.bytes[start..];
+        let decoded = match decode_record(rest) {
+            Ok(decoded) => decoded,
+            Err(DecodeError::Zeroed) => return self.stop(ScanEnd::Unwritten),
+            Err(error) => return self.stop(ScanEnd::Damaged(error)),
+        };
+        let header = decoded.header;
+        let data = self.bytes.slice_ref(decoded.data);
+        let scanned = Scanned { position: self.position, header, meta: decoded.meta, data };
+        self.position += header.record_len() as u64;
+        if header.kind == Kind::Seal {
+            self.end = Some(ScanEnd::Sealed);
+        }
+        Some(scanned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::offset::Offset;
+    use crate::storage::chain::Chain;
+    use crate::storage::record::codec::{encode_meta, padding, payload_crc, MetaRef};
+
+    fn record(lsn: u64, data: &[u8]) -> Vec<u8> {
+        let chain = Chain { n: 1, jumps: vec![0] };
+        let mut meta = Vec::new();
+        encode_meta(Kind::Append, MetaRef { chain: Some(&chain), ..MetaRef::default() }, &mut meta);
+        let header = Header {
+            kind: Kind::Append,
+            flags: 0,
+            meta_len: meta.len() as u16,
+            payload_len: (meta.len() + data.len()) as u32,
+            payload_crc: payload_crc(&meta, &[data]),
+            lsn,
+            stream: 1,
+            offset: Offset::ZERO,
+            time_ms: 0,
+            messages: 1,
+        };
+        let mut bytes = header.encode().to_vec();
+        bytes.extend_from_slice(&meta);
+        bytes.extend_from_slice(data);
+        bytes.extend_from_slice(padding(bytes.len()));
+        bytes
+    }
+
+    #[test]
+    fn scans_records_until_zeros_or_damage() {
+        let mut bytes = record(1, b"one");
+        bytes.extend(record(2, b"two"));
+        let second = record(1, b"x").len() as u64;
+        bytes.extend(vec![0; 128]);
+        let mut scan = RecordScan::new(Bytes::from(bytes.clone()), 0);
+        let read: Vec<_> = scan.by_ref().map(|r| (r.header.lsn, r.data)).collect();
+        assert_eq!(read, vec![(1, Bytes::from_static(b"one")), (2, Bytes::from_static(b"two"))]);
+        assert_eq!(scan.end(), Some(&ScanEnd::Unwritten));
+
+        bytes[second as usize + 70] ^= 1;
+        let mut scan = RecordScan::new(Bytes::from(bytes), 0);
+        assert_eq!(scan.by_ref().count(), 1);
+        assert!(scan.end().unwrap().is_damage());
+        assert_eq!(scan.position(), second, "the scan stops at the damaged record");
+    }
+
+    #[test]
+    fn bytes_that_end_after_a_record_end_the_scan() {
+        let bytes = record(1, b"only");
+        let mut scan = RecordScan::new(Bytes::from(bytes), 0);
+        assert_eq!(scan.by_ref().count(), 1);
+        assert_eq!(scan.end(), Some(&ScanEnd::End));
+    }
+
+    #[test]
+    fn next_header_skips_bytes_that_are_not_a_record() {
+        let mut bytes = record(1, b"one");
+        let second = bytes.len();
+        bytes.extend(record(2, b"two"));
+        assert_eq!(next_header(&bytes, 0).map(|(at, h)| (at, h.lsn)), Some((0, 1)));
+        assert_eq!(next_header(&bytes, 1).map(|(at, h)| (at, h.lsn)), Some((second, 2)));
+        bytes[3] ^= 0x40;
+        assert_eq!(next_header(&bytes, 0).map(|(at, _)| at), Some(second), "a damaged header is skipped");
+        assert_eq!(next_header(&bytes, second + 1), None);
+        assert_eq!(next_header(&[0; 256], 0), None);
+    }
+
+    #[test]
+    fn torn_writes_leave_a_zero_sector_and_damage_does_not() {
+        let mut bytes = vec![0u8; 64];
+        bytes.extend(vec![7u8; 2000]);
+        assert!(!could_be_torn(&bytes, 64, 2000), "written whole");
+        bytes[700] ^= 1;
+        assert!(!could_be_torn(&bytes, 64, 2000), "a flipped bit is not a tear");
+        bytes[1024..1536].fill(0);
+        assert!(could_be_torn(&bytes, 64, 2000), "a sector that never arrived");
+        assert!(could_be_torn(&bytes, 64, 4000), "a record running past the end");
+        let mut edges = vec![9u8; 1024];
+        edges[500..512].fill(0);
+        assert!(could_be_torn(&edges, 500, 100), "the record's part of a sector counts");
+        assert!(!could_be_torn(&edges, 512, 100));
+    }
+}

@@ -1,0 +1,125 @@
+//! A stream's durable state rebuilt from its records, for every disk mode's recovery.
+//!
+//! A create record starts a [`StreamSnapshot`]; each append must continue it exactly (its
+//! offset is the stream's tail, its chain index is the next one and links to the stream's
+//! last record, the stream is not closed) and then moves the tail, the closed flag, the
+//! `Stream-Seq` and its producer's state forward. Anything else is refused with a reason.
+//!
+//! Damage is not a reason to stop: a stream whose records do not follow on (one was lost or
+//! damaged in between) is marked damaged ([`mark_damaged`]) where its intact data ends, and
+//! its later records are applied as they come ([`append_after_damage`], or [`skip_damaged`]
+//! for a record whose header holds but whose payload does not), so the stream keeps its tail,
+//! its chain and everything it stores after the damage.
+
+use std::sync::Arc;
+
+use crate::limits::tag_bytes;
+use crate::meta::{StreamDamage, StreamSnapshot};
+use crate::offset::Offset;
+use crate::producer::ProducerState;
+use crate::storage::record::codec::{flags, Header, Kind, Meta};
+
+/// The stream a create record (`header`, `meta`) at `at` starts.
+pub fn created(header: &Header, meta: &Meta, at: u64) -> Result<StreamSnapshot, &'static str> {
+    if header.kind != Kind::Create {
+        return Err("not a create record");
+    }
+    let create = meta.create.as_ref().ok_or("create without configuration")?;
+    let chain = meta.chain.as_ref().ok_or("create without chain")?;
+    if chain.n != 0 {
+        return Err("create that is not the first record of its chain");
+    }
+    Ok(StreamSnapshot {
+        id: header.stream,
+        name: Arc::from(&*create.name),
+        config: create.config.clone(),
+        last_access_ms: header.time_ms,
+        tail: header.end_offset(),
+        closed: header.has(flags::CLOSE),
+        stream_seq: None,
+        producers: Vec::new(),
+        chain_tail: at,
+        chain_n: 0,
+        tag_bytes: 0,
+        damage: None,
+    })
+}
+
+/// Notes damage at `at` (the first note stays).
+pub fn mark_damaged(stream: &mut StreamSnapshot, at: Offset, reason: String) {
+    if stream.damage.is_none() {
+        stream.damage = Some(StreamDamage { at, reason: reason.into() });
+    }
+}
+
+/// Applies the append record (`header`, `meta`) at `at` to a stream already marked damaged:
+/// it need only be the stream's and later in its chain.
+pub fn append_after_damage(
+    stream: &mut StreamSnapshot,
+    header: &Header,
+    meta: &Meta,
+    at: u64,
+) -> Result<(), &'static str> {
+    debug_assert!(stream.damage.is_some(), "only a damaged stream is applied loosely");
+    let chain = meta.chain.as_ref().ok_or("append without chain")?;
+    let later = header.stream == stream.id && chain.n > stream.chain_n && header.offset >= stream.tail;
+    if header.kind != Kind::Append || !later {
+        return Err("append that cannot follow its stream");
+    }
+    move_forward(stream, header, meta, at, chain.n);
+    Ok(())
+}
+
+/// Steps a damaged stream over its append record (`header`) at `at`, whose payload fails
+/// its checks: the tail and chain move on, nothing else is known.
+pub fn skip_damaged(stream: &mut StreamSnapshot, header: &Header, at: u64) {
+    if header.offset >= stream.tail {
+        stream.tail = header.end_offset();
+        stream.closed |= header.has(flags::CLOSE);
+        stream.chain_tail = at;
+        stream.chain_n += 1;
+    }
+}
+
+/// Applies the append record (`header`, `meta`) at `at` to `stream`, if it continues it.
+pub fn append(
+    stream: &mut StreamSnapshot,
+    header: &Header,
+    meta: &Meta,
+    at: u64,
+) -> Result<(), &'static str> {
+    if header.kind != Kind::Append {
+        return Err("not an append record");
+    }
+    let chain = meta.chain.as_ref().ok_or("append without chain")?;
+    let continues = header.stream == stream.id
+        && header.offset == stream.tail
+        && chain.n == stream.chain_n + 1
+        && chain.jumps.first() == Some(&stream.chain_tail)
+        && !stream.closed;
+    if !continues {
+        return Err("append does not continue its stream");
+    }
+    move_forward(stream, header, meta, at, chain.n);
+    Ok(())
+}
+
+/// Moves `stream` past its append record (`header`, `meta`, chain index `n`) at `at`.
+fn move_forward(stream: &mut StreamSnapshot, header: &Header, meta: &Meta, at: u64, n: u64) {
+    stream.tail = header.end_offset();
+    stream.closed |= header.has(flags::CLOSE);
+    stream.last_access_ms = stream.last_access_ms.max(header.time_ms);
+    stream.chain_tail = at;
+    stream.chain_n = n;
+    stream.tag_bytes += tag_bytes(meta.producer.as_ref().map(|tag| &*tag.id), meta.stream_seq.as_deref());
+    if let Some(seq) = &meta.stream_seq {
+        stream.stream_seq = Some(seq.clone());
+    }
+    if let Some(tag) = &meta.producer {
+        let state = ProducerState { epoch: tag.epoch, last_seq: tag.seq, last_used_ms: header.time_ms };
+        match stream.producers.iter_mut().find(|(id, _)| *id == tag.id) {
+            Some((_, existing)) => *existing = state,
+            None => stream.producers.push((tag.id.clone(), state)),
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Checkpoints: a shard's state at an LSN, so recovery replays only what came after.
+//!
+//! ```text
+//! magic "DSK1", version, shard, clean flag (written at a clean shutdown),
+//! lsn (every record up to it is reflected), resume ordinal and position (where the next
+//! record after it starts), next LSN, next stream id, time written,
+//! ledger: live bytes of each segment, and deleted chains not yet subtracted,
+//! streams: id, name, config, last access, tail, closed, Stream-Seq, chain tail, producers,
+//!   damage found in the stream (version 2 on: where its intact data ends, and why),
+//!   producer tag and Stream-Seq bytes its appends carried (version 3 on, for its charge),
+//! crc32 of everything before it
+//! ```
+//!
+//! A checkpoint replaces the previous one atomically (written aside, synced, renamed, the
+//! directory synced), so there is always one complete checkpoint or none. It is written by the
+//! housekeeper thread from bytes the shard encoded, so the shard never waits for it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::binary::{DecodeFailure, Decoder, Encoder};
+use crate::content_type::ContentType;
+use crate::meta::{StreamConfig, StreamDamage, StreamSnapshot};
+use crate::offset::Offset;
+use crate::producer::ProducerState;
+use crate::storage::wal::ledger::LedgerState;
+
+const MAGIC: u32 = u32::from_le_bytes(*b"DSK1");
+/// The version written; versions 1 (without stream damage) and 2 (without tag bytes) are
+/// still read.
+const VERSION: u32 = 3;
+/// File name of a shard's checkpoint.
+pub const CHECKPOINT_NAME: &str = "checkpoint";
+/// The previous checkpoint, kept as a fallback.
+pub const PREVIOUS_CHECKPOINT_NAME: &str = "checkpoint.previous";
+
+/// A shard's state at `lsn`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checkpoint {
+    pub shard: u32,
+    /// Written by a clean shutdown (nothing follows in the log).
+    pub clean: bool,
+    pub lsn: u64,
+    pub resume_ordinal: u32,
+    pub resume_position: u64,
+    pub next_lsn: u64,
+    pub stream_id_next: u64,
+    pub written_ms: u64,
+    /// Live bytes per segment ordinal, and deleted chains not yet subtracted.
+    pub ledger: LedgerState,
+    pub streams: Vec<StreamSnapshot>,
+}
+
+pub fn checkpoint_path(shard_dir: &Path) -> PathBuf {
+    shard_dir.join(CHECKPOINT_NAME)
+}
+
+impl Checkpoint {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Encoder::default();
+        out.u32(MAGIC).u32(VERSION).u32(self.shard).u8(u8::from(self.clean));
+        out.u64(self.lsn).u32(self.resume_ordinal).u64(self.resume_position);
+        out.u64(self.next_lsn).u64(self.stream_id_next).u64(self.written_ms);
+        out.u32(self.ledger.live.len() as u32);
+        for (ordinal, live) in &self.ledger.live {
+            out.u32(*ordinal).u64(*live);
+        }
+        out.u64(self.ledger.pending.len() as u64);
+        for tail in &self.ledger.pending {
+            out.u64(*tail);
+        }
+        out.u64(self.streams.len() as u64);
+        for stream in &self.streams {
+            encode_stream(&mut out, stream);
+        }
+        let crc = crc32fast::hash(&out.bytes);
+        out.u32(crc);
+        out.bytes
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Checkpoint, DecodeFailure> {
+        let (body, crc) = bytes.split_at(bytes.len().checked_sub(4).ok_or(DecodeFailure)?);
+        if crc32fast::hash(body).to_le_bytes() != crc {
+            return Err(DecodeFailure);
+        }
+        let mut input = Decoder::new(body);
+        if input.u32()? != MAGIC {
+            return Err(DecodeFailure);
+        }
+        let version = input.u32()?;
+        if !(1..=VERSION).contains(&version) {
+            return Err(DecodeFailure);
+        }
+        let shard = input.u32()?;
+        let clean = input.u8()? == 1;
+        let (lsn, resume_ordinal, resume_position) = (input.u64()?, input.u32()?, input.u64()?);
+        let (next_lsn, stream_id_next, written_ms) = (input.u64()?, input.u64()?, input.u64()?);
+        let mut ledger = LedgerState::default();
+        for _ in 0..input.u32()? {
+            ledger.live.insert(input.u32()?, input.u64()?);
+        }
+        for _ in 0..input.u64()? {
+            ledger.pending.insert(input.u64()?);
+        }
+        let count = input.u64()?;
+        let mut streams = Vec::with_capacity(count.min(1 << 20) as usize);
+        for _ in 0..count {
+            streams.push(decode_stream(&mut input, version)?);
+        }
+        if !input.is_empty() {
+            return Err(DecodeFailure);
+        }
+        Ok(Checkpoint {
+            shard,
+            clean,
+            lsn,
+            resume_ordinal,
+            resume_position,
+            next_lsn,
+            stream_id_next,
+            written_ms,
+            ledger,
+            streams,
+        })
+    }
+}
+
+fn encode_stream(out: &mut Encoder, stream: &StreamSnapshot) {
+    out.u64(stream.id).text(&stream.name).text(stream.config.content_type.as_str());
+    out.option_u64(stream.config.ttl_secs).option_u64(stream.config.expires_at_ms.map(|at| at as u64));
+    out.u64(stream.last_access_ms)
+        .u64(stream.tail.messages)
+        .u64(stream.tail.bytes)
+        .u8(u8::from(stream.closed));
+    out.option_text(stream.stream_seq.as_deref()).u64(stream.chain_tail).u64(stream.chain_n);
+    out.u32(stream.producers.len() as u32);
+    for (id, state) in &stream.producers {
+        out.text(id).u64(state.epoch).u64(state.last_seq).u64(state.last_used_ms);
+    }
+    match &stream.damage {
+        Some(damage) => {
+            out.u8(1).u64(damage.at.messages).u64(damage.at.bytes).text(&damage.reason);
+        }
+        None => {
+            out.u8(0);
+        }
+    }
+    out.u64(stream.tag_bytes);
+}
+
+fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot, DecodeFailure> {
+    let id = input.u64()?;
+    let name: Arc<str> = Arc::from(input.text()?);
+    let content_type = ContentType::parse(&input.text()?).map_err(|_| DecodeFailure)?;
+    let ttl_secs = input.option_u64()?;
+    let expires_at_ms = input.option_u64()?.map(|at| at as i64);
+    let last_access_ms = input.u64()?;
+    let tail = Offset { messages: input.u64()?, bytes: input.u64()? };
+    let closed = input.u8()? == 1;
+    let stream_seq = input.option_text()?.map(String::into_boxed_str);
+    let (chain_tail, chain_n) = (input.u64()?, input.u64()?);
+    let count = input.u32()?;
+    let mut producers = Vec::with_capacity(count.min(1 << 16) as usize);
+    for _ in 0..count {
+        let producer_id: Box<str> = input.text()?.into();
+        let state = ProducerState { epoch: input.u64()?, last_seq: input.u64()?, last_used_ms: input.u64()? };
+        producers.push((producer_id, state));
+    }
+    let damage = match version {
+        1 => None,
+        _ => match input.u8()? {
+            0 => None,
+            1 => Some(StreamDamage {
+                at: Offset { messages: input.u64()?, bytes: input.u64()? },
+                reason: input.text()?.into(),
+            }),
+            _ => return Err(DecodeFailure),
+        },
+    };
+    let tag_bytes = if version >= 3 { input.u64()? } else { 0 };
+    Ok(StreamSnapshot {
+        id,
+        name,
+        config: StreamConfig { content_type, ttl_secs, expires_at_ms },
+        last_access_ms,
+        tail,
+        closed,
+        stream_seq,
+        producers,
+        chain_tail,
+        chain_n,
+        tag_bytes,
+        damage,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Checkpoint {
+        let stream = StreamSnapshot {
+            id: 9,
+            name: "a/b".into(),
+            config: StreamConfig {
+                content_type: ContentType::parse("application/json").unwrap(),
+                ttl_secs: Some(60),
+                expires_at_ms: None,
+            },
+            last_access_ms: 1234,
+            tail: Offset { messages: 3, bytes: 99 },
+            closed: true,
+            stream_seq: Some("0007".into()),
+            producers: vec![("p".into(), ProducerState { epoch: 2, last_seq: 5, last_used_ms: 1000 })],
+            chain_tail: 0x0000_0002_0000_0040,
+            chain_n: 3,
+            tag_bytes: 300,
+            damage: None,
+        };
+        let damaged = StreamSnapshot {
+            id: 10,
+            name: "c".into(),
+            damage: Some(StreamDamage { at: Offset { messages: 1, bytes: 3 }, reason: "lost".into() }),
+            ..stream.clone()
+        };
+        Checkpoint {
+            shard: 4,
+            clean: true,
+            lsn: 77,
+            resume_ordinal: 2,
+            resume_position: 4096,
+            next_lsn: 78,
+            stream_id_next: 10,
+            written_ms: 5,
+            ledger: LedgerState {
+                live: std::collections::BTreeMap::from([(1, 0), (2, 512)]),
+                pending: std::collections::BTreeSet::from([0x0000_0001_0000_0100]),
+            },
+            streams: vec![stream, damaged],
+        }
+    }
+
+    #[test]
+    fn checkpoints_round_trip() {
+        let checkpoint = sample();
+        assert_eq!(Checkpoint::decode(&checkpoint.encode()).unwrap(), checkpoint);
+    }
+
+    /// The encoding of a one-stream `checkpoint` as `version` wrote it: without the last
+    /// `cut` bytes of its stream.
+    fn as_version(checkpoint: &Checkpoint, version: u32, cut: usize) -> Vec<u8> {
+        assert_eq!(checkpoint.streams.len(), 1);
+        let mut bytes = checkpoint.encode();
+        bytes.truncate(bytes.len() - 4 - cut);
+        bytes[4..8].copy_from_slice(&version.to_le_bytes());
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn versions_1_and_2_still_read() {
+        let mut checkpoint = sample();
+        checkpoint.streams.truncate(1);
+        checkpoint.streams[0].tag_bytes = 0;
+        // Version 2 lacks the tag bytes; version 1 the "no damage" byte too.
+        assert_eq!(Checkpoint::decode(&as_version(&checkpoint, 2, 8)).unwrap(), checkpoint);
+        assert_eq!(Checkpoint::decode(&as_version(&checkpoint, 1, 9)).unwrap(), checkpoint);
+    }
+
+    #[test]
+    fn any_damage_is_detected() {
+        let bytes = sample().encode();
+        for index in (0..bytes.len()).step_by(7) {
+            let mut damaged = bytes.clone();
+            damaged[index] ^= 0x20;
+            assert!(Checkpoint::decode(&damaged).is_err(), "byte {index}");
+        }
+        assert!(Checkpoint::decode(&bytes[..bytes.len() - 1]).is_err());
+        assert!(Checkpoint::decode(&[]).is_err());
+    }
+}

@@ -1,0 +1,111 @@
+//! acid mode: one write-ahead log per shard, which is also where stream bytes live.
+//!
+//! - `segment`: fixed-size, preallocated, mapped segment files.
+//! - `writer`: the shard's commit step — one vectored write and one fdatasync per batch,
+//!   sealing and rotating segments, chaining each stream's records.
+//! - `source`: reading records and stream data straight from the mapped segments.
+//! - `recovery`: rebuilding a shard from its checkpoint and the records after it (`replay`
+//!   checks and applies each record).
+//! - `writer::compact`: moving live streams out of mostly-dead segments.
+//! - `lost`: parts of the log that are gone, and the streams that had records there.
+//! - `checkpoint`: a shard's state at an LSN.
+//! - `ledger`: live bytes per segment, for removing dead ones.
+//! - `housekeeper`: a background thread that prepares segments, writes checkpoints,
+//!   reclaims deleted streams' space and removes dead segments.
+//!
+//! A record's location is `ordinal << 32 | position` within its segment. Readers' TTL
+//! renewals are saved next to the segments, in [`RENEWALS_FILE`], keyed by stream id.
+
+pub mod checkpoint;
+pub mod housekeeper;
+pub mod ledger;
+pub mod lost;
+pub mod recovery;
+mod replay;
+pub mod segment;
+pub mod source;
+pub mod writer;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use crate::storage::vfs::Vfs;
+use segment::Segment;
+
+/// The file in a shard's directory that holds its readers' TTL renewals.
+pub const RENEWALS_FILE: &str = "renewals.bin";
+
+/// Where one shard's log lives and how its segments are sized.
+#[derive(Clone)]
+pub struct ShardFiles {
+    pub vfs: Arc<dyn Vfs>,
+    pub dir: PathBuf,
+    pub shard: u32,
+    pub segment_bytes: u64,
+}
+
+/// Where a shard's log continues.
+pub struct WalPosition {
+    pub active: Arc<Segment>,
+    pub position: u64,
+    pub next_lsn: u64,
+    /// The active segment is already sealed (recovery could not start a new one: the disk
+    /// is full): nothing is written before a new segment is prepared.
+    pub sealed: bool,
+}
+
+/// The location of the record at `position` in segment `ordinal`.
+pub fn location(ordinal: u32, position: u64) -> u64 {
+    debug_assert!(position < 1 << 32, "segments are smaller than 4 GiB");
+    u64::from(ordinal) << 32 | position
+}
+
+/// The segment ordinal and position of a location.
+pub fn split_location(location: u64) -> (u32, u64) {
+    ((location >> 32) as u32, location & 0xffff_ffff)
+}
+
+/// The segments of one shard that readers can reach, by ordinal.
+#[derive(Default)]
+pub struct SegmentTable {
+    segments: RwLock<BTreeMap<u32, Arc<Segment>>>,
+}
+
+impl SegmentTable {
+    pub fn get(&self, ordinal: u32) -> Option<Arc<Segment>> {
+        self.segments.read().expect("segment table lock").get(&ordinal).cloned()
+    }
+
+    pub fn insert(&self, segment: Arc<Segment>) {
+        self.segments.write().expect("segment table lock").insert(segment.ordinal(), segment);
+    }
+
+    pub fn remove(&self, ordinal: u32) -> Option<Arc<Segment>> {
+        self.segments.write().expect("segment table lock").remove(&ordinal)
+    }
+
+    /// Every segment, oldest first.
+    pub fn all(&self) -> Vec<Arc<Segment>> {
+        self.segments.read().expect("segment table lock").values().cloned().collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.segments.read().expect("segment table lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_split_back() {
+        assert_eq!(split_location(location(7, 4096)), (7, 4096));
+        assert_eq!(split_location(location(u32::MAX, (1 << 32) - 1)), (u32::MAX, (1 << 32) - 1));
+    }
+}

@@ -1,0 +1,231 @@
+//! One WAL segment: a fixed-size, preallocated file of records, mapped read-only.
+//!
+//! ```text
+//! 0   magic "DSG1" u32       16  first LSN u64
+//! 4   version u32 (1)        24  size in bytes u64
+//! 8   shard u32              32  created (ms since the Unix epoch) u64
+//! 12  ordinal u32            40  reserved (zeros) .. 60, then header crc32 of bytes 0..60
+//! 64  records, each aligned to 8 bytes, until a seal record or unwritten (zeroed) space
+//! ```
+//!
+//! A segment is prepared ahead of time (zero-filled and synced under a temporary name, so
+//! writes into it never change the file's size and each fdatasync stays cheap), then
+//! activated: its header is written and synced, and it is renamed to its first LSN
+//! (`{lsn:016x}.wal`) with the directory synced. It is never re-created, truncated or
+//! re-preallocated afterwards. Records are located by `ordinal << 32 | position`.
+//!
+//! Only the active (last) segment keeps its file open, for writing; a sealed one is read
+//! through its map alone ([`Segment::sealed`]), so a log of thousands of segments holds a
+//! handful of file descriptors.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::storage::vfs::{read_exact_at, FileMap, Vfs, VfsFile};
+
+pub const SEGMENT_HEADER_BYTES: u64 = 64;
+const MAGIC: u32 = u32::from_le_bytes(*b"DSG1");
+const VERSION: u32 = 1;
+/// Extension of active and sealed segments.
+pub const SEGMENT_EXTENSION: &str = "wal";
+/// Prefix of prepared, not yet active segment files.
+const PREPARED_PREFIX: &str = "prepared-";
+/// Zero-filling writes (and syncs) this much at a time.
+const ZERO_CHUNK_BYTES: usize = 1 << 20;
+
+/// What a segment header says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentHeader {
+    pub shard: u32,
+    pub ordinal: u32,
+    pub first_lsn: u64,
+    pub size: u64,
+    pub created_ms: u64,
+}
+
+impl SegmentHeader {
+    pub(crate) fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES as usize] {
+        let mut raw = [0u8; SEGMENT_HEADER_BYTES as usize];
+        raw[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        raw[4..8].copy_from_slice(&VERSION.to_le_bytes());
+        raw[8..12].copy_from_slice(&self.shard.to_le_bytes());
+        raw[12..16].copy_from_slice(&self.ordinal.to_le_bytes());
+        raw[16..24].copy_from_slice(&self.first_lsn.to_le_bytes());
+        raw[24..32].copy_from_slice(&self.size.to_le_bytes());
+        raw[32..40].copy_from_slice(&self.created_ms.to_le_bytes());
+        let crc = crc32fast::hash(&raw[..60]);
+        raw[60..64].copy_from_slice(&crc.to_le_bytes());
+        raw
+    }
+
+    pub(crate) fn decode(raw: &[u8; SEGMENT_HEADER_BYTES as usize]) -> io::Result<SegmentHeader> {
+        let u32_at = |at: usize| u32::from_le_bytes(raw[at..at + 4].try_into().expect("4 bytes"));
+        let u64_at = |at: usize| u64::from_le_bytes(raw[at..at + 8].try_into().expect("8 bytes"));
+        if u32_at(0) != MAGIC || u32_at(4) != VERSION {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a ds WAL segment (bad magic or version)",
+            ));
+        }
+        if crc32fast::hash(&raw[..60]) != u32_at(60) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "segment header checksum mismatch"));
+        }
+        Ok(SegmentHeader {
+            shard: u32_at(8),
+            ordinal: u32_at(12),
+            first_lsn: u64_at(16),
+            size: u64_at(24),
+            created_ms: u64_at(32),
+        })
+    }
+}
+
+/// An active or sealed segment.
+pub struct Segment {
+    pub header: SegmentHeader,
+    pub path: PathBuf,
+    /// The open file: kept by the active (last) segment only.
+    file: Option<Arc<dyn VfsFile>>,
+    pub map: Arc<dyn FileMap>,
+}
+
+impl Segment {
+    /// Opens an existing segment and checks its header. A file shorter than its header says
+    /// (truncated) is mapped as far as it goes; recovery treats the rest as lost.
+    pub fn open(vfs: &dyn Vfs, path: &Path) -> io::Result<Segment> {
+        let file = vfs.open(path)?;
+        let mut raw = [0u8; SEGMENT_HEADER_BYTES as usize];
+        read_exact_at(file.as_ref(), 0, &mut raw)?;
+        let header = SegmentHeader::decode(&raw)?;
+        let map = file.map(file.size()?.min(header.size))?;
+        Ok(Segment { header, path: path.to_path_buf(), file: Some(file), map })
+    }
+
+    /// The same segment read through its map alone, its file closed (a sealed one).
+    pub fn sealed(&self) -> Segment {
+        Segment { header: self.header, path: self.path.clone(), file: None, map: Arc::clone(&self.map) }
+    }
+
+    /// The open file of the active segment.
+    pub fn file(&self) -> &Arc<dyn VfsFile> {
+        self.file.as_ref().expect("only the active segment is written, and it keeps its file")
+    }
+
+    /// Bytes of the segment that are there to read (less than its size if truncated).
+    pub fn readable_len(&self) -> u64 {
+        self.map.size() as u64
+    }
+
+    /// Where records start.
+    pub fn records_start() -> u64 {
+        SEGMENT_HEADER_BYTES
+    }
+
+    pub fn ordinal(&self) -> u32 {
+        self.header.ordinal
+    }
+
+    pub fn size(&self) -> u64 {
+        self.header.size
+    }
+}
+
+/// The file name of an active segment whose first record has `first_lsn`.
+pub fn segment_name(first_lsn: u64) -> String {
+    format!("{first_lsn:016x}.{SEGMENT_EXTENSION}")
+}
+
+/// The first LSN a segment file name stands for, if it is one.
+pub fn parse_segment_name(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(&format!(".{SEGMENT_EXTENSION}"))?;
+    (stem.len() == 16).then(|| u64::from_str_radix(stem, 16).ok()).flatten()
+}
+
+/// Whether `name` is a prepared (never activated) segment, left over from a previous run.
+pub fn is_prepared_name(name: &str) -> bool {
+    name.starts_with(PREPARED_PREFIX)
+}
+
+/// Creates a zero-filled, synced segment file of `size` bytes, ready to activate.
+pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64) -> io::Result<PathBuf> {
+    let path = dir.join(format!("{PREPARED_PREFIX}{ordinal:08x}.tmp"));
+    if vfs.exists(&path) {
+        vfs.remove_file(&path)?;
+    }
+    let file = vfs.create_new(&path)?;
+    let filled = zero_fill(file.as_ref(), size);
+    if filled.is_err() {
+        // A partial file (the disk filled up, say) gives its space back.
+        drop(file);
+        let _ = vfs.remove_file(&path);
+    }
+    filled.map(|()| path)
+}
+
+/// Writes `size` zeros to `file`, syncing a chunk at a time: a shard's commit never waits
+/// behind more than one chunk of zeros in the device queue.
+fn zero_fill(file: &dyn VfsFile, size: u64) -> io::Result<()> {
+    let zeros = vec![0u8; ZERO_CHUNK_BYTES];
+    let mut written = 0u64;
+    while written < size {
+        let chunk = (size - written).min(ZERO_CHUNK_BYTES as u64) as usize;
+        file.write_all_at(written, &[&zeros[..chunk]])?;
+        file.sync_data()?;
+        written += chunk as u64;
+    }
+    Ok(())
+}
+
+/// Turns a prepared file into the active segment `header`: writes and syncs its header,
+/// renames it to its first LSN and syncs the directory.
+pub fn activate(vfs: &dyn Vfs, prepared: &Path, dir: &Path, header: SegmentHeader) -> io::Result<Segment> {
+    let file = vfs.open(prepared)?;
+    if file.size()? != header.size {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "prepared segment has the wrong size"));
+    }
+    file.write_all_at(0, &[&header.encode()])?;
+    file.sync_data()?;
+    let path = dir.join(segment_name(header.first_lsn));
+    vfs.rename(prepared, &path)?;
+    vfs.sync_dir(dir)?;
+    let map = file.map(header.size)?;
+    Ok(Segment { header, path, file: Some(file), map })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::vfs::sim::SimVfs;
+
+    #[test]
+    fn prepare_activate_and_reopen() {
+        let vfs = SimVfs::new();
+        let dir = Path::new("/data/shard-000");
+        vfs.create_dir_all(dir).unwrap();
+        let prepared = prepare(&vfs, dir, 3, 4096).unwrap();
+        assert!(is_prepared_name(&prepared.file_name().unwrap().to_string_lossy()));
+        let header = SegmentHeader { shard: 0, ordinal: 3, first_lsn: 0x42, size: 4096, created_ms: 7 };
+        let segment = activate(&vfs, &prepared, dir, header).unwrap();
+        assert_eq!(segment.path, dir.join("0000000000000042.wal"));
+        assert!(!vfs.exists(&prepared));
+        let reopened = Segment::open(&vfs, &segment.path).unwrap();
+        assert_eq!(reopened.header, header);
+        assert_eq!(reopened.map.size(), 4096);
+        assert_eq!(parse_segment_name("0000000000000042.wal"), Some(0x42));
+        assert_eq!(parse_segment_name("42.wal"), None);
+        assert_eq!(parse_segment_name("0000000000000042.tmp"), None);
+    }
+
+    #[test]
+    fn damaged_headers_are_refused() {
+        let vfs = SimVfs::new();
+        let dir = Path::new("/d");
+        vfs.create_dir_all(dir).unwrap();
+        let prepared = prepare(&vfs, dir, 0, 1024).unwrap();
+        let header = SegmentHeader { shard: 1, ordinal: 0, first_lsn: 1, size: 1024, created_ms: 0 };
+        let segment = activate(&vfs, &prepared, dir, header).unwrap();
+        vfs.corrupt(&segment.path, 20, &[0xff]).unwrap();
+        assert!(Segment::open(&vfs, &segment.path).is_err());
+    }
+}

@@ -1,0 +1,322 @@
+//! Reading records and stream data from a shard's mapped segments.
+//!
+//! Headers are copied out of the map (64 bytes plus the chain part of the meta) and checked
+//! again on every read; stream data is checked against its crc, then handed out as `Bytes`
+//! that point into the map, so a catch-up read copies nothing until the socket does. Bytes
+//! that fail a check, or a segment that is gone, are never served: the read fails with
+//! [`ReadError::Damaged`]. Where a stream's chain is damaged, [`RecordSource::successor`]
+//! finds the stream's next record by reading the log forward from a record.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+
+use super::segment::Segment;
+use super::{location, split_location, SegmentTable};
+use crate::storage::chain::read::RecordSource;
+use crate::storage::chain::Chain;
+use crate::storage::chain::{find_index, Node, NodeSource};
+use crate::storage::chunk::ReadError;
+use crate::storage::record::codec::{
+    chain_bytes, decode_chain, decode_record, payload_crc, DecodeError, Header, Kind, Meta, HEADER_BYTES,
+    JUMPS_MAX, META_BYTES_MAX,
+};
+use crate::storage::record::scan::{next_header, RecordScan};
+
+/// A shard's segments as a source of records.
+#[derive(Clone)]
+pub struct WalSource {
+    pub table: Arc<SegmentTable>,
+}
+
+/// A record's header and its place in the chain.
+pub struct RecordHead {
+    pub header: Header,
+    pub node: Node,
+}
+
+/// What is at a position of a segment.
+enum Slot {
+    Record(Header, Option<Chain>),
+    /// Zeros: nothing was ever written here.
+    Unwritten,
+    /// Bytes that are not a record (or a record that runs past the segment).
+    Damaged,
+}
+
+impl WalSource {
+    /// Reads and checks the header of the record at `location` (and its chain, with
+    /// `with_chain`), in place in the map, and that the whole record lies inside it.
+    fn read_head(
+        &self,
+        location: u64,
+        with_chain: bool,
+    ) -> Result<(Header, Option<Chain>, Arc<Segment>), ReadError> {
+        let (ordinal, position) = split_location(location);
+        let segment = self.table.get(ordinal).ok_or(ReadError::Damaged)?;
+        match slot(&segment, position, with_chain) {
+            Slot::Record(header, chain) => Ok((header, chain, segment)),
+            Slot::Unwritten | Slot::Damaged => Err(ReadError::Damaged),
+        }
+    }
+
+    /// Reads and checks the header of the record at `location`; returns its segment too.
+    fn header(&self, location: u64) -> Result<(Header, Arc<Segment>), ReadError> {
+        let (header, _, segment) = self.read_head(location, false)?;
+        Ok((header, segment))
+    }
+
+    /// Reads and checks the header and chain of the record at `location`.
+    pub fn head(&self, location: u64) -> Result<RecordHead, ReadError> {
+        let (header, chain, _) = self.read_head(location, true)?;
+        let chain = chain.ok_or(ReadError::Damaged)?;
+        Ok(RecordHead { node: node_of(location, &header, chain), header })
+    }
+}
+
+fn node_of(location: u64, header: &Header, chain: Chain) -> Node {
+    Node {
+        location,
+        n: chain.n,
+        stream: header.stream,
+        start: header.offset,
+        end: header.end_offset(),
+        jumps: chain.jumps,
+        len: header.record_len() as u64,
+    }
+}
+
+/// What is at `position` of `segment` (with the chain at the start of the meta when asked).
+fn slot(segment: &Segment, position: u64, with_chain: bool) -> Slot {
+    let (position, size) = (position as usize, segment.map.size());
+    if position + HEADER_BYTES > size {
+        return Slot::Damaged;
+    }
+    let end = size.min(position + HEADER_BYTES + chain_bytes(JUMPS_MAX));
+    let mut found = Slot::Damaged;
+    segment.map.visit(position, end, &mut |bytes| found = decode_head(bytes, size - position, with_chain));
+    found
+}
+
+/// Decodes a header (and the chain at the start of its meta) from `bytes`, the start of a
+/// record with `room` bytes to the end of its segment.
+fn decode_head(bytes: &[u8], room: usize, with_chain: bool) -> Slot {
+    let raw: &[u8; HEADER_BYTES] = bytes[..HEADER_BYTES].try_into().expect("a header's bytes");
+    let header = match Header::decode(raw) {
+        Ok(header) => header,
+        Err(DecodeError::Zeroed) => return Slot::Unwritten,
+        Err(_) => return Slot::Damaged,
+    };
+    if header.record_len() > room {
+        return Slot::Damaged;
+    }
+    if !with_chain || !matches!(header.kind, Kind::Create | Kind::Append) {
+        return Slot::Record(header, None);
+    }
+    let meta = &bytes[HEADER_BYTES..];
+    let meta_len = usize::from(header.meta_len);
+    let Some(jumps) = meta.get(8).map(|count| usize::from(*count)) else {
+        return Slot::Damaged;
+    };
+    let chain_len = chain_bytes(jumps);
+    if jumps > JUMPS_MAX || chain_len > meta_len || chain_len > meta.len() {
+        return Slot::Damaged;
+    }
+    match decode_chain(&meta[..chain_len]) {
+        Ok(chain) => Slot::Record(header, Some(chain)),
+        Err(_) => Slot::Damaged,
+    }
+}
+
+impl WalSource {
+    /// The whole record at `location`, checked end to end: its header, its meta and its data
+    /// (sharing the mapped bytes).
+    pub fn record(&self, location: u64) -> Result<(Header, Meta, Bytes), ReadError> {
+        let (header, segment) = self.header(location)?;
+        let start = split_location(location).1 as usize;
+        let bytes = segment.map.slice(start, start + HEADER_BYTES + header.payload_len as usize);
+        let decoded = decode_record(&bytes).map_err(|_| ReadError::Damaged)?;
+        let data_start = HEADER_BYTES + usize::from(decoded.header.meta_len);
+        Ok((decoded.header, decoded.meta, bytes.slice(data_start..)))
+    }
+
+    /// The streams with records in segment `ordinal`, each with its name (read from the
+    /// create record its chain leads back to) and one of its records there (location and
+    /// chain index). Streams whose chain cannot be walked any more are left out.
+    pub fn streams_in(&self, ordinal: u32) -> Vec<Resident> {
+        let Some(segment) = self.table.get(ordinal) else {
+            return Vec::new();
+        };
+        let mut witnesses: HashMap<u64, u64> = HashMap::new();
+        let bytes = segment.map.slice(0, segment.readable_len() as usize);
+        for record in RecordScan::new(bytes, Segment::records_start()) {
+            if matches!(record.header.kind, Kind::Create | Kind::Append) {
+                witnesses.entry(record.header.stream).or_insert(location(ordinal, record.position));
+            }
+        }
+        let mut residents: Vec<Resident> = witnesses
+            .into_iter()
+            .filter_map(|(stream, witness)| self.resident(stream, witness).ok())
+            .collect();
+        residents.sort_by_key(|resident| resident.witness);
+        residents
+    }
+
+    fn resident(&self, stream: u64, witness: u64) -> Result<Resident, ReadError> {
+        let node = self.node(witness)?;
+        let create = find_index(self, &node, 0)?;
+        let (_, meta, _) = self.record(create.location)?;
+        let name = meta.create.ok_or(ReadError::Damaged)?.name;
+        Ok(Resident { stream, name: Arc::from(name), witness, witness_n: node.n })
+    }
+
+    /// Where records resume after the bytes at `position` of `segment`, which are not one.
+    fn resume_after(&self, segment: &Segment, position: u64) -> Option<u64> {
+        let size = segment.readable_len() as usize;
+        let bytes = segment.map.slice(position as usize, size);
+        next_header(&bytes, 1).map(|(offset, _)| position + offset as u64)
+    }
+}
+
+/// A stream with a record in a segment: see [`WalSource::streams_in`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resident {
+    pub stream: u64,
+    pub name: Arc<str>,
+    /// One of its records in the segment, and that record's index in its chain.
+    pub witness: u64,
+    pub witness_n: u64,
+}
+
+impl NodeSource for WalSource {
+    type Error = ReadError;
+
+    fn node(&self, location: u64) -> Result<Node, ReadError> {
+        Ok(self.head(location)?.node)
+    }
+}
+
+impl RecordSource for WalSource {
+    fn copy_data(&self, node: &Node, skip: usize, out: &mut BytesMut) -> Result<(), ReadError> {
+        let (header, segment) = self.header(node.location)?;
+        let meta_len = usize::from(header.meta_len);
+        let start = split_location(node.location).1 as usize + HEADER_BYTES;
+        let mut checked = Err(ReadError::Damaged);
+        segment.map.visit(start, start + header.payload_len as usize, &mut |payload| {
+            let (meta, data) = payload.split_at(meta_len.min(payload.len()));
+            if belongs(&header, node)
+                && payload_crc(meta, &[data]) == header.payload_crc
+                && skip <= data.len()
+            {
+                out.extend_from_slice(&data[skip..]);
+                checked = Ok(());
+            }
+        });
+        checked.inspect_err(|_| {
+            tracing::error!(location = node.location, "stored data fails its checksum; the read is refused")
+        })
+    }
+
+    fn data(&self, node: &Node) -> Result<Bytes, ReadError> {
+        let (header, segment) = self.header(node.location)?;
+        let (ordinal, position) = split_location(node.location);
+        let meta_len = usize::from(header.meta_len);
+        if meta_len > META_BYTES_MAX {
+            return Err(ReadError::Damaged);
+        }
+        // `header` checked that the whole record lies inside the map.
+        let start = position as usize + HEADER_BYTES;
+        let payload = segment.map.slice(start, start + header.payload_len as usize);
+        let (meta, data) = payload.split_at(meta_len);
+        if !belongs(&header, node) || payload_crc(meta, &[data]) != header.payload_crc {
+            tracing::error!(ordinal, position, "stored data fails its checksum; the read is refused");
+            return Err(ReadError::Damaged);
+        }
+        Ok(payload.slice(meta_len..))
+    }
+
+    /// Reads the log forward from `node`, over other streams' records (and past bytes that
+    /// are not records), to the record that names `node` as its predecessor.
+    fn successor(&self, node: &Node, limit: u64, scan_bytes: &mut u64) -> Result<Option<Node>, ReadError> {
+        let (ordinal, position) = split_location(node.location);
+        self.walk((ordinal, position + node.len), limit, scan_bytes, |next| {
+            let named = next.stream == node.stream && next.jumps.first() == Some(&node.location);
+            match named && next.n == node.n + 1 {
+                true if next.start == node.end => Walk::Found,
+                true => Walk::Damaged,
+                false => Walk::On,
+            }
+        })
+    }
+
+    /// Reads the log forward from its oldest segment to the stream's create record.
+    fn first_record(&self, stream: u64, limit: u64, scan_bytes: &mut u64) -> Result<Option<Node>, ReadError> {
+        let Some(oldest) = self.table.all().first().map(|segment| segment.ordinal()) else {
+            return Ok(None);
+        };
+        self.walk((oldest, Segment::records_start()), limit, scan_bytes, |next| {
+            match next.stream == stream && next.n == 0 {
+                true => Walk::Found,
+                false => Walk::On,
+            }
+        })
+    }
+}
+
+/// What a forward walk makes of a record it passes.
+enum Walk {
+    On,
+    Found,
+    Damaged,
+}
+
+impl WalSource {
+    /// Reads the log forward from `start` (segment ordinal and position) up to the location
+    /// `limit`, across sealed segments and past bytes that are not records, offering each
+    /// create and append record to `visit` until it finds one. Counts down `*scan_bytes`.
+    fn walk(
+        &self,
+        start: (u32, u64),
+        limit: u64,
+        scan_bytes: &mut u64,
+        visit: impl Fn(&Node) -> Walk,
+    ) -> Result<Option<Node>, ReadError> {
+        let (mut ordinal, mut position) = start;
+        while location(ordinal, position) <= limit && *scan_bytes > 0 {
+            let segment = self.table.get(ordinal).ok_or(ReadError::Damaged)?;
+            let step = match slot(&segment, position, true) {
+                Slot::Record(header, _) if header.kind == Kind::Seal => None,
+                Slot::Record(header, Some(chain)) => {
+                    let node = node_of(location(ordinal, position), &header, chain);
+                    match visit(&node) {
+                        Walk::Found => return Ok(Some(node)),
+                        Walk::Damaged => return Err(ReadError::Damaged),
+                        Walk::On => Some(header.record_len() as u64),
+                    }
+                }
+                Slot::Record(header, None) => Some(header.record_len() as u64),
+                Slot::Unwritten => return Ok(None),
+                Slot::Damaged => self.resume_after(&segment, position).map(|at| at - position),
+            };
+            let skipped = match step {
+                Some(bytes) => {
+                    position += bytes;
+                    bytes
+                }
+                None => {
+                    let rest = segment.readable_len().saturating_sub(position);
+                    (ordinal, position) = (ordinal + 1, Segment::records_start());
+                    rest
+                }
+            };
+            *scan_bytes = scan_bytes.saturating_sub(skipped);
+        }
+        Ok(None)
+    }
+}
+
+/// Whether the header read for a data read is the record `node` describes.
+fn belongs(header: &Header, node: &Node) -> bool {
+    header.offset == node.start && header.stream == node.stream && header.end_offset() == node.end
+}

@@ -1,0 +1,402 @@
+//! The commit step of an acid shard: a batch of records becomes one vectored write and one
+//! fdatasync at the end of the shard's active segment.
+//!
+//! Each record is encoded (header and meta into a reused staging buffer; plain payloads are
+//! written from the request's own buffer, JSON payloads are laid out in staging) and chained
+//! to its stream's previous record. When a record does not fit, the pending run is written,
+//! the segment is sealed (a seal record, then fdatasync), and the next segment — prepared by
+//! the housekeeper while this one filled — becomes active. The ledger learns each batch's
+//! live bytes, and deleted streams go to the housekeeper to be reclaimed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::ops::Range;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use crossbeam_channel::Receiver;
+
+use super::checkpoint::Checkpoint;
+use super::housekeeper::{Housekeeper, Task};
+use super::ledger::Ledger;
+use super::segment::{self, Segment, SegmentHeader};
+use super::source::{Resident, WalSource};
+use super::{location, SegmentTable, ShardFiles, WalPosition, RENEWALS_FILE};
+use crate::limits::halve_when_over;
+use crate::meta::StreamSnapshot;
+use crate::storage::chain::Chain;
+use crate::storage::chain::Levels;
+use crate::storage::chunk::ReadError;
+use crate::storage::record::codec::{Header, HEADER_BYTES};
+use crate::storage::record::{encode, Record};
+use crate::storage::renewals::Renewal;
+use crate::storage::{NoRoom, Persist, Place, Purpose, Unprepared};
+
+mod compact;
+mod room;
+
+use room::{Plan, Spares};
+
+/// Chains whose levels are kept in memory (the rest are rebuilt from their tail when written).
+const CHAINS_CACHED_MAX: usize = 16_384;
+/// Most bytes written past the durable end of the log before a sync, even inside one batch:
+/// with the largest record, this bounds where a crash can leave stale bytes (recovery
+/// checks that window).
+pub const SYNC_RUN_BYTES_MAX: u64 = 4 << 20;
+
+pub struct WalWriter {
+    files: ShardFiles,
+    table: Arc<SegmentTable>,
+    ledger: Arc<Ledger>,
+    source: WalSource,
+    housekeeper: Housekeeper,
+    active: Arc<Segment>,
+    position: u64,
+    next_lsn: u64,
+    /// Segments prepared ahead of need (`room`).
+    spares: Spares,
+    /// Where this batch's accepted ops will go (`room`).
+    plan: Plan,
+    /// The active segment is sealed: the next record goes to a new one.
+    sealed: bool,
+    /// The clock's time at the last reservation or commit (milliseconds).
+    now_ms: u64,
+    /// The housekeeper's listing of a segment to compact, when one was asked for.
+    survey: Option<Receiver<Vec<Resident>>>,
+    /// A rotation happened since the last look for a segment to compact.
+    compaction_due: bool,
+    chains: HashMap<u64, Levels>,
+    /// Header, meta and JSON data of the records of the current run.
+    staging: Vec<u8>,
+    meta: Vec<u8>,
+    parts: Vec<Part>,
+    /// Where the current run starts in the active segment.
+    run_start: u64,
+    /// Everything before this position of the active segment is durable.
+    synced_to: u64,
+    /// This batch's live bytes per segment, and its deleted chains.
+    added: BTreeMap<u32, u64>,
+    deleted: Vec<u64>,
+    /// A segment was sealed since the last checkpoint.
+    checkpoint_due: bool,
+    /// Where the last durable checkpoint resumes: segments below it may go once the next
+    /// is durable (the housekeeper moves it on as checkpoints land).
+    durable_resume: Arc<AtomicU32>,
+}
+
+/// A piece of the current run: staged bytes, or a plain body written from its own buffer.
+enum Part {
+    Staged(Range<usize>),
+    Body(Bytes),
+}
+
+impl WalWriter {
+    pub fn new(
+        files: ShardFiles,
+        table: Arc<SegmentTable>,
+        ledger: Arc<Ledger>,
+        housekeeper: Housekeeper,
+        at: WalPosition,
+        checkpoint_resume: u32,
+    ) -> WalWriter {
+        let sealed = at.sealed;
+        let source = WalSource { table: Arc::clone(&table) };
+        let mut writer = WalWriter {
+            files,
+            table,
+            ledger,
+            source,
+            housekeeper,
+            run_start: at.position,
+            synced_to: at.position,
+            active: at.active,
+            position: at.position,
+            next_lsn: at.next_lsn,
+            spares: Spares::default(),
+            plan: Plan::default(),
+            sealed,
+            now_ms: 0,
+            survey: None,
+            compaction_due: false,
+            chains: HashMap::new(),
+            staging: Vec::new(),
+            meta: Vec::new(),
+            parts: Vec::new(),
+            added: BTreeMap::new(),
+            deleted: Vec::new(),
+            checkpoint_due: false,
+            durable_resume: Arc::new(AtomicU32::new(checkpoint_resume)),
+        };
+        writer.reset_plan();
+        writer.request_spare_when_due();
+        writer
+    }
+
+    pub fn source(&self) -> WalSource {
+        self.source.clone()
+    }
+
+    /// Writes and syncs the run so far (the batch goes on).
+    fn sync_run(&mut self) -> io::Result<()> {
+        self.write_run()?;
+        self.active.file().sync_data()?;
+        self.synced_to = self.position;
+        Ok(())
+    }
+
+    /// Encodes `record` into the current run.
+    fn stage(&mut self, record: &Record, time_ms: u64) -> io::Result<Place> {
+        let chain = match record {
+            Record::Create { .. } => Some(Chain { n: 0, jumps: Vec::new() }),
+            Record::Append { stream, chain_tail, .. } => {
+                Some(self.levels(*stream, *chain_tail)?.next_chain())
+            }
+            Record::Delete { .. } => None,
+            Record::Move { stream, chain_tail, witness, witness_n, .. } => {
+                return self.stage_move(*stream, *chain_tail, (*witness, *witness_n), time_ms);
+            }
+        };
+        let mut meta = std::mem::take(&mut self.meta);
+        let prepared = encode::prepare(record, chain.as_ref(), &mut meta)?;
+        let room = self.ensure_room(prepared.record_len, time_ms);
+        self.meta = meta;
+        room?;
+        let place_location = location(self.active.ordinal(), self.position);
+        let staged = encode::stage(&prepared, &self.meta, self.next_lsn, time_ms, &mut self.staging);
+        self.parts.push(Part::Staged(staged.head));
+        if let Some(body) = staged.body {
+            self.parts.push(Part::Body(body.clone()));
+        }
+        let padding_from = self.staging.len();
+        self.staging.extend_from_slice(staged.padding);
+        self.parts.push(Part::Staged(padding_from..self.staging.len()));
+        self.next_lsn += 1;
+        self.position += prepared.record_len as u64;
+        let n = chain.as_ref().map_or(0, |c| c.n);
+        self.after_staged(record, place_location, prepared.record_len as u64, n);
+        Ok(Place { location: place_location, n })
+    }
+
+    /// Updates the chains, the batch's live bytes and its deleted chains for a staged record.
+    fn after_staged(&mut self, record: &Record, at: u64, record_len: u64, n: u64) {
+        match record {
+            Record::Create { stream, .. } => {
+                self.chains.insert(*stream, Levels::started_at(at));
+            }
+            Record::Append { stream, .. } => {
+                let levels = self.chains.get_mut(stream).expect("levels were loaded when staging");
+                debug_assert_eq!(levels.next_index(), n);
+                levels.push(at);
+            }
+            Record::Delete { stream, chain_tail, .. } => {
+                let tail = self.chains.remove(stream).map_or(*chain_tail, |levels| levels.last());
+                self.deleted.push(tail);
+                return;
+            }
+            Record::Move { .. } => unreachable!("moves are staged by stage_move"),
+        }
+        *self.added.entry(self.active.ordinal()).or_default() += record_len;
+    }
+
+    /// The levels of `stream`'s chain, rebuilt from `chain_tail` when not cached (an append
+    /// was prepared first, so they are there unless compaction just replaced them).
+    fn levels(&mut self, stream: u64, chain_tail: u64) -> io::Result<&mut Levels> {
+        self.load_levels(stream, chain_tail)
+            .map_err(|error| io::Error::other(format!("rebuilding a prepared chain: {error}")))?;
+        Ok(self.chains.get_mut(&stream).expect("just loaded"))
+    }
+
+    /// Caches the levels of `stream`'s chain, rebuilt from its last record `chain_tail`.
+    fn load_levels(&mut self, stream: u64, chain_tail: u64) -> Result<(), ReadError> {
+        if !self.chains.contains_key(&stream) {
+            let tail = self.source.head(chain_tail)?.node;
+            if tail.stream != stream {
+                return Err(ReadError::Damaged);
+            }
+            let levels = Levels::rebuild(&self.source, &tail)?;
+            self.chains.insert(stream, levels);
+        }
+        Ok(())
+    }
+
+    /// Makes sure `record_len` more bytes and a seal fit in the active segment.
+    fn ensure_room(&mut self, record_len: usize, time_ms: u64) -> io::Result<()> {
+        let needed = self.position + record_len as u64 + HEADER_BYTES as u64;
+        if needed <= self.active.size() {
+            return Ok(());
+        }
+        if Segment::records_start() + record_len as u64 + HEADER_BYTES as u64 > self.files.segment_bytes {
+            return Err(io::Error::other("a record is larger than a segment can hold"));
+        }
+        self.write_run()?;
+        if !self.sealed {
+            self.seal(time_ms)?;
+            self.sealed = true;
+        }
+        self.rotate(time_ms)
+    }
+
+    /// Whether a record of `record_len` bytes fits the active segment without a rotation.
+    fn fits_active(&self, record_len: usize) -> bool {
+        !self.sealed && self.position + record_len as u64 + HEADER_BYTES as u64 <= self.active.size()
+    }
+
+    /// Writes the current run at its place in the active segment (no sync).
+    fn write_run(&mut self) -> io::Result<()> {
+        if self.parts.is_empty() {
+            return Ok(());
+        }
+        let slices: Vec<&[u8]> = self
+            .parts
+            .iter()
+            .map(|part| match part {
+                Part::Staged(range) => &self.staging[range.clone()],
+                Part::Body(body) => body.as_ref(),
+            })
+            .collect();
+        self.active.file().write_all_at(self.run_start, &slices)?;
+        self.parts.clear();
+        self.staging.clear();
+        self.run_start = self.position;
+        Ok(())
+    }
+
+    /// Ends the active segment with a seal record and syncs it.
+    fn seal(&mut self, time_ms: u64) -> io::Result<()> {
+        let header = Header::seal(self.next_lsn, time_ms);
+        self.active.file().write_all_at(self.position, &[&header.encode()])?;
+        self.active.file().sync_data()?;
+        self.next_lsn += 1;
+        Ok(())
+    }
+
+    /// Makes the prepared segment active (preparing one now if it is not ready).
+    fn rotate(&mut self, time_ms: u64) -> io::Result<()> {
+        let ordinal = self.active.ordinal() + 1;
+        let prepared = self.take_spare()?;
+        let header = SegmentHeader {
+            shard: self.files.shard,
+            ordinal,
+            first_lsn: self.next_lsn,
+            size: self.files.segment_bytes,
+            created_ms: time_ms,
+        };
+        let active =
+            Arc::new(segment::activate(self.files.vfs.as_ref(), &prepared, &self.files.dir, header)?);
+        self.table.insert(Arc::clone(&active));
+        // The sealed one is read through its map alone from now on: its file closes.
+        self.table.insert(Arc::new(self.active.sealed()));
+        self.ledger.track(ordinal);
+        self.active = active;
+        self.position = Segment::records_start();
+        self.run_start = self.position;
+        self.synced_to = self.position;
+        self.sealed = false;
+        self.checkpoint_due = true;
+        self.compaction_due = true;
+        Ok(())
+    }
+
+    /// Encodes a checkpoint of `streams` (the state after every committed record) and hands
+    /// it to the housekeeper; with `wait`, returns once it is durable.
+    fn write_checkpoint(
+        &mut self,
+        streams: Vec<StreamSnapshot>,
+        stream_id_next: u64,
+        time_ms: u64,
+        clean: bool,
+        wait: bool,
+    ) {
+        let checkpoint = Checkpoint {
+            shard: self.files.shard,
+            clean,
+            lsn: self.next_lsn - 1,
+            resume_ordinal: self.active.ordinal(),
+            resume_position: self.position,
+            next_lsn: self.next_lsn,
+            stream_id_next,
+            written_ms: time_ms,
+            ledger: self.ledger.snapshot(),
+            streams,
+        };
+        self.housekeeper.send(Task::Checkpoint {
+            dir: self.files.dir.clone(),
+            bytes: checkpoint.encode(),
+            table: Arc::clone(&self.table),
+            ledger: Arc::clone(&self.ledger),
+            resume: checkpoint.resume_ordinal,
+            durable_resume: Arc::clone(&self.durable_resume),
+        });
+        self.checkpoint_due = false;
+        if wait {
+            self.housekeeper.flush();
+        }
+    }
+}
+
+impl Persist for WalWriter {
+    fn prepare_append(&mut self, stream: u64, _name: &str, chain_tail: u64) -> Result<(), Unprepared> {
+        self.load_levels(stream, chain_tail).map_err(Unprepared::from)
+    }
+
+    fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> io::Result<()> {
+        debug_assert!(self.parts.is_empty() && self.staging.is_empty());
+        self.now_ms = time_ms;
+        self.run_start = self.position;
+        for record in records {
+            let place = self.stage(record, time_ms)?;
+            places.push(place);
+            if self.position - self.synced_to >= SYNC_RUN_BYTES_MAX {
+                self.sync_run()?;
+            }
+        }
+        self.sync_run()?;
+        self.request_spare_when_due();
+        self.ledger.record_batch(&self.added, &self.deleted);
+        self.added.clear();
+        for tail in self.deleted.drain(..) {
+            let (source, ledger) = (self.source.clone(), Arc::clone(&self.ledger));
+            self.housekeeper.send(Task::Reclaim { source, ledger, tail });
+        }
+        halve_when_over(&mut self.chains, CHAINS_CACHED_MAX);
+        self.reset_plan();
+        Ok(())
+    }
+
+    fn reserve(&mut self, bytes: u64, purpose: Purpose, now_ms: u64) -> Result<(), NoRoom> {
+        WalWriter::reserve(self, bytes, purpose, now_ms)
+    }
+
+    fn takes_checkpoints(&self) -> bool {
+        true
+    }
+
+    fn checkpoint_due(&self) -> bool {
+        self.checkpoint_due
+    }
+
+    fn compaction_candidates(&mut self, idle: bool) -> Vec<Resident> {
+        WalWriter::compaction_candidates(self, idle)
+    }
+
+    fn checkpoint(
+        &mut self,
+        streams: Vec<StreamSnapshot>,
+        stream_id_next: u64,
+        time_ms: u64,
+        clean: bool,
+        wait: bool,
+    ) {
+        self.write_checkpoint(streams, stream_id_next, time_ms, clean, wait);
+    }
+
+    /// The housekeeper saves them, off the shard thread.
+    fn save_renewals(&mut self, renewals: Vec<Renewal>, wait: bool) {
+        let path = self.files.dir.join(RENEWALS_FILE);
+        self.housekeeper.send(Task::SaveRenewals { path, renewals });
+        if wait {
+            self.housekeeper.flush();
+        }
+    }
+}

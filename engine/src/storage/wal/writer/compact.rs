@@ -1,0 +1,208 @@
+//! Compaction (acid): moving live streams out of mostly-dead segments.
+//!
+//! A segment holding a single live record cannot be removed. After each rotation, once the
+//! shard is idle, the writer picks the older segment with the smallest live share under a
+//! quarter, and the housekeeper lists the streams with records in it. The shard then moves
+//! them, one per batch: the writer copies every record of the stream, in order, to the head
+//! of the log as a new chain (each copy flagged `MOVED`, the last one also `MOVE_END`), and
+//! the old chain is reclaimed like a deleted stream's. Once the segment holds no live record,
+//! a later checkpoint removes it. Recovery applies a move only when it reaches its
+//! `MOVE_END`, so a move cut short by a crash leaves the old chain in place.
+//!
+//! Costs: a move writes the stream once more (at most the stream byte limit) and frees at
+//! least three quarters of a segment; copies share the mapped bytes of the originals, so
+//! nothing is copied in memory on the way to the write.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use crossbeam_channel::TryRecvError;
+
+use super::{Part, WalWriter, SYNC_RUN_BYTES_MAX};
+use crate::storage::chain::Chain;
+use crate::storage::chain::{find_index, hop, Levels, Node, NodeSource};
+use crate::storage::record::codec::{self, flags, Header, MetaRef, HEADER_BYTES};
+use crate::storage::wal::housekeeper::Task;
+use crate::storage::wal::source::Resident;
+use crate::storage::wal::{location, split_location};
+use crate::storage::Place;
+
+/// A segment is compacted when less than this share of it (percent) is live.
+const LIVE_SHARE_MAX_PERCENT: u64 = 25;
+
+impl WalWriter {
+    /// Copies the chain of `stream` (ending at `chain_tail`, or later in this batch) to the
+    /// head of the log, unless its record `witness.1` is no longer at `witness.0`.
+    pub(super) fn stage_move(
+        &mut self,
+        stream: u64,
+        chain_tail: u64,
+        witness: (u64, u64),
+        time_ms: u64,
+    ) -> io::Result<Place> {
+        // Records staged earlier in this batch must be readable from the map to be copied.
+        self.write_run()?;
+        let tail_location = self.chains.get(&stream).map_or(chain_tail, Levels::last);
+        let Some((tail, locations)) = self.chain_to_move(stream, tail_location, witness) else {
+            // Not the stream compaction found (moved since), or damaged: it stays where it is.
+            return Ok(Place { location: tail_location, n: 0 });
+        };
+        let mut levels = Levels::default();
+        let last = locations.len() - 1;
+        let mut copied: BTreeMap<u32, u64> = BTreeMap::new();
+        for (index, original) in locations.into_iter().enumerate() {
+            let Some((at, len)) = self.stage_copy(original, &levels, index == last, time_ms)? else {
+                // No room for the rest (the disk is full): the copies so far are dead bytes
+                // (no MOVE_END), and the stream stays where it was.
+                for (ordinal, bytes) in copied {
+                    if let Some(added) = self.added.get_mut(&ordinal) {
+                        *added -= bytes;
+                    }
+                }
+                return Ok(Place { location: tail_location, n: tail.n });
+            };
+            *copied.entry(split_location(at).0).or_default() += len;
+            if self.position - self.synced_to >= SYNC_RUN_BYTES_MAX {
+                self.sync_run()?;
+            }
+            if index == 0 {
+                levels = Levels::started_at(at);
+            } else {
+                levels.push(at);
+            }
+        }
+        let place = Place { location: levels.last(), n: tail.n };
+        self.chains.insert(stream, levels);
+        self.deleted.push(tail_location);
+        Ok(place)
+    }
+
+    /// The chain ending at `tail_location` (its last record, and every record's location in
+    /// order), if its record `witness.1` is still at `witness.0` and every record of it passes
+    /// its checks (a move never copies damage, and never stops half-way).
+    fn chain_to_move(
+        &self,
+        stream: u64,
+        tail_location: u64,
+        witness: (u64, u64),
+    ) -> Option<(Node, Vec<u64>)> {
+        let tail = self.source.node(tail_location).ok().filter(|tail| tail.stream == stream)?;
+        if witness.1 > tail.n || find_index(&self.source, &tail, witness.1).ok()?.location != witness.0 {
+            return None;
+        }
+        let mut locations = vec![tail.location];
+        let mut node = tail.clone();
+        while node.n > 0 {
+            node = match hop(&self.source, &node, 0) {
+                Ok(node) => node,
+                Err(error) => {
+                    tracing::warn!(stream, %error, "a stream with a damaged chain is not compacted");
+                    return None;
+                }
+            };
+            locations.push(node.location);
+        }
+        if let Some(damaged) = locations.iter().find(|location| self.source.record(**location).is_err()) {
+            tracing::warn!(stream, location = damaged, "a stream with a damaged record is not compacted");
+            return None;
+        }
+        locations.reverse();
+        Some((tail, locations))
+    }
+
+    /// Stages a copy of the record at `original` as the next record of the chain `levels`:
+    /// its location and length, or `None` when it needs a new segment that cannot be
+    /// prepared (a move is the last thing in its batch, so nothing planned needs the room).
+    fn stage_copy(
+        &mut self,
+        original: u64,
+        levels: &Levels,
+        last: bool,
+        time_ms: u64,
+    ) -> io::Result<Option<(u64, u64)>> {
+        let (header, meta, data) = self
+            .source
+            .record(original)
+            .map_err(|e| io::Error::other(format!("reading a record to move: {e}")))?;
+        let chain = if header.kind == codec::Kind::Create {
+            Chain { n: 0, jumps: Vec::new() }
+        } else {
+            levels.next_chain()
+        };
+        let meta_ref = MetaRef {
+            chain: Some(&chain),
+            create: meta.create.as_ref().map(|create| (&*create.name, &create.config)),
+            producer: meta.producer.as_ref(),
+            stream_seq: meta.stream_seq.as_deref(),
+        };
+        self.meta.clear();
+        codec::encode_meta(header.kind, meta_ref, &mut self.meta);
+        let record_len = codec::align(HEADER_BYTES + self.meta.len() + data.len());
+        if !self.fits_active(record_len) && self.have_spares(1).is_err() {
+            return Ok(None);
+        }
+        self.ensure_room(record_len, time_ms)?;
+        let at = location(self.active.ordinal(), self.position);
+        let copy = Header {
+            flags: header.flags | flags::MOVED | if last { flags::MOVE_END } else { 0 },
+            meta_len: self.meta.len() as u16,
+            payload_len: (self.meta.len() + data.len()) as u32,
+            payload_crc: codec::payload_crc(&self.meta, &[&data]),
+            lsn: self.next_lsn,
+            ..header
+        };
+        let from = self.staging.len();
+        self.staging.extend_from_slice(&copy.encode());
+        self.staging.extend_from_slice(&self.meta);
+        self.parts.push(Part::Staged(from..self.staging.len()));
+        if !data.is_empty() {
+            self.parts.push(Part::Body(data));
+        }
+        let padding_from = self.staging.len();
+        self.staging.extend_from_slice(codec::padding(HEADER_BYTES + copy.payload_len as usize));
+        self.parts.push(Part::Staged(padding_from..self.staging.len()));
+        self.next_lsn += 1;
+        self.position += record_len as u64;
+        *self.added.entry(self.active.ordinal()).or_default() += record_len as u64;
+        Ok(Some((at, record_len as u64)))
+    }
+
+    /// Streams to move out of a mostly-dead segment, once the housekeeper has listed them;
+    /// starts a new listing after a rotation when the shard is `idle`.
+    pub(super) fn compaction_candidates(&mut self, idle: bool) -> Vec<Resident> {
+        if let Some(survey) = &self.survey {
+            match survey.try_recv() {
+                Ok(residents) => {
+                    self.survey = None;
+                    return residents;
+                }
+                Err(TryRecvError::Empty) => return Vec::new(),
+                Err(TryRecvError::Disconnected) => self.survey = None,
+            }
+        }
+        if idle && self.compaction_due {
+            self.compaction_due = false;
+            if let Some(ordinal) = self.victim() {
+                let (reply, answer) = crossbeam_channel::bounded(1);
+                self.housekeeper.send(Task::Survey { source: self.source.clone(), ordinal, reply });
+                self.survey = Some(answer);
+            }
+        }
+        Vec::new()
+    }
+
+    /// The older segment with the smallest live share under the threshold, if any.
+    fn victim(&self) -> Option<u32> {
+        let active = self.active.ordinal();
+        let size = self.files.segment_bytes;
+        self.ledger
+            .snapshot()
+            .live
+            .into_iter()
+            .filter(|(ordinal, live)| {
+                *ordinal < active && *live > 0 && live * 100 < size * LIVE_SHARE_MAX_PERCENT
+            })
+            .min_by_key(|(_, live)| *live)
+            .map(|(ordinal, _)| ordinal)
+    }
+}

@@ -1,0 +1,154 @@
+//! Room in the log (acid): where the next records go, and a full disk as a refusal.
+//!
+//! Records are written into segments zero-filled ahead of time, so a write into the active
+//! segment never needs a new block. Only a new segment does, and it is prepared before it
+//! is needed: by the housekeeper once the active segment is half full ([`Spares`]), or on
+//! the shard thread when more are needed at once. Before the shard accepts an op it asks
+//! for room for the op's record ([`WalWriter::reserve`]): in the active segment, or in as
+//! many prepared segments as the batch needs. When a segment cannot be prepared (the disk
+//! is full) the op is refused, nothing else is affected, and preparing is tried again a
+//! second later (by the engine's clock), so writes resume by themselves when space comes
+//! back. A little room in
+//! each segment is kept for deletes, which free space.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::PathBuf;
+
+use crossbeam_channel::{Receiver, TryRecvError};
+
+use super::WalWriter;
+use crate::storage::record::codec::HEADER_BYTES;
+use crate::storage::vfs::is_out_of_space;
+use crate::storage::wal::segment::{self, Segment};
+use crate::storage::{NoRoom, Purpose};
+
+/// How long after a failed preparation none is tried again (clock milliseconds).
+const RETRY_AFTER_MS: u64 = 1000;
+/// Room kept free in each segment for deletes (at most an eighth of a segment).
+const DELETE_ROOM_BYTES: u64 = 64 << 10;
+
+/// Segments prepared ahead of need.
+#[derive(Default)]
+pub(super) struct Spares {
+    /// Being prepared by the housekeeper.
+    pending: Option<Receiver<io::Result<PathBuf>>>,
+    /// Prepared, in the order they will be used.
+    ready: VecDeque<PathBuf>,
+    /// Preparing failed: none is tried again before this (clock milliseconds), and why.
+    failed: Option<(u64, NoRoom)>,
+}
+
+/// Where this batch's records will go, as far as the shard has accepted them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Plan {
+    /// The position after them in the segment they end in.
+    position: u64,
+    /// How many new segments they take.
+    rotations: usize,
+}
+
+impl WalWriter {
+    /// Starts planning a new batch at the log's position.
+    pub(super) fn reset_plan(&mut self) {
+        let position = if self.sealed { self.active.size() } else { self.position };
+        self.plan = Plan { position, rotations: 0 };
+    }
+
+    /// Room for a record of at most `bytes`, or why there is none (at clock time `now_ms`).
+    pub(super) fn reserve(&mut self, bytes: u64, purpose: Purpose, now_ms: u64) -> Result<(), NoRoom> {
+        self.now_ms = now_ms;
+        let keep = match purpose {
+            Purpose::Write => DELETE_ROOM_BYTES.min(self.files.segment_bytes / 8),
+            Purpose::Delete => 0,
+        };
+        let size = if self.plan.rotations == 0 { self.active.size() } else { self.files.segment_bytes };
+        let end = self.plan.position + bytes + HEADER_BYTES as u64;
+        if end + keep <= size {
+            self.plan.position += bytes;
+            return Ok(());
+        }
+        let empty = Segment::records_start() + bytes + HEADER_BYTES as u64;
+        debug_assert!(empty <= self.files.segment_bytes, "a record always fits an empty segment");
+        self.have_spares(self.plan.rotations + 1)?;
+        self.plan = Plan { position: Segment::records_start() + bytes, rotations: self.plan.rotations + 1 };
+        Ok(())
+    }
+
+    /// Makes sure `count` prepared segments are there (waiting for the housekeeper's, then
+    /// preparing more here); refuses while preparing fails.
+    pub(super) fn have_spares(&mut self, count: usize) -> Result<(), NoRoom> {
+        self.collect_spare(true);
+        while self.spares.ready.len() < count {
+            if let Some((retry_at_ms, why)) = self.spares.failed {
+                if self.now_ms < retry_at_ms {
+                    return Err(why);
+                }
+            }
+            let ordinal = self.active.ordinal() + 1 + self.spares.ready.len() as u32;
+            let files = &self.files;
+            match segment::prepare(files.vfs.as_ref(), &files.dir, ordinal, files.segment_bytes) {
+                Ok(path) => {
+                    self.spares.ready.push_back(path);
+                    self.spares.failed = None;
+                }
+                Err(error) => self.preparing_failed(&error),
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the housekeeper's segment if it is done (waiting for it with `wait`).
+    fn collect_spare(&mut self, wait: bool) {
+        let Some(pending) = &self.spares.pending else { return };
+        let answer = match wait {
+            true => pending.recv().map_err(|_| TryRecvError::Disconnected),
+            false => pending.try_recv(),
+        };
+        let prepared = match answer {
+            Ok(prepared) => prepared,
+            Err(TryRecvError::Empty) => return,
+            Err(TryRecvError::Disconnected) => Err(io::Error::other("the housekeeper is gone")),
+        };
+        self.spares.pending = None;
+        match prepared {
+            Ok(path) => {
+                self.spares.ready.push_back(path);
+                self.spares.failed = None;
+            }
+            Err(error) => self.preparing_failed(&error),
+        }
+    }
+
+    fn preparing_failed(&mut self, error: &io::Error) {
+        let why = if is_out_of_space(error) { NoRoom::OutOfSpace } else { NoRoom::Unavailable };
+        if self.spares.failed.is_none() {
+            tracing::error!(%error, dir = %self.files.dir.display(), "cannot prepare a new segment; writes that need one are refused");
+        }
+        self.spares.failed = Some((self.now_ms + RETRY_AFTER_MS, why));
+    }
+
+    /// Asks the housekeeper for the next segment once the active one is half full (and
+    /// none is there or on its way, and preparing is not failing).
+    pub(super) fn request_spare_when_due(&mut self) {
+        self.collect_spare(false);
+        let waiting = self.spares.failed.is_some_and(|(retry_at_ms, _)| self.now_ms < retry_at_ms);
+        let due = self.sealed || self.position > self.active.size() / 2;
+        if due && !waiting && self.spares.pending.is_none() && self.spares.ready.is_empty() {
+            let ordinal = self.active.ordinal() + 1;
+            let dir = self.files.dir.clone();
+            self.spares.pending = Some(self.housekeeper.prepare(dir, ordinal, self.files.segment_bytes));
+        }
+    }
+
+    /// The prepared segment to rotate into (preparing one here if none is: the batch was
+    /// planned, so this only happens when an estimate fell short, and failing is fatal).
+    pub(super) fn take_spare(&mut self) -> io::Result<PathBuf> {
+        self.collect_spare(true);
+        if let Some(path) = self.spares.ready.pop_front() {
+            return Ok(path);
+        }
+        let ordinal = self.active.ordinal() + 1;
+        segment::prepare(self.files.vfs.as_ref(), &self.files.dir, ordinal, self.files.segment_bytes)
+    }
+}

@@ -1,0 +1,256 @@
+//! Tail-advance notifications for live readers (long-poll and SSE).
+//!
+//! A stream has a live slot only while someone waits on it: subscribing creates the slot in
+//! its shard's registry, dropping the last subscription removes it, so idle streams cost no
+//! channel, task or timer. After each committed batch the shard records every touched
+//! stream's published tail in its slot and wakes the slot once ([`LiveRegistry::wake`]).
+//! Readers must enable their wait *before* they look at the tail, so an advance between the
+//! look and the wait is never missed.
+//!
+//! A slot also keeps the last frame one of its readers formatted (an opaque key, an offset
+//! range and the bytes), so readers at the same position share one formatting of the same
+//! messages — with a thousand SSE subscribers on one stream, one formats and the rest copy a
+//! pointer.
+//!
+//! A slot can also carry one companion object of the front's choosing ([`Subscription::companion`],
+//! the server's SSE fan-out), made on first use and dropped with the slot.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use crate::offset::Offset;
+use crate::stream::Published;
+
+/// Live slots of one shard, keyed by stream id.
+#[derive(Default)]
+pub struct LiveRegistry {
+    slots: Mutex<HashMap<u64, Registered>>,
+}
+
+struct Registered {
+    slot: Arc<LiveSlot>,
+    subscribers: usize,
+}
+
+/// What live readers of one stream share.
+pub struct LiveSlot {
+    notify: Arc<Notify>,
+    /// The published tail as `messages << 2 | closed << 1 | gone`; it only grows.
+    tail: AtomicU64,
+    frame: Mutex<Option<CachedFrame>>,
+    companion: OnceLock<Arc<dyn Any + Send + Sync>>,
+}
+
+/// The published tail as a live slot knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveTail {
+    pub messages: u64,
+    pub closed: bool,
+    pub gone: bool,
+}
+
+/// A formatted frame covering messages `from..to`, for readers at `from` using `key`.
+#[derive(Clone, Debug)]
+pub struct CachedFrame {
+    pub key: u64,
+    pub from: Offset,
+    pub to: Offset,
+    pub bytes: Bytes,
+    /// The frame ends with the stream's closing: nothing follows it.
+    pub last: bool,
+}
+
+fn encode(published: Published) -> u64 {
+    published.tail.messages << 2 | u64::from(published.closed) << 1 | u64::from(published.gone)
+}
+
+impl LiveSlot {
+    fn new() -> LiveSlot {
+        LiveSlot {
+            notify: Arc::new(Notify::new()),
+            tail: AtomicU64::new(0),
+            frame: Mutex::new(None),
+            companion: OnceLock::new(),
+        }
+    }
+
+    /// Records a published state (states only move forward, so the largest wins).
+    fn observe(&self, published: Published) {
+        self.tail.fetch_max(encode(published), Ordering::AcqRel);
+    }
+}
+
+impl LiveRegistry {
+    /// Registers interest in stream `id` until the returned subscription is dropped.
+    /// `current` reads the stream's published state; it is called after the slot exists, so
+    /// no publication can fall between the two.
+    pub fn subscribe(self: &Arc<Self>, id: u64, current: impl FnOnce() -> Published) -> Subscription {
+        let slot = {
+            let mut slots = self.slots.lock().expect("live registry lock");
+            let registered = slots
+                .entry(id)
+                .or_insert_with(|| Registered { slot: Arc::new(LiveSlot::new()), subscribers: 0 });
+            registered.subscribers += 1;
+            Arc::clone(&registered.slot)
+        };
+        slot.observe(current());
+        Subscription { slot, registry: Arc::clone(self), id }
+    }
+
+    /// Records each stream's new published state and wakes its readers (once per stream).
+    pub fn wake(&self, published: impl IntoIterator<Item = (u64, Published)>) {
+        let slots = self.slots.lock().expect("live registry lock");
+        if slots.is_empty() {
+            return;
+        }
+        for (id, state) in published {
+            if let Some(registered) = slots.get(&id) {
+                registered.slot.observe(state);
+                registered.slot.notify.notify_waiters();
+            }
+        }
+    }
+
+    /// Wakes every reader of the shard (shutdown).
+    pub fn wake_all(&self) {
+        let slots = self.slots.lock().expect("live registry lock");
+        for registered in slots.values() {
+            registered.slot.notify.notify_waiters();
+        }
+    }
+
+    /// Streams with at least one live reader.
+    pub fn len(&self) -> usize {
+        self.slots.lock().expect("live registry lock").len()
+    }
+
+    fn unsubscribe(&self, id: u64) {
+        let mut slots = self.slots.lock().expect("live registry lock");
+        if let Some(registered) = slots.get_mut(&id) {
+            registered.subscribers -= 1;
+            if registered.subscribers == 0 {
+                slots.remove(&id);
+            }
+        }
+    }
+}
+
+/// Interest in one stream's tail; wakes come through [`Subscription::notify`].
+pub struct Subscription {
+    slot: Arc<LiveSlot>,
+    registry: Arc<LiveRegistry>,
+    id: u64,
+}
+
+impl Subscription {
+    /// The notifier to wait on (`notified()` / `notified_owned()`, enabled before checking).
+    pub fn notify(&self) -> &Arc<Notify> {
+        &self.slot.notify
+    }
+
+    /// The stream's published tail as of its last commit (no stream lock taken).
+    pub fn tail(&self) -> LiveTail {
+        let state = self.slot.tail.load(Ordering::Acquire);
+        LiveTail { messages: state >> 2, closed: state & 2 != 0, gone: state & 1 != 0 }
+    }
+
+    /// A frame another reader formatted for position `from` under `key`, if there is one.
+    pub fn cached_frame(&self, key: u64, from: Offset) -> Option<CachedFrame> {
+        let frame = self.slot.frame.lock().expect("frame cache lock");
+        frame.as_ref().filter(|f| f.key == key && f.from == from).cloned()
+    }
+
+    /// Offers a formatted frame to the other readers of the stream.
+    pub fn share_frame(&self, frame: CachedFrame) {
+        *self.slot.frame.lock().expect("frame cache lock") = Some(frame);
+    }
+
+    /// The slot's companion, made by `make` on first use; it lives as long as the slot (while
+    /// the stream has live readers). A slot holds companions of one type only.
+    pub fn companion<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Arc<T> {
+        let companion = self.slot.companion.get_or_init(|| Arc::new(make()));
+        Arc::clone(companion).downcast::<T>().unwrap_or_else(|_| panic!("a slot holds one companion type"))
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.registry.unsubscribe(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::pin::pin;
+
+    fn published(messages: u64, closed: bool) -> Published {
+        Published { tail: Offset { messages, bytes: messages * 10 }, closed, gone: false }
+    }
+
+    #[test]
+    fn slots_exist_only_while_subscribed() {
+        let registry = Arc::new(LiveRegistry::default());
+        let first = registry.subscribe(7, || published(0, false));
+        let second = registry.subscribe(7, || published(0, false));
+        assert!(Arc::ptr_eq(first.notify(), second.notify()));
+        assert_eq!(registry.len(), 1);
+        drop(first);
+        assert_eq!(registry.len(), 1);
+        drop(second);
+        assert_eq!(registry.len(), 0);
+    }
+
+    #[test]
+    fn wake_reaches_enabled_waiters_of_that_stream_only_and_records_the_tail() {
+        let registry = Arc::new(LiveRegistry::default());
+        let mine = registry.subscribe(1, || published(3, false));
+        let other = registry.subscribe(2, || published(0, false));
+        assert_eq!(mine.tail(), LiveTail { messages: 3, closed: false, gone: false });
+        let mut waiting = pin!(mine.notify().notified());
+        assert!(!waiting.as_mut().enable(), "nothing has happened yet");
+        let mut elsewhere = pin!(other.notify().notified());
+        elsewhere.as_mut().enable();
+        registry.wake([(1, published(5, true)), (3, published(1, false))]);
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(waiting.as_mut().poll(&mut context).is_ready());
+        assert!(elsewhere.as_mut().poll(&mut context).is_pending());
+        assert_eq!(mine.tail(), LiveTail { messages: 5, closed: true, gone: false });
+        registry.wake([(1, published(4, false))]);
+        assert_eq!(mine.tail().messages, 5, "a late, older state never moves the tail back");
+    }
+
+    #[test]
+    fn frames_are_shared_by_key_and_position() {
+        let registry = Arc::new(LiveRegistry::default());
+        let first = registry.subscribe(1, || published(0, false));
+        let second = registry.subscribe(1, || published(0, false));
+        let to = Offset { messages: 1, bytes: 2 };
+        let bytes = Bytes::from_static(b"ev");
+        first.share_frame(CachedFrame { key: 9, from: Offset::ZERO, to, bytes, last: false });
+        assert_eq!(second.cached_frame(9, Offset::ZERO).unwrap().to, to);
+        assert!(second.cached_frame(8, Offset::ZERO).is_none(), "another format");
+        assert!(second.cached_frame(9, to).is_none(), "another position");
+    }
+
+    #[test]
+    fn companions_are_made_once_per_slot_and_go_with_it() {
+        let registry = Arc::new(LiveRegistry::default());
+        let first = registry.subscribe(1, || published(0, false));
+        let second = registry.subscribe(1, || published(0, false));
+        let made = first.companion(|| Mutex::new(7u32));
+        *made.lock().unwrap() = 8;
+        let again = second.companion(|| Mutex::new(0u32));
+        assert!(Arc::ptr_eq(&made, &again), "one companion per slot");
+        drop((first, second, again));
+        assert_eq!(Arc::strong_count(&made), 1, "the slot let go of it");
+        let fresh = registry.subscribe(1, || published(0, false));
+        assert_eq!(*fresh.companion(|| Mutex::new(0u32)).lock().unwrap(), 0, "a new slot, a new one");
+    }
+}
