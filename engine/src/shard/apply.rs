@@ -14,10 +14,10 @@ use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateR
 use crate::payload::Payload;
 use crate::producer::producer_charge;
 use crate::producer::Decision;
+use crate::storage::maintenance::{Move, Resident};
 use crate::storage::record::codec::HEADER_BYTES;
 use crate::storage::record::encode::record_bytes_max;
 use crate::storage::record::Record;
-use crate::storage::wal::source::Resident;
 use crate::storage::{NoRoom, Purpose, Unprepared};
 use crate::stream::{Stream, StreamData, StreamState};
 
@@ -303,13 +303,13 @@ impl Shard {
         mark_touched(batch, &stream, &mut state);
         let chain_tail = state.data.chain().0;
         drop(state);
-        batch.records.push(Record::Move {
+        batch.moves.push(Move {
             stream: stream.id,
             chain_tail,
             witness: resident.witness,
             witness_n: resident.witness_n,
         });
-        batch.owners.push(stream);
+        batch.move_owners.push(stream);
     }
 
     /// Gives back `bytes` a stream had charged (of producers it forgot).

@@ -11,46 +11,55 @@ use std::time::Instant;
 
 use super::{Batch, Shard};
 use crate::meta::StreamSnapshot;
-use crate::storage::record::Record;
+use crate::storage::maintenance::{CheckpointKind, ShardCheckpoint};
+use crate::storage::Committing;
 use crate::stream::Published;
 
 impl Shard {
     /// Steps 3 and 4: make the batch durable, then publish it.
     pub(super) fn commit(&mut self, mut batch: Batch) {
-        if !batch.records.is_empty() || !batch.replies.is_empty() {
+        if !batch.records.is_empty() || !batch.moves.is_empty() || !batch.replies.is_empty() {
             batch.places.clear();
             let started = Instant::now();
-            if let Err(error) = self.persist.commit(&batch.records, batch.now_ms, &mut batch.places) {
+            let committing =
+                Committing { records: &batch.records, moves: &batch.moves, time_ms: batch.now_ms };
+            if let Err(error) = self.persist.commit(committing, &mut batch.places) {
                 self.settings.io_error_policy.fatal("commit", &error);
                 self.failed = true;
                 return;
             }
             self.shared.counters.commit_us.record(started.elapsed().as_micros() as u64);
-            debug_assert_eq!(batch.places.len(), batch.records.len(), "one place per record");
+            assert_eq!(batch.places.len(), batch.records.len() + batch.moves.len(), "one place each");
             self.publish(&mut batch);
-            if self.persist.checkpoint_due() {
-                self.checkpoint(false);
+            if self.persist.maintenance().is_some_and(|log| log.checkpoint_due()) {
+                self.checkpoint(CheckpointKind::Routine);
             }
         }
         if self.moves.is_empty() && !self.failed {
             let idle = self.ops.is_empty();
-            self.moves.extend(self.persist.compaction_candidates(idle));
+            if let Some(log) = self.persist.maintenance() {
+                self.moves.extend(log.compaction_candidates(idle));
+            }
         }
         self.save_renewals_when_due(batch.now_ms);
         batch.records.clear();
         batch.owners.clear();
+        batch.moves.clear();
+        batch.move_owners.clear();
         batch.touched.clear();
         self.recycled = Some(batch);
     }
 
     /// Step 4: readers see the batch, requesters get their answers, live readers wake.
     fn publish(&self, batch: &mut Batch) {
-        for ((record, owner), place) in batch.records.iter().zip(&batch.owners).zip(&batch.places) {
-            let mut state = owner.write_state();
-            if matches!(record, Record::Move { .. }) && state.data.chain().0 != place.location {
+        let (record_places, move_places) = batch.places.split_at(batch.records.len());
+        for ((record, owner), place) in batch.records.iter().zip(&batch.owners).zip(record_places) {
+            owner.write_state().data.apply(record, *place);
+        }
+        for (owner, place) in batch.move_owners.iter().zip(move_places) {
+            if owner.write_state().data.apply_move(*place) {
                 self.shared.counters.moves.fetch_add(1, Ordering::Relaxed);
             }
-            state.data.apply(record, *place);
         }
         for stream in &batch.touched {
             let mut state = stream.write_state();
@@ -70,12 +79,14 @@ impl Shard {
         self.shared.live.wake(batch.published.drain(..));
     }
 
-    /// Hands the shard's state to its storage as a checkpoint (acid); `clean` at shutdown,
-    /// when it also waits until the checkpoint is durable.
-    pub(super) fn checkpoint(&mut self, clean: bool) {
+    /// Hands the shard's state to its log as a checkpoint, if the log takes them (acid).
+    pub(super) fn checkpoint(&mut self, kind: CheckpointKind) {
+        let Some(log) = self.persist.maintenance() else {
+            return;
+        };
         let mut streams: Vec<StreamSnapshot> = Vec::with_capacity(self.shared.directory.len());
         self.shared.directory.for_each(|stream| streams.push(stream.snapshot()));
-        let now_ms = self.settings.clock.now_ms();
-        self.persist.checkpoint(streams, self.stream_id_next, now_ms, clean, clean);
+        let (stream_id_next, time_ms) = (self.stream_id_next, self.settings.clock.now_ms());
+        log.checkpoint(ShardCheckpoint { streams, stream_id_next, time_ms, kind });
     }
 }

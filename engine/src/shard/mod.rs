@@ -34,9 +34,9 @@ use crate::limits::{stream_charge, ByteBudget, Limits, APPEND_CHARGE_BYTES};
 use crate::meta::StreamSnapshot;
 use crate::op::{AppendOutcome, CreateOutcome, Op, OpError, Reply};
 use crate::producer::producer_charge;
+use crate::storage::maintenance::{CheckpointKind, Move, Resident};
 use crate::storage::open::OpenedShard;
 use crate::storage::record::Record;
-use crate::storage::wal::source::Resident;
 use crate::storage::{LogStore, Persist, Place};
 use crate::stream::handle::StreamOwner;
 use crate::stream::live::LiveRegistry;
@@ -174,7 +174,10 @@ pub(crate) struct Batch {
     records: Vec<Record>,
     /// The stream of each record.
     owners: Vec<Arc<Stream>>,
-    /// Where each record went, once committed.
+    /// Streams compaction moves in this batch (after its records), and their streams.
+    moves: Vec<Move>,
+    move_owners: Vec<Arc<Stream>>,
+    /// Where each record, then each move, went, once committed.
     places: Vec<Place>,
     touched: Vec<Arc<Stream>>,
     /// The touched streams' new published states, for the live readers' wake.
@@ -315,11 +318,9 @@ impl Shard {
     /// The clean end: readers' renewals and a final checkpoint (disk modes, unless a commit
     /// failed), and every live reader woken to see the shard go.
     pub fn finish(mut self) {
-        if !self.failed && !self.in_memory {
+        if !self.failed {
             self.save_renewals_if_read(true);
-            if self.persist.takes_checkpoints() {
-                self.checkpoint(true);
-            }
+            self.checkpoint(CheckpointKind::Clean);
         }
         self.shared.live.wake_all();
     }

@@ -29,7 +29,7 @@ impl ShardShared {
 impl Shard {
     /// Saves the renewals when readers renewed a window and the interval has passed.
     pub(super) fn save_renewals_when_due(&mut self, now_ms: u64) {
-        if self.in_memory || self.failed || now_ms < self.renewals_due_ms {
+        if self.failed || now_ms < self.renewals_due_ms {
             return;
         }
         self.renewals_due_ms = now_ms.saturating_add(SAVE_INTERVAL_MS);
@@ -39,22 +39,24 @@ impl Shard {
     /// Saves the renewals if readers renewed a window since the last save; with `wait`,
     /// returns once they are durable.
     pub(super) fn save_renewals_if_read(&mut self, wait: bool) {
+        let Some(store) = self.persist.renewals() else {
+            return;
+        };
         // Every renewal ordered before this swap is seen by the loads below (module comment).
         if !self.shared.renewed_by_read.swap(false, Ordering::SeqCst) {
             return;
         }
         let mut renewals = Vec::new();
-        let persist = &self.persist;
         self.shared.directory.for_each(|stream| {
             if stream.config.ttl_secs.is_some() {
                 let (chain_tail, _) = stream.read_state().data.chain();
                 renewals.push(Renewal {
                     name: std::sync::Arc::clone(&stream.name),
-                    incarnation: persist.incarnation(stream.id, chain_tail),
+                    incarnation: store.incarnation(stream.id, chain_tail),
                     last_access_ms: stream.last_access_ms(),
                 });
             }
         });
-        self.persist.save_renewals(renewals, wait);
+        store.save(renewals, wait);
     }
 }

@@ -14,6 +14,7 @@
 //!   records linked backwards by skip links, and reading a stream along them), `replay`
 //!   (how records rebuild a stream's durable state), `chunk` (what a read returns),
 //!   `vfs/` (every file operation, real, read-only or simulated).
+//! - `maintenance`: the optional interface of a log that is checkpointed and compacted.
 //! - The data directory: `mode` (the storage modes), `manifest` (its identity), `open`
 //!   (lock, manifest, recovery, one opened shard per shard thread), `renewals` (TTL windows
 //!   renewed by reads, saved so a crash keeps them).
@@ -21,6 +22,7 @@
 pub mod chain;
 pub mod chunk;
 pub mod files;
+pub mod maintenance;
 pub mod manifest;
 pub mod memory;
 mod mode;
@@ -34,12 +36,12 @@ pub mod wal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::meta::StreamSnapshot;
 use crate::offset::Offset;
 use crate::storage::chain::read::{LogRead, RecordSource};
 use crate::storage::chunk::{Chunk, Message, ReadError};
 use crate::storage::record::Record;
-use crate::storage::wal::source::Resident;
+use maintenance::{Maintenance, Move};
+use renewals::RenewalStore;
 
 pub use mode::StorageMode;
 
@@ -120,11 +122,21 @@ impl From<ReadError> for Unprepared {
     }
 }
 
-/// Step 3 of the shard loop.
+/// What one commit writes: a batch's records in order, then the moves its shard asked for
+/// (compaction; only of a storage with [`Maintenance`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Committing<'a> {
+    pub records: &'a [Record],
+    pub moves: &'a [Move],
+    pub time_ms: u64,
+}
+
+/// Step 3 of the shard loop, in every mode.
 pub(crate) trait Persist: Send {
-    /// Makes `records` durable in the mode's sense and says where each went (one place per
-    /// record, in order). An error is fatal: nothing of the batch is acknowledged.
-    fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> std::io::Result<()>;
+    /// Makes `batch` durable in the mode's sense and says where each record and each move
+    /// went (one place each, records first, in order). An error is fatal: nothing of the
+    /// batch is acknowledged.
+    fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> std::io::Result<()>;
 
     /// Makes ready what chaining an append to `stream` (called `name`, its last committed
     /// record at `chain_tail`) needs, before the shard accepts it: a refusal here refuses
@@ -139,52 +151,24 @@ pub(crate) trait Persist: Send {
         Ok(())
     }
 
-    /// Whether this storage takes checkpoints at all (acid); the shard snapshots its streams
-    /// only for one that does.
-    fn takes_checkpoints(&self) -> bool {
-        false
+    /// Checkpoints and compaction, for a log that has them (acid).
+    fn maintenance(&mut self) -> Option<&mut dyn Maintenance> {
+        None
     }
 
-    /// Whether the shard should hand over a checkpoint after this batch.
-    fn checkpoint_due(&self) -> bool {
-        false
+    /// Where readers' TTL renewals are saved, for a storage that outlives the process.
+    fn renewals(&mut self) -> Option<&mut dyn RenewalStore> {
+        None
     }
-
-    /// Streams to move out of a mostly-dead part of the log (acid compaction), when there
-    /// are; `idle` says the shard has nothing queued (a good time to look for more).
-    fn compaction_candidates(&mut self, _idle: bool) -> Vec<Resident> {
-        Vec::new()
-    }
-
-    /// Takes a checkpoint of `streams` (the state after every committed record); with
-    /// `wait`, returns once it is durable.
-    fn checkpoint(
-        &mut self,
-        _streams: Vec<StreamSnapshot>,
-        _stream_id_next: u64,
-        _time_ms: u64,
-        _clean: bool,
-        _wait: bool,
-    ) {
-    }
-
-    /// Which incarnation of its name a stream is, for its saved renewals.
-    fn incarnation(&self, id: u64, _chain_tail: u64) -> u64 {
-        id
-    }
-
-    /// Saves when the shard's streams with a TTL were last read or written; with `wait`,
-    /// returns once that is durable. Nothing acknowledged depends on it, so a failure is
-    /// logged, not fatal.
-    fn save_renewals(&mut self, _renewals: Vec<renewals::Renewal>, _wait: bool) {}
 }
 
 /// Memory mode: nothing survives a restart, so there is nothing to write.
 pub(crate) struct MemoryPersist;
 
 impl Persist for MemoryPersist {
-    fn commit(&mut self, records: &[Record], _time_ms: u64, places: &mut Vec<Place>) -> std::io::Result<()> {
-        places.extend(records.iter().map(|_| Place::default()));
+    fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> std::io::Result<()> {
+        debug_assert!(batch.moves.is_empty(), "memory is never compacted");
+        places.extend(batch.records.iter().map(|_| Place::default()));
         Ok(())
     }
 }

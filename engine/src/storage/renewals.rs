@@ -38,6 +38,18 @@ pub struct Renewal {
     pub last_access_ms: u64,
 }
 
+/// Where a shard's readers' renewals are saved (the disk modes).
+pub(crate) trait RenewalStore {
+    /// Which incarnation of its name a stream is (its id in acid; its file's collision
+    /// suffix, from its last record's location `chain_tail`, in the file modes).
+    fn incarnation(&self, id: u64, chain_tail: u64) -> u64;
+
+    /// Saves when the shard's streams with a TTL were last read or written; with `wait`,
+    /// returns once that is durable. Nothing acknowledged depends on it, so a failure is
+    /// logged, not fatal.
+    fn save(&mut self, renewals: Vec<Renewal>, wait: bool);
+}
+
 /// Saved renewals: by name, then by incarnation.
 pub type Renewals = HashMap<Box<str>, Vec<(u64, u64)>>;
 

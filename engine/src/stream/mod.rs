@@ -77,16 +77,6 @@ impl StreamData {
             Record::Create { initial, .. } => (Offset::ZERO, initial.as_ref()),
             Record::Append { offset, payload, .. } => (*offset, payload.as_ref()),
             Record::Delete { .. } => return,
-            Record::Move { .. } => {
-                // A move that did not happen leaves the chain where it was.
-                if let StreamData::Log { committed_tail, committed_n, .. } = self {
-                    if place.location != *committed_tail {
-                        debug_assert_eq!(place.n, *committed_n, "a move keeps the chain's length");
-                        *committed_tail = place.location;
-                    }
-                }
-                return;
-            }
         };
         match self {
             StreamData::Memory(log) => {
@@ -103,6 +93,20 @@ impl StreamData {
                 *committed_n = place.n;
             }
         }
+    }
+
+    /// Makes a committed move of the stream's chain (compaction) part of it, not yet
+    /// visible; whether the chain moved (a move that did not happen leaves it where it was).
+    pub fn apply_move(&mut self, place: Place) -> bool {
+        let StreamData::Log { committed_tail, committed_n, .. } = self else {
+            return false;
+        };
+        if place.location == *committed_tail {
+            return false;
+        }
+        assert_eq!(place.n, *committed_n, "a move keeps the chain's length");
+        *committed_tail = place.location;
+        true
     }
 
     /// Makes the committed records visible (with the published tail that ends at them).

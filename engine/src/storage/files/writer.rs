@@ -22,13 +22,12 @@ use super::handles::Handles;
 use super::source::FileSource;
 use super::{incarnation, location, renewals_path, split_location, stream_dir, stream_path, SUFFIX_MAX};
 use crate::limits::halve_when_over;
-use crate::storage::chain::Chain;
-use crate::storage::chain::Levels;
+use crate::storage::chain::{Chain, Levels};
 use crate::storage::record::codec::{decode_record, Header, Kind, HEADER_BYTES};
 use crate::storage::record::{encode, Record};
-use crate::storage::renewals::{self, Renewal};
+use crate::storage::renewals::{self, Renewal, RenewalStore};
 use crate::storage::vfs::{read_exact_at, Vfs, VfsFile};
-use crate::storage::{NoRoom, Persist, Place, Purpose, Unprepared};
+use crate::storage::{Committing, NoRoom, Persist, Place, Purpose, Unprepared};
 
 /// Streams whose writer state is kept between batches, at most (no more than the handle
 /// cache holds files: each remembered stream keeps its file open).
@@ -119,7 +118,6 @@ impl FileWriter {
                 self.streams.insert(*stream, open);
                 written.map(|()| place)
             }
-            Record::Move { .. } => Err(io::Error::other("stream files are not compacted")),
             Record::Delete { stream, name, chain_tail, .. } => {
                 let suffix =
                     self.streams.remove(stream).map_or(split_location(*chain_tail).0, |open| open.suffix);
@@ -258,9 +256,10 @@ impl Persist for FileWriter {
         Ok(())
     }
 
-    fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> io::Result<()> {
-        for record in records {
-            places.push(self.write(record, time_ms)?);
+    fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> io::Result<()> {
+        debug_assert!(batch.moves.is_empty(), "stream files are never compacted");
+        for record in batch.records {
+            places.push(self.write(record, batch.time_ms)?);
         }
         self.sync_touched()?;
         halve_when_over(&mut self.streams, STREAMS_CACHED_MAX.min(self.handles.capacity()));
@@ -284,12 +283,18 @@ impl Persist for FileWriter {
         Ok(())
     }
 
+    fn renewals(&mut self) -> Option<&mut dyn RenewalStore> {
+        Some(self)
+    }
+}
+
+impl RenewalStore for FileWriter {
     fn incarnation(&self, _id: u64, chain_tail: u64) -> u64 {
         incarnation(chain_tail)
     }
 
     /// Saves on the shard thread: the file holds a few dozen bytes per stream with a TTL.
-    fn save_renewals(&mut self, renewals: Vec<Renewal>, _wait: bool) {
+    fn save(&mut self, renewals: Vec<Renewal>, _wait: bool) {
         let path = renewals_path(&self.root, self.shard);
         if let Err(error) = renewals::save(self.vfs.as_ref(), &path, &renewals) {
             // A stream kept alive by reads alone may come back with its window restarted at

@@ -55,9 +55,6 @@ pub fn prepare<'r>(
     chain: Option<&Chain>,
     meta: &mut Vec<u8>,
 ) -> io::Result<Prepared<'r>> {
-    if matches!(record, Record::Move { .. }) {
-        return Err(io::Error::other("a move is written as copies of its stream's records"));
-    }
     let mut prepared = layout(record);
     meta.clear();
     codec::encode_meta(prepared.kind, meta_of(record, chain), meta);
@@ -124,7 +121,6 @@ fn layout(record: &Record) -> Prepared<'_> {
         Record::Delete { stream, expired, .. } => {
             (Kind::Delete, *stream, Offset::ZERO, &None, if *expired { flags::EXPIRED } else { 0 })
         }
-        Record::Move { .. } => unreachable!("prepare refuses moves"),
     };
     let (body, json) = match payload {
         Some(payload) => match payload.as_whole() {
@@ -160,6 +156,6 @@ fn meta_of<'a>(record: &'a Record, chain: Option<&'a Chain>) -> MetaRef<'a> {
             stream_seq: stream_seq.as_deref(),
             ..MetaRef::default()
         },
-        Record::Delete { .. } | Record::Move { .. } => MetaRef::default(),
+        Record::Delete { .. } => MetaRef::default(),
     }
 }

@@ -37,9 +37,4 @@ pub enum Record {
     },
     /// A stream and all its data are gone (deleted by a client or expired).
     Delete { stream: u64, name: Arc<str>, expired: bool, chain_tail: u64 },
-    /// Compaction (acid): the stream's records are copied to the head of the log, as a new
-    /// chain that replaces the one ending at `chain_tail`. Nothing about the stream changes.
-    /// The move is skipped when record `witness_n` of the chain is not at `witness` any more
-    /// (the stream was moved since compaction found it there).
-    Move { stream: u64, chain_tail: u64, witness: u64, witness_n: u64 },
 }

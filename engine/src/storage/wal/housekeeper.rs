@@ -17,9 +17,10 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::ledger::Ledger;
-use super::source::{Resident, WalSource};
+use super::source::WalSource;
 use super::{segment, split_location, SegmentTable};
 use crate::storage::chain::{hop, NodeSource};
+use crate::storage::maintenance::Resident;
 use crate::storage::renewals::{self, Renewal};
 use crate::storage::vfs::{write_file_durably, Vfs};
 

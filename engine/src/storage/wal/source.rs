@@ -15,9 +15,9 @@ use bytes::{Bytes, BytesMut};
 use super::segment::Segment;
 use super::{location, split_location, SegmentTable};
 use crate::storage::chain::read::RecordSource;
-use crate::storage::chain::Chain;
-use crate::storage::chain::{find_index, Node, NodeSource};
+use crate::storage::chain::{find_index, Chain, Node, NodeSource};
 use crate::storage::chunk::ReadError;
+use crate::storage::maintenance::Resident;
 use crate::storage::record::codec::{
     chain_bytes, decode_chain, decode_record, payload_crc, DecodeError, Header, Kind, Meta, HEADER_BYTES,
     JUMPS_MAX, META_BYTES_MAX,
@@ -177,16 +177,6 @@ impl WalSource {
         let bytes = segment.map.slice(position as usize, size);
         next_header(&bytes, 1).map(|(offset, _)| position + offset as u64)
     }
-}
-
-/// A stream with a record in a segment: see [`WalSource::streams_in`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Resident {
-    pub stream: u64,
-    pub name: Arc<str>,
-    /// One of its records in the segment, and that record's index in its chain.
-    pub witness: u64,
-    pub witness_n: u64,
 }
 
 impl NodeSource for WalSource {

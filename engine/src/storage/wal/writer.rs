@@ -21,17 +21,16 @@ use super::checkpoint::Checkpoint;
 use super::housekeeper::{Housekeeper, Task};
 use super::ledger::Ledger;
 use super::segment::{self, Segment, SegmentHeader};
-use super::source::{Resident, WalSource};
+use super::source::WalSource;
 use super::{location, SegmentTable, ShardFiles, WalPosition, RENEWALS_FILE};
 use crate::limits::halve_when_over;
-use crate::meta::StreamSnapshot;
-use crate::storage::chain::Chain;
-use crate::storage::chain::Levels;
+use crate::storage::chain::{Chain, Levels};
 use crate::storage::chunk::ReadError;
+use crate::storage::maintenance::{CheckpointKind, Maintenance, Resident, ShardCheckpoint};
 use crate::storage::record::codec::{Header, HEADER_BYTES};
 use crate::storage::record::{encode, Record};
-use crate::storage::renewals::Renewal;
-use crate::storage::{NoRoom, Persist, Place, Purpose, Unprepared};
+use crate::storage::renewals::{Renewal, RenewalStore};
+use crate::storage::{Committing, NoRoom, Persist, Place, Purpose, Unprepared};
 
 mod compact;
 mod room;
@@ -137,6 +136,14 @@ impl WalWriter {
         self.source.clone()
     }
 
+    /// Writes and syncs the run so far once it is long (the batch goes on).
+    fn sync_run_when_long(&mut self) -> io::Result<()> {
+        match self.position - self.synced_to >= SYNC_RUN_BYTES_MAX {
+            true => self.sync_run(),
+            false => Ok(()),
+        }
+    }
+
     /// Writes and syncs the run so far (the batch goes on).
     fn sync_run(&mut self) -> io::Result<()> {
         self.write_run()?;
@@ -153,9 +160,6 @@ impl WalWriter {
                 Some(self.levels(*stream, *chain_tail)?.next_chain())
             }
             Record::Delete { .. } => None,
-            Record::Move { stream, chain_tail, witness, witness_n, .. } => {
-                return self.stage_move(*stream, *chain_tail, (*witness, *witness_n), time_ms);
-            }
         };
         let mut meta = std::mem::take(&mut self.meta);
         let prepared = encode::prepare(record, chain.as_ref(), &mut meta)?;
@@ -194,7 +198,6 @@ impl WalWriter {
                 self.deleted.push(tail);
                 return;
             }
-            Record::Move { .. } => unreachable!("moves are staged by stage_move"),
         }
         *self.added.entry(self.active.ordinal()).or_default() += record_len;
     }
@@ -300,14 +303,9 @@ impl WalWriter {
 
     /// Encodes a checkpoint of `streams` (the state after every committed record) and hands
     /// it to the housekeeper; with `wait`, returns once it is durable.
-    fn write_checkpoint(
-        &mut self,
-        streams: Vec<StreamSnapshot>,
-        stream_id_next: u64,
-        time_ms: u64,
-        clean: bool,
-        wait: bool,
-    ) {
+    fn write_checkpoint(&mut self, state: ShardCheckpoint) {
+        let ShardCheckpoint { streams, stream_id_next, time_ms, kind } = state;
+        let clean = kind == CheckpointKind::Clean;
         let checkpoint = Checkpoint {
             shard: self.files.shard,
             clean,
@@ -329,7 +327,7 @@ impl WalWriter {
             durable_resume: Arc::clone(&self.durable_resume),
         });
         self.checkpoint_due = false;
-        if wait {
+        if clean {
             self.housekeeper.flush();
         }
     }
@@ -340,16 +338,18 @@ impl Persist for WalWriter {
         self.load_levels(stream, chain_tail).map_err(Unprepared::from)
     }
 
-    fn commit(&mut self, records: &[Record], time_ms: u64, places: &mut Vec<Place>) -> io::Result<()> {
+    fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> io::Result<()> {
         debug_assert!(self.parts.is_empty() && self.staging.is_empty());
-        self.now_ms = time_ms;
+        self.now_ms = batch.time_ms;
         self.run_start = self.position;
-        for record in records {
-            let place = self.stage(record, time_ms)?;
+        for record in batch.records {
+            let place = self.stage(record, batch.time_ms)?;
             places.push(place);
-            if self.position - self.synced_to >= SYNC_RUN_BYTES_MAX {
-                self.sync_run()?;
-            }
+            self.sync_run_when_long()?;
+        }
+        for stream_move in batch.moves {
+            places.push(self.stage_move(stream_move, batch.time_ms)?);
+            self.sync_run_when_long()?;
         }
         self.sync_run()?;
         self.request_spare_when_due();
@@ -368,31 +368,36 @@ impl Persist for WalWriter {
         WalWriter::reserve(self, bytes, purpose, now_ms)
     }
 
-    fn takes_checkpoints(&self) -> bool {
-        true
+    fn maintenance(&mut self) -> Option<&mut dyn Maintenance> {
+        Some(self)
     }
 
+    fn renewals(&mut self) -> Option<&mut dyn RenewalStore> {
+        Some(self)
+    }
+}
+
+impl Maintenance for WalWriter {
     fn checkpoint_due(&self) -> bool {
         self.checkpoint_due
+    }
+
+    fn checkpoint(&mut self, checkpoint: ShardCheckpoint) {
+        self.write_checkpoint(checkpoint);
     }
 
     fn compaction_candidates(&mut self, idle: bool) -> Vec<Resident> {
         WalWriter::compaction_candidates(self, idle)
     }
+}
 
-    fn checkpoint(
-        &mut self,
-        streams: Vec<StreamSnapshot>,
-        stream_id_next: u64,
-        time_ms: u64,
-        clean: bool,
-        wait: bool,
-    ) {
-        self.write_checkpoint(streams, stream_id_next, time_ms, clean, wait);
+impl RenewalStore for WalWriter {
+    fn incarnation(&self, id: u64, _chain_tail: u64) -> u64 {
+        id
     }
 
     /// The housekeeper saves them, off the shard thread.
-    fn save_renewals(&mut self, renewals: Vec<Renewal>, wait: bool) {
+    fn save(&mut self, renewals: Vec<Renewal>, wait: bool) {
         let path = self.files.dir.join(RENEWALS_FILE);
         self.housekeeper.send(Task::SaveRenewals { path, renewals });
         if wait {

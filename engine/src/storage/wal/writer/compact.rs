@@ -12,6 +12,11 @@
 //! Costs: a move writes the stream once more (at most the stream byte limit) and frees at
 //! least three quarters of a segment; copies share the mapped bytes of the originals, so
 //! nothing is copied in memory on the way to the write.
+//!
+//! The pieces, all driven from here: the choice of segment and the staging of a move (this
+//! file), the survey of a segment's streams (`WalSource::streams_in`, run by the
+//! housekeeper), and the shard's side, which turns each [`Resident`] into a [`Move`] after
+//! its batch's records (`storage::maintenance`).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -21,9 +26,9 @@ use crossbeam_channel::TryRecvError;
 use super::{Part, WalWriter, SYNC_RUN_BYTES_MAX};
 use crate::storage::chain::Chain;
 use crate::storage::chain::{find_index, hop, Levels, Node, NodeSource};
+use crate::storage::maintenance::{Move, Resident};
 use crate::storage::record::codec::{self, flags, Header, MetaRef, HEADER_BYTES};
 use crate::storage::wal::housekeeper::Task;
-use crate::storage::wal::source::Resident;
 use crate::storage::wal::{location, split_location};
 use crate::storage::Place;
 
@@ -31,15 +36,11 @@ use crate::storage::Place;
 const LIVE_SHARE_MAX_PERCENT: u64 = 25;
 
 impl WalWriter {
-    /// Copies the chain of `stream` (ending at `chain_tail`, or later in this batch) to the
-    /// head of the log, unless its record `witness.1` is no longer at `witness.0`.
-    pub(super) fn stage_move(
-        &mut self,
-        stream: u64,
-        chain_tail: u64,
-        witness: (u64, u64),
-        time_ms: u64,
-    ) -> io::Result<Place> {
+    /// Copies the chain of the stream (ending at `chain_tail`, or later in this batch) to
+    /// the head of the log, unless its record `witness_n` is no longer at `witness`.
+    pub(super) fn stage_move(&mut self, stream_move: &Move, time_ms: u64) -> io::Result<Place> {
+        let Move { stream, chain_tail, witness, witness_n } = *stream_move;
+        let witness = (witness, witness_n);
         // Records staged earlier in this batch must be readable from the map to be copied.
         self.write_run()?;
         let tail_location = self.chains.get(&stream).map_or(chain_tail, Levels::last);

@@ -1,0 +1,63 @@
+//! The optional side of a storage: the upkeep of a log that is checkpointed and compacted
+//! (acid), as its shard drives it, and the mode-neutral types that pass between them.
+//!
+//! A shard asks [`Persist::maintenance`](super::Persist::maintenance) once per batch: after a
+//! commit it hands over a checkpoint when one is due and takes the streams compaction wants
+//! moved ([`Resident`]); it moves one per batch by asking the commit for a [`Move`] after
+//! the batch's records. Storages without a log to keep (memory, the file modes) have none.
+
+use std::sync::Arc;
+
+use crate::meta::StreamSnapshot;
+
+/// What a log that is checkpointed and compacted asks of its shard.
+pub(crate) trait Maintenance {
+    /// Whether the shard should hand over a checkpoint after this batch.
+    fn checkpoint_due(&self) -> bool;
+
+    /// Takes a checkpoint of the shard's state (the state after every committed record).
+    fn checkpoint(&mut self, checkpoint: ShardCheckpoint);
+
+    /// Streams to move out of a mostly-dead part of the log, when there are; `idle` says the
+    /// shard has nothing queued (a good time to look for more).
+    fn compaction_candidates(&mut self, idle: bool) -> Vec<Resident>;
+}
+
+/// A shard's state, handed to its log as a checkpoint.
+pub(crate) struct ShardCheckpoint {
+    pub streams: Vec<StreamSnapshot>,
+    pub stream_id_next: u64,
+    pub time_ms: u64,
+    pub kind: CheckpointKind,
+}
+
+/// When a checkpoint is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CheckpointKind {
+    /// While the shard runs: written in the background.
+    Routine,
+    /// At a clean stop: marked clean (nothing follows it in the log), and durable before
+    /// the call returns.
+    Clean,
+}
+
+/// A stream with a record in a part of the log compaction wants emptied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resident {
+    pub stream: u64,
+    pub name: Arc<str>,
+    /// One of its records there (location), and that record's index in its chain.
+    pub witness: u64,
+    pub witness_n: u64,
+}
+
+/// A stream's records to copy to the head of the log, as a new chain replacing the one
+/// ending at `chain_tail`; nothing about the stream changes. Skipped when record `witness_n`
+/// of the chain is not at `witness` any more (the stream was moved since it was found).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Move {
+    pub stream: u64,
+    pub chain_tail: u64,
+    pub witness: u64,
+    pub witness_n: u64,
+}
