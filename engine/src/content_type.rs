@@ -51,15 +51,6 @@ impl std::fmt::Display for ContentTypeError {
 
 impl std::error::Error for ContentTypeError {}
 
-/// How SSE data events carry a stream's payloads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SseEncoding {
-    /// UTF-8 text, one `data:` line per payload line.
-    Text,
-    /// Base64 of the payload bytes.
-    Base64,
-}
-
 impl ContentType {
     /// Validates a header value.
     pub fn parse(value: &str) -> Result<ContentType, ContentTypeError> {
@@ -120,15 +111,6 @@ impl ContentType {
     /// Whether the stream is in JSON mode.
     pub fn is_json(&self) -> bool {
         self.media_type() == "application/json"
-    }
-
-    /// How SSE data events encode this stream's payloads.
-    pub fn sse_encoding(&self) -> SseEncoding {
-        if self.is_json() || self.media_type().starts_with("text/") {
-            SseEncoding::Text
-        } else {
-            SseEncoding::Base64
-        }
     }
 
     /// Shares the strings of an equal content type (so many streams hold one allocation).
@@ -203,10 +185,6 @@ mod tests {
     fn selects_modes() {
         assert!(parse("application/json; charset=utf-8").is_json());
         assert!(!parse("application/ndjson").is_json());
-        assert_eq!(parse("text/csv").sse_encoding(), SseEncoding::Text);
-        assert_eq!(parse("APPLICATION/JSON").sse_encoding(), SseEncoding::Text);
-        assert_eq!(parse("application/octet-stream").sse_encoding(), SseEncoding::Base64);
-        assert_eq!(parse("image/png").sse_encoding(), SseEncoding::Base64);
     }
 
     #[test]

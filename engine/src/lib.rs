@@ -75,7 +75,7 @@ mod time;
 pub use config::{
     segment_bytes_for, EngineConfig, EngineError, IoErrorPolicy, Threading, SEGMENT_OVERHEAD_BYTES,
 };
-pub use content_type::{ContentType, SseEncoding};
+pub use content_type::ContentType;
 pub use engine::{Engine, EngineStats, ShardStats};
 pub use histogram::HistogramSnapshot;
 pub use limits::{Limits, STREAM_SEQ_BYTES_MAX};
@@ -90,5 +90,5 @@ pub use storage::chunk::{json_array, Chunk, Message, ReadError};
 pub use storage::renewals::SAVE_INTERVAL_MS as RENEWALS_SAVE_INTERVAL_MS;
 pub use storage::{Damage, RecoveryReport, StorageMode};
 pub use stream::handle::{MessagesResult, ReadResult, StreamHandle};
-pub use stream::live::{CachedFrame, LiveTail, Subscription};
+pub use stream::live::{LiveTail, Subscription};
 pub use time::{format_rfc3339_ms, parse_rfc3339_ms, Clock};

@@ -7,9 +7,12 @@ use std::time::Duration;
 use ds_engine::Engine;
 
 use crate::config::Config;
+use crate::direct::DirectWrites;
+use crate::events::frame::FrameCache;
 use crate::http::cors::CorsPolicy;
 use crate::http::request_body::{BodyBudget, BodyRules};
 use crate::metrics::Metrics;
+use crate::per_stream::PerStream;
 use crate::shutdown::Shutdown;
 
 /// Shared state of the HTTP front (one per server, behind an `Arc`).
@@ -24,16 +27,28 @@ pub struct App {
     pub cors: CorsPolicy,
     /// `http` or `https`, for `Location` headers.
     pub scheme: &'static str,
-    pub shutdown: Shutdown,
+    pub shutdown: Arc<Shutdown>,
     pub metrics: Arc<Metrics>,
     /// Most connections served at once.
     pub connections_max: usize,
     /// How long a response write may stay blocked before the connection is closed.
     pub write_stall_timeout: Duration,
+    /// Frames formatted by each stream's SSE readers, shared by the others.
+    pub frames: Arc<PerStream<FrameCache>>,
+    /// The SSE direct path (caught-up readers on plain TCP written to by one task per
+    /// stream), and whether it is on.
+    pub direct: Arc<DirectWrites>,
 }
 
 impl App {
     pub fn new(engine: Engine, config: &Config) -> App {
+        let (frames, metrics, shutdown) = (Arc::default(), Arc::new(Metrics::default()), Arc::default());
+        let direct = Arc::new(DirectWrites::new(
+            config.sse_direct_writes,
+            Arc::clone(&frames),
+            Arc::clone(&metrics),
+            Arc::clone(&shutdown),
+        ));
         App {
             body: BodyRules {
                 bytes_max: config.engine.limits.stream_bytes_max,
@@ -46,10 +61,12 @@ impl App {
             read_bytes_max: config.read_bytes_max,
             cors: config.cors.clone(),
             scheme: if config.tls.is_some() { "https" } else { "http" },
-            shutdown: Shutdown::default(),
-            metrics: Arc::new(Metrics::default()),
+            shutdown,
+            metrics,
             connections_max: config.connections_max,
             write_stall_timeout: config.write_stall_timeout,
+            frames,
+            direct,
         }
     }
 

@@ -73,6 +73,10 @@ pub struct Args {
     /// connection is closed; bounds what a slow live reader holds (it resumes from its offset)
     #[arg(long, env = "DS_SERVER__WRITE_STALL_TIMEOUT_SECS", default_value = "30")]
     pub write_stall_timeout_secs: String,
+    /// Write new events to caught-up SSE readers on plain TCP straight from one task per
+    /// stream (`false`: every event goes through each connection's own HTTP writer)
+    #[arg(long, env = "DS_SERVER__SSE_DIRECT_WRITES", default_value = "true")]
+    pub sse_direct_writes: String,
     /// PEM certificate chain; with --tls-key-path, serve HTTPS
     #[arg(long, env = "DS_TLS__CERT_PATH")]
     pub tls_cert_path: Option<PathBuf>,
@@ -93,6 +97,8 @@ pub struct Config {
     pub read_bytes_max: usize,
     pub connections_max: usize,
     pub write_stall_timeout: Duration,
+    /// Caught-up SSE readers on plain TCP are written to by their stream's fan-out.
+    pub sse_direct_writes: bool,
     /// Request body bytes held across all connections at once.
     pub body_buffer_bytes_max: u64,
     /// How long a request body may go without a byte arriving.
@@ -175,6 +181,7 @@ impl Args {
             1,
             WRITE_STALL_SECS_MAX,
         )?;
+        let sse_direct_writes = boolean("DS_SERVER__SSE_DIRECT_WRITES", &self.sse_direct_writes)?;
         let mode = StorageMode::parse(&self.storage_mode).ok_or_else(|| {
             invalid("DS_STORAGE__MODE", &self.storage_mode, "memory, file-fast, file-durable or acid")
         })?;
@@ -217,6 +224,7 @@ impl Args {
             read_bytes_max,
             connections_max,
             write_stall_timeout: Duration::from_secs(write_stall_secs),
+            sse_direct_writes,
             body_buffer_bytes_max,
             body_timeout: Duration::from_secs(body_timeout_secs),
             tls,
@@ -227,6 +235,15 @@ impl Args {
 
 fn invalid(variable: &str, value: &str, expected: &str) -> ConfigError {
     ConfigError(format!("{variable}: invalid value {value:?}, expected {expected}"))
+}
+
+/// `true` or `false`.
+fn boolean(variable: &str, value: &str) -> Result<bool, ConfigError> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(invalid(variable, value, "true or false")),
+    }
 }
 
 /// A decimal integer from `min` to `max`.

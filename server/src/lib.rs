@@ -1,22 +1,31 @@
 //! ds-server: the HTTP front of the ds Durable Streams server.
 //!
+//! The front door is [`run`] with its [`Args`]/[`Config`], and the two log-writer hooks the
+//! binary installs on its runtime ([`gather_log_lines`], [`write_log_lines`]); every module
+//! is private.
+//!
 //! # Layout
 //!
-//! - [`config`]: every `DS_*` variable as a flag, checked into a [`config::Config`].
-//! - [`serve`]: the accept loop (hyper HTTP/1.1 connections, the connection limit, TLS
-//!   handshakes via [`tls`], write stalls via [`stall`], small writes joined by [`coalesce`],
-//!   hyper's own error answers made problem documents by [`canned`], graceful shutdown);
-//!   [`socket_link`] shares a plain TCP socket between hyper and the SSE fan-out.
-//! - [`router`]: path and method to route; the headers every response carries; metrics and
-//!   the [`access_log`] line of each request.
-//! - [`routes`]: one module per endpoint (create, append, read, head, delete, health,
-//!   metrics).
-//! - [`live`]: long-poll and SSE reads, the per-stream SSE fan-out, the SSE wire format,
-//!   stream cursors.
-//! - [`http`]: bodies, problems, header and query parsing, CORS.
-//! - [`app`], [`metrics`] and [`shutdown`]: state shared by all requests; [`descriptors`]:
-//!   the open-file limit raised and checked at start.
-//! - [`log_writer`]: where log lines go (access lines gathered per worker turn).
+//! Bottom up; a module uses only those above it in this list.
+//!
+//! - `config`: every `DS_*` variable as a flag, checked into a `Config`; `descriptors`: the
+//!   open-file limit raised and checked at start; `log_writer`: where log lines go (access
+//!   lines gathered per worker turn); `shutdown`, `metrics`: server-wide state.
+//! - `http`: the protocol's vocabulary: headers, problems, queries, CORS, cursors, bounded
+//!   request bodies, response bodies, and what every read answer shares (`read_reply`).
+//! - `per_stream`: what the live readers of one stream share in the server.
+//! - `events`: the SSE wire format, and frames of events shared by a stream's readers.
+//! - `direct`: the SSE direct path — one task per stream writing to its caught-up readers'
+//!   sockets — with the one hyper behaviour it relies on, stated and tested.
+//! - `app`: the state every request handler shares.
+//! - `live`: long-poll and SSE reads.
+//! - `routes`: one module per endpoint (create, append, read, head, delete, health,
+//!   metrics, preflight); `access_log`: one line per request.
+//! - `router`: path and method to route; the headers every response carries; metrics and
+//!   the access line of each request.
+//! - `serve`: the accept loop (hyper HTTP/1.1 connections, the connection limit, TLS
+//!   handshakes, write stalls, small writes joined, hyper's own error answers made problem
+//!   documents, graceful shutdown).
 //!
 //! # How a request flows
 //!
@@ -26,23 +35,26 @@
 //! (live routes wait on the stream's tail notifications). Errors become problem documents;
 //! `router::handle` adds the common headers to whatever comes back.
 
-pub mod access_log;
-pub mod app;
-pub mod canned;
-pub mod coalesce;
-pub mod config;
-pub mod descriptors;
-pub mod http;
-pub mod live;
-pub mod log_writer;
-pub mod metrics;
-pub mod router;
-pub mod routes;
-pub mod serve;
-pub mod shutdown;
-pub mod socket_link;
-pub mod stall;
-pub mod tls;
+mod access_log;
+mod app;
+mod config;
+mod descriptors;
+mod direct;
+mod events;
+mod http;
+mod live;
+mod log_writer;
+mod metrics;
+mod per_stream;
+mod router;
+mod routes;
+mod serve;
+mod shutdown;
+
+pub use config::{Args, Config, ConfigError};
+pub use log_writer::{
+    gather_on_this_thread as gather_log_lines, write_gathered as write_log_lines, LogWriter,
+};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,7 +63,6 @@ use ds_engine::{Engine, EngineConfig, StorageMode};
 use tokio::net::TcpListener;
 
 use crate::app::App;
-use crate::config::Config;
 
 /// Why the server could not run.
 #[derive(Debug)]
@@ -59,7 +70,7 @@ pub enum RunError {
     Descriptors(String),
     Engine(ds_engine::EngineError),
     Bind(SocketAddr, std::io::Error),
-    Tls(tls::TlsError),
+    Tls(serve::tls::TlsError),
 }
 
 impl std::fmt::Display for RunError {
@@ -77,7 +88,7 @@ impl std::error::Error for RunError {}
 
 /// Runs the server until SIGINT or SIGTERM, then shuts down gracefully.
 pub async fn run(config: Config) -> Result<(), RunError> {
-    let tls = config.tls.as_ref().map(tls::acceptor).transpose().map_err(RunError::Tls)?;
+    let tls = config.tls.as_ref().map(serve::tls::acceptor).transpose().map_err(RunError::Tls)?;
     let mut config = config;
     let descriptors = descriptors::prepare(&mut config).map_err(RunError::Descriptors)?;
     tracing::debug!(descriptors, "file descriptors the configuration needs at most");

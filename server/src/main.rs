@@ -4,8 +4,7 @@ use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::Parser;
-use ds_server::config::Args;
-use ds_server::log_writer::{self, LogWriter};
+use ds_server::{gather_log_lines, write_log_lines, Args, LogWriter};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -40,7 +39,7 @@ fn main() -> ExitCode {
 
 /// The async runtime, with two things a worker does once per turn rather than per request:
 ///
-/// - it writes the access lines it gathered when it is about to go idle ([`log_writer`]);
+/// - it writes the access lines it gathered when it is about to go idle;
 /// - with a single CPU to run on, it holds back shard wake-ups until then too
 ///   (`ds_engine::wake_batch`): a shard woken earlier could not run sooner, only cut the
 ///   worker's turn short and commit smaller batches.
@@ -56,15 +55,15 @@ fn runtime_builder() -> tokio::runtime::Builder {
     builder
         .enable_all()
         .on_thread_unpark(move || {
-            log_writer::gather_on_this_thread();
+            gather_log_lines();
             if one_cpu {
                 ds_engine::wake_batch::defer_on_this_thread();
             }
         })
         .on_thread_park(|| {
             ds_engine::wake_batch::ring_deferred();
-            log_writer::write_gathered();
+            write_log_lines();
         })
-        .on_thread_stop(log_writer::write_gathered);
+        .on_thread_stop(write_log_lines);
     builder
 }

@@ -67,7 +67,7 @@ pub enum ErrorKind {
     Connection,
     /// A TLS handshake failed or timed out.
     TlsHandshake,
-    /// A client stopped reading and was disconnected (see `crate::stall`).
+    /// A client stopped reading and was disconnected (see `crate::serve::stall`).
     WriteStall,
 }
 

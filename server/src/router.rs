@@ -17,13 +17,13 @@ use hyper::{Method, Request, Response, StatusCode, Uri};
 
 use crate::access_log::AccessRecord;
 use crate::app::App;
+use crate::direct::socket_link::SocketLink;
 use crate::http::cors::ALLOWED_METHODS;
 use crate::http::problem::Problem;
 use crate::http::request_body;
 use crate::http::response::{finish, Body};
 use crate::metrics::{Metrics, Route};
 use crate::routes;
-use crate::socket_link::SocketLink;
 
 /// Where stream names start in the path.
 pub const STREAM_PREFIX: &str = "/v1/stream/";
@@ -73,6 +73,10 @@ async fn handle_route(
     Ok(response)
 }
 
+/// Largest request head (request line and headers) accepted, in bytes (`router` answers
+/// 431 past it; hyper reads heads up to twice as large, so that a long URI is told apart
+/// and answered 414, and gives up on anything larger with 431).
+pub const HEAD_BYTES_MAX: usize = 64 * 1024;
 /// Longest request target (path and query) served, in bytes: a stream name of 1024 bytes
 /// fully percent-encoded and a read's parameters fit well inside.
 pub const URI_BYTES_MAX: usize = 8 * 1024;
@@ -86,8 +90,8 @@ fn oversized_head(request: &Request<Incoming>) -> Option<Problem> {
     }
     let header_bytes: usize =
         request.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
-    if uri_bytes + header_bytes > crate::serve::HEAD_BYTES_MAX {
-        let detail = format!("the request head is larger than {} bytes", crate::serve::HEAD_BYTES_MAX);
+    if uri_bytes + header_bytes > HEAD_BYTES_MAX {
+        let detail = format!("the request head is larger than {} bytes", HEAD_BYTES_MAX);
         return Some(Problem::new(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "head-too-large", detail));
     }
     None

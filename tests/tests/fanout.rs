@@ -49,7 +49,14 @@ fn subscribe(client: &Client, path: &str) -> StreamingResponse {
 }
 
 fn many_readers_get_every_event_in_order(mode: &str) {
-    let server = Server::start_in(mode, &[]);
+    many_readers_get_every_event_in_order_with(mode, true);
+}
+
+/// 24 readers, 60 messages and the closing; `direct`: the direct path is on (the fan-out
+/// writes) or off (every event goes through each connection's own writer).
+fn many_readers_get_every_event_in_order_with(mode: &str, direct: bool) {
+    let switch = if direct { "true" } else { "false" };
+    let server = Server::start_in(mode, &[("DS_SERVER__SSE_DIRECT_WRITES", switch)]);
     let client = server.client();
     let path = "/v1/stream/fan/out";
     let mut readers = lent_readers(&client, path, 24);
@@ -72,7 +79,13 @@ fn many_readers_get_every_event_in_order(mode: &str) {
         assert!(payloads == messages, "every message once, in order, intact");
         assert_eq!(control.unwrap()["streamClosed"], true);
     }
-    assert!(fanout_counter(&client, "ds_sse_fanout_frames_total") > 0, "the fan-out wrote frames");
+    let frames = fanout_counter(&client, "ds_sse_fanout_frames_total");
+    assert_eq!(frames > 0, direct, "the fan-out wrote {frames} frames");
+}
+
+#[test]
+fn with_direct_writes_off_every_reader_gets_every_event_through_its_own_writer() {
+    many_readers_get_every_event_in_order_with("memory", false);
 }
 
 #[test]

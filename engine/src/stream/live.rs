@@ -7,23 +7,15 @@
 //! Readers must enable their wait *before* they look at the tail, so an advance between the
 //! look and the wait is never missed.
 //!
-//! A slot also keeps the last frame one of its readers formatted (an opaque key, an offset
-//! range and the bytes), so readers at the same position share one formatting of the same
-//! messages — with a thousand SSE subscribers on one stream, one formats and the rest copy a
-//! pointer.
-//!
-//! A slot can also carry one companion object of the front's choosing ([`Subscription::companion`],
-//! the server's SSE fan-out), made on first use and dropped with the slot.
+//! A slot is all the engine keeps for live readers: what a front shares between the readers
+//! of one stream (formatted events, a fan-out) is the front's own.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::offset::Offset;
 use crate::stream::Published;
 
 /// Live slots of one shard, keyed by stream id.
@@ -42,8 +34,6 @@ pub struct LiveSlot {
     notify: Arc<Notify>,
     /// The published tail as `messages << 2 | closed << 1 | gone`; it only grows.
     tail: AtomicU64,
-    frame: Mutex<Option<CachedFrame>>,
-    companion: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 /// The published tail as a live slot knows it.
@@ -54,29 +44,13 @@ pub struct LiveTail {
     pub gone: bool,
 }
 
-/// A formatted frame covering messages `from..to`, for readers at `from` using `key`.
-#[derive(Clone, Debug)]
-pub struct CachedFrame {
-    pub key: u64,
-    pub from: Offset,
-    pub to: Offset,
-    pub bytes: Bytes,
-    /// The frame ends with the stream's closing: nothing follows it.
-    pub last: bool,
-}
-
 fn encode(published: Published) -> u64 {
     published.tail.messages << 2 | u64::from(published.closed) << 1 | u64::from(published.gone)
 }
 
 impl LiveSlot {
     fn new() -> LiveSlot {
-        LiveSlot {
-            notify: Arc::new(Notify::new()),
-            tail: AtomicU64::new(0),
-            frame: Mutex::new(None),
-            companion: OnceLock::new(),
-        }
+        LiveSlot { notify: Arc::new(Notify::new()), tail: AtomicU64::new(0) }
     }
 
     /// Records a published state (states only move forward, so the largest wins).
@@ -158,24 +132,6 @@ impl Subscription {
         let state = self.slot.tail.load(Ordering::Acquire);
         LiveTail { messages: state >> 2, closed: state & 2 != 0, gone: state & 1 != 0 }
     }
-
-    /// A frame another reader formatted for position `from` under `key`, if there is one.
-    pub fn cached_frame(&self, key: u64, from: Offset) -> Option<CachedFrame> {
-        let frame = self.slot.frame.lock().expect("frame cache lock");
-        frame.as_ref().filter(|f| f.key == key && f.from == from).cloned()
-    }
-
-    /// Offers a formatted frame to the other readers of the stream.
-    pub fn share_frame(&self, frame: CachedFrame) {
-        *self.slot.frame.lock().expect("frame cache lock") = Some(frame);
-    }
-
-    /// The slot's companion, made by `make` on first use; it lives as long as the slot (while
-    /// the stream has live readers). A slot holds companions of one type only.
-    pub fn companion<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Arc<T> {
-        let companion = self.slot.companion.get_or_init(|| Arc::new(make()));
-        Arc::clone(companion).downcast::<T>().unwrap_or_else(|_| panic!("a slot holds one companion type"))
-    }
 }
 
 impl Drop for Subscription {
@@ -187,6 +143,7 @@ impl Drop for Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::offset::Offset;
     use std::future::Future;
     use std::pin::pin;
 
@@ -224,33 +181,5 @@ mod tests {
         assert_eq!(mine.tail(), LiveTail { messages: 5, closed: true, gone: false });
         registry.wake([(1, published(4, false))]);
         assert_eq!(mine.tail().messages, 5, "a late, older state never moves the tail back");
-    }
-
-    #[test]
-    fn frames_are_shared_by_key_and_position() {
-        let registry = Arc::new(LiveRegistry::default());
-        let first = registry.subscribe(1, || published(0, false));
-        let second = registry.subscribe(1, || published(0, false));
-        let to = Offset { messages: 1, bytes: 2 };
-        let bytes = Bytes::from_static(b"ev");
-        first.share_frame(CachedFrame { key: 9, from: Offset::ZERO, to, bytes, last: false });
-        assert_eq!(second.cached_frame(9, Offset::ZERO).unwrap().to, to);
-        assert!(second.cached_frame(8, Offset::ZERO).is_none(), "another format");
-        assert!(second.cached_frame(9, to).is_none(), "another position");
-    }
-
-    #[test]
-    fn companions_are_made_once_per_slot_and_go_with_it() {
-        let registry = Arc::new(LiveRegistry::default());
-        let first = registry.subscribe(1, || published(0, false));
-        let second = registry.subscribe(1, || published(0, false));
-        let made = first.companion(|| Mutex::new(7u32));
-        *made.lock().unwrap() = 8;
-        let again = second.companion(|| Mutex::new(0u32));
-        assert!(Arc::ptr_eq(&made, &again), "one companion per slot");
-        drop((first, second, again));
-        assert_eq!(Arc::strong_count(&made), 1, "the slot let go of it");
-        let fresh = registry.subscribe(1, || published(0, false));
-        assert_eq!(*fresh.companion(|| Mutex::new(0u32)).lock().unwrap(), 0, "a new slot, a new one");
     }
 }

@@ -40,10 +40,6 @@ impl Problem {
         self
     }
 
-    pub fn status(&self) -> StatusCode {
-        self.status
-    }
-
     pub fn into_response(self) -> Response<Body> {
         let document = json!({
             "type": format!("urn:ds:problem:{}", self.kind),

@@ -11,12 +11,12 @@ use hyper::header::HeaderValue;
 use hyper::{Response, StatusCode};
 use tokio::time::Instant;
 
-use super::cursor::response_cursor;
 use crate::app::App;
+use crate::http::cursor::response_cursor;
 use crate::http::headers::{self, STREAM_CLOSED, STREAM_CURSOR, STREAM_NEXT_OFFSET, STREAM_UP_TO_DATE};
 use crate::http::problem::Problem;
+use crate::http::read_reply::{chunk_response, read_once, ReadStart};
 use crate::http::response::{response, Body};
-use crate::routes::read::{chunk_response, read_once, ReadStart};
 
 pub async fn serve(
     app: &App,
@@ -38,7 +38,7 @@ pub async fn serve(
         let woken = subscription.notify().notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let result = read_once(app, &handle, &resolved)?;
+        let result = read_once(&handle, &resolved, app.read_bytes_max)?;
         let cursor = || response_cursor(client_cursor.as_deref(), now_ms());
         if !result.chunk.is_empty() {
             return Ok(chunk_response(&handle, result, &start.text, if_none_match.as_ref(), Some(cursor())));

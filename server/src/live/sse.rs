@@ -1,11 +1,11 @@
 //! `live=sse`: a response body that pulls events from the stream as the client drains it.
 //!
 //! [`SseBody`] holds no queue: hyper polls it when the socket can take more, and each poll
-//! sends at most one frame (`super::frame`, up to [`FRAME_STORED_BYTES_MAX`] stored bytes),
+//! sends at most one frame (`crate::events::frame`, up to `FRAME_STORED_BYTES_MAX` stored bytes),
 //! so a slow client only slows itself. A poll first looks at the tail its live slot recorded
 //! at the last commit and touches the stream only when there is something new. When caught
 //! up on a plain HTTP/1.1 connection, the body lends itself to its stream's fan-out
-//! (`super::fanout`), which writes new events to the socket directly and hands the body
+//! (`crate::direct`), which writes new events to the socket directly and hands the body
 //! back when it cannot; elsewhere (TLS) it waits on the tail notification (enabled before
 //! each look; the shutdown fires it too). Either way it also waits on the idle timer. It
 //! ends after the control event that reports a closed stream, when the stream is deleted,
@@ -19,7 +19,6 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use ds_engine::SseEncoding;
 use ds_engine::Subscription;
 use ds_engine::{Offset, StartAt, StreamHandle};
 use http_body::Frame;
@@ -28,20 +27,18 @@ use hyper::{Response, StatusCode};
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 
-use super::cursor::response_cursor;
-use super::event::EventFormat;
-use super::fanout::{FanOut, Lent, Parked};
-use super::frame::{FrameSource, Next};
 use crate::app::App;
+use crate::direct::socket_link::SocketLink;
+use crate::direct::{DirectPath, Standing};
+use crate::events::event::{EventFormat, SseEncoding};
+use crate::events::frame::{FrameCache, FrameSource, Next};
+use crate::http::cursor::response_cursor;
 use crate::http::headers::STREAM_SSE_DATA_ENCODING;
 use crate::http::problem::Problem;
+use crate::http::read_reply::{read_problem, ReadStart};
 use crate::http::response::{response, Body};
 use crate::metrics::Metrics;
-use crate::routes::read::ReadStart;
-use crate::routes::read_problem;
-use crate::socket_link::SocketLink;
-
-pub use super::frame::FRAME_STORED_BYTES_MAX;
+use crate::per_stream::Member;
 
 /// Tells nginx-style proxies not to buffer the event stream.
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
@@ -75,7 +72,7 @@ pub fn serve(
         .ok_or_else(Problem::not_found)?;
     handle.touch();
     let content_type = &handle.config().content_type;
-    let format = EventFormat { encoding: content_type.sse_encoding(), json: content_type.is_json() };
+    let format = EventFormat::of(content_type);
     let start = Start { offset: from, client_cursor: client_cursor.map(Arc::from), format };
     let body = SseBody::new(Arc::clone(app), handle, start, link);
     let mut reply = response(StatusCode::OK, Body::Live(Box::pin(body)));
@@ -119,6 +116,8 @@ pub struct SseBody {
     app: Arc<App>,
     handle: StreamHandle,
     subscription: Subscription,
+    /// Frames formatted by the stream's other SSE readers.
+    frames: Member<FrameCache>,
     /// The wait for the next tail advance; its allocation is reused for every wait.
     woken: Pin<Box<OwnedNotified>>,
     /// `woken` is enabled and has not fired yet.
@@ -133,15 +132,7 @@ pub struct SseBody {
     told_up_to_date: bool,
     finished: bool,
     /// The way to the stream's fan-out (plain HTTP/1.1 connections only).
-    direct: Option<Direct>,
-}
-
-/// What a body needs to lend itself to its stream's fan-out.
-struct Direct {
-    link: Arc<SocketLink>,
-    fanout: Arc<FanOut>,
-    /// Set while lent.
-    parked: Option<Arc<Parked>>,
+    direct: Option<DirectPath>,
 }
 
 impl SseBody {
@@ -153,9 +144,10 @@ impl SseBody {
         });
         app.metrics.sse_started();
         let subscription = handle.subscribe();
-        let direct =
-            link.map(|link| Direct { link, fanout: subscription.companion(FanOut::default), parked: None });
+        let direct = link.map(|link| DirectPath::new(&app.direct, &handle, link));
+        let frames = app.frames.join(&handle);
         SseBody {
+            frames,
             woken: Box::pin(Arc::clone(subscription.notify()).notified_owned()),
             woken_armed: false,
             subscription,
@@ -182,12 +174,7 @@ impl SseBody {
     fn next_frame(&mut self) -> Option<Bytes> {
         let now_ms = ds_engine::Clock::System.now_ms();
         let cursor = response_cursor(self.client_cursor.as_deref(), now_ms);
-        let source = FrameSource {
-            handle: &self.handle,
-            subscription: &self.subscription,
-            format: self.format,
-            cursor,
-        };
+        let source = FrameSource { handle: &self.handle, frames: &self.frames, format: self.format, cursor };
         let frame = match source.next_frame(self.offset, self.told_up_to_date) {
             Next::Frame(frame) => frame,
             Next::Nothing => return None,
@@ -238,28 +225,27 @@ impl SseBody {
     /// Ready once the body owns its connection again: back from the fan-out, or taken back
     /// to end. A chunk the fan-out left unfinished goes to the link, ahead of hyper's bytes.
     fn poll_direct(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(direct) = &mut self.direct else { return Poll::Ready(()) };
-        if let Some(parked) = &direct.parked {
-            let (back, wrote_data) = parked.poll_back(cx.waker());
-            if let Some(idle) = self.idle.as_mut().filter(|_| wrote_data) {
-                idle.data_since_armed = true;
-            }
-            let returned = match back {
-                Some(returned) => returned,
-                None => {
-                    let ending = self.app.shutdown.is_triggered()
-                        || self.idle.as_mut().is_some_and(|idle| idle.expired(cx));
-                    if !ending {
-                        return Poll::Pending;
-                    }
-                    self.finished = true;
-                    parked.take_back()
+        let Some(direct) = self.direct.as_mut().filter(|direct| direct.is_lent()) else {
+            return Poll::Ready(());
+        };
+        let (back, wrote_data) = direct.poll_back(cx);
+        if let Some(idle) = self.idle.as_mut().filter(|_| wrote_data) {
+            idle.data_since_armed = true;
+        }
+        let returned = match back {
+            Poll::Ready(returned) => Some(returned),
+            Poll::Pending => {
+                let ending = self.app.shutdown.is_triggered()
+                    || self.idle.as_mut().is_some_and(|idle| idle.expired(cx));
+                if !ending {
+                    return Poll::Pending;
                 }
-            };
-            direct.parked = None;
-            direct.link.set_lent(None);
-            direct.link.prepend(returned.remainder);
-            debug_assert!(returned.offset >= self.offset, "the fan-out only moves readers forward");
+                self.finished = true;
+                direct.take_back()
+            }
+        };
+        if let Some(returned) = returned {
+            assert!(returned.offset >= self.offset, "the fan-out only moves readers forward");
             self.offset = returned.offset;
             self.finished |= returned.finished;
         }
@@ -270,33 +256,22 @@ impl SseBody {
     /// hyper's left to write (otherwise the flush wakes it to try again).
     fn lend(&mut self, cx: &mut Context<'_>) {
         let Some(direct) = &mut self.direct else { return };
-        if self.finished || !self.told_up_to_date || !direct.link.flushed_or_wake_later() {
+        if self.finished || !self.told_up_to_date || !direct.can_lend() {
             return;
         }
         // No tail wait while lent: the fan-out writes, and hands the body back when it must.
         self.woken.set(Arc::clone(self.subscription.notify()).notified_owned());
         self.woken_armed = false;
-        let lent = Lent {
-            link: Arc::clone(&direct.link),
-            offset: self.offset,
-            format: self.format,
-            client_cursor: self.client_cursor.clone(),
-            waker: cx.waker().clone(),
-        };
-        let parked = direct.fanout.park(&self.app, &self.handle, lent);
-        direct.link.set_lent(Some(Arc::clone(&parked)));
-        direct.parked = Some(parked);
+        let standing =
+            Standing { offset: self.offset, format: self.format, client_cursor: self.client_cursor.clone() };
+        direct.lend(&self.handle, standing, cx);
     }
 }
 
 impl Drop for SseBody {
     fn drop(&mut self) {
-        if let Some(direct) = &mut self.direct {
-            if let Some(parked) = direct.parked.take() {
-                direct.link.set_lent(None);
-                direct.link.prepend(parked.take_back().remainder);
-            }
-        }
+        // The direct path (if any) takes the body back as it goes.
+        self.direct = None;
         self.app.metrics.sse_ended();
     }
 }
@@ -322,7 +297,7 @@ impl http_body::Body for SseBody {
                 if let Some(frame) = this.next_frame() {
                     Metrics::add(&this.app.metrics.read_bytes, frame.len() as u64);
                     if let Some(direct) = &this.direct {
-                        direct.link.mark_unflushed();
+                        direct.frame_handed();
                     }
                     return Poll::Ready(Some(Ok(Frame::data(frame))));
                 }

@@ -16,7 +16,6 @@ pub mod read;
 
 use bytes::Bytes;
 use ds_engine::ContentType;
-use ds_engine::ReadError;
 use ds_engine::{OpError, Payload};
 use hyper::header::HeaderValue;
 use hyper::StatusCode;
@@ -63,25 +62,6 @@ pub fn op_problem(error: OpError) -> Problem {
         OpError::InsufficientStorage => Problem::new(StatusCode::INSUFFICIENT_STORAGE, "disk-full", detail)
             .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("5")),
         OpError::TooManyStreams => Problem::new(StatusCode::INSUFFICIENT_STORAGE, "too-many-streams", detail),
-    }
-}
-
-/// The HTTP answer to a read that cannot start at `offset` (as the client spelled it).
-pub fn read_problem(error: ReadError, offset: &str) -> Problem {
-    match error {
-        ReadError::NotBoundary => Problem::bad_request("invalid-offset", error.to_string()),
-        ReadError::Damaged => Problem::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "stream-damaged",
-            format!(
-                "the stored data of this stream is damaged at offset {offset}: it cannot be served \
-                 from there (what comes before it can)"
-            ),
-        ),
-        ReadError::Storage => {
-            tracing::error!("a read failed: stored data could not be read");
-            Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "storage-error", error.to_string())
-        }
     }
 }
 

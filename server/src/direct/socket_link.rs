@@ -2,7 +2,7 @@
 //!
 //! hyper owns the socket through a [`LinkedSocket`] (its I/O object); the connection's
 //! [`SocketLink`] is what an SSE body of the connection lends to its stream's fan-out
-//! (`crate::live::fanout`) while hyper has nothing to write:
+//! (`super::fanout`) while hyper has nothing to write:
 //!
 //! - **When hyper has nothing to write.** hyper calls its I/O's `poll_flush` only once its
 //!   own write buffer is empty (with its `pipeline_flush` off, the default `serve` keeps),
@@ -30,7 +30,11 @@ use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::live::fanout::Parked;
+/// A reader lent to a fan-out, as its connection sees it: something to take back before the
+/// socket closes (after which nothing writes to the descriptor).
+pub trait Lent: Send + Sync {
+    fn take_back(&self);
+}
 
 /// What the connection's writers must know of each other. The flags and the remainder
 /// are touched by the connection's own task only (relaxed order suffices).
@@ -44,7 +48,7 @@ pub struct SocketLink {
     remainder: Mutex<Bytes>,
     has_remainder: AtomicBool,
     /// The reader lent to a fan-out, taken back before the socket closes.
-    lent: Mutex<Option<Arc<Parked>>>,
+    lent: Mutex<Option<Arc<dyn Lent>>>,
 }
 
 impl SocketLink {
@@ -75,8 +79,8 @@ impl SocketLink {
     }
 
     /// Records the reader lent to a fan-out (or none), for [`LinkedSocket`]'s drop.
-    pub fn set_lent(&self, parked: Option<Arc<Parked>>) {
-        *self.lent.lock().expect("lent reader lock") = parked;
+    pub fn set_lent(&self, lent: Option<Arc<dyn Lent>>) {
+        *self.lent.lock().expect("lent reader lock") = lent;
     }
 
     /// Sends without blocking straight to the socket; `WouldBlock` when it is full.
@@ -136,8 +140,8 @@ impl LinkedSocket {
 impl Drop for LinkedSocket {
     fn drop(&mut self) {
         let lent = self.link.lent.lock().expect("lent reader lock").take();
-        if let Some(parked) = lent {
-            parked.take_back();
+        if let Some(lent) = lent {
+            lent.take_back();
         }
     }
 }

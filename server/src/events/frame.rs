@@ -1,18 +1,20 @@
 //! What an SSE reader at a position sends next: one frame of events, formatted once.
 //!
-//! [`next_frame`] turns the messages after a position into data and control events (at
+//! [`FrameSource::next_frame`] turns the messages after a position into data and control events (at
 //! most [`FRAME_STORED_BYTES_MAX`] stored bytes), or into the control event that reports
-//! catching up or the closing. Message frames are offered to the stream's live slot, so
-//! readers at the same position with the same format and cursor share one formatting.
+//! catching up or the closing. Message frames are offered to the stream's [`FrameCache`]
+//! (shared by its readers in the server, `crate::per_stream`), so readers at the same
+//! position with the same format and cursor share one formatting: with a thousand SSE
+//! subscribers on one stream, one formats and the rest copy a pointer.
 //! [`chunked`] wraps a frame in HTTP/1.1 chunk framing for the fan-out's direct writes.
 //! Leaves only: the callers decide what to do with a frame.
 
+use std::sync::Mutex;
+
 use bytes::{BufMut, Bytes, BytesMut};
-use ds_engine::SseEncoding;
-use ds_engine::{CachedFrame, Subscription};
 use ds_engine::{Offset, StreamHandle};
 
-use super::event::{write_control, write_message, ControlState, EventFormat};
+use super::event::{write_control, write_message, ControlState, EventFormat, SseEncoding};
 
 /// Most stored message bytes formatted into one frame.
 pub const FRAME_STORED_BYTES_MAX: usize = 64 * 1024;
@@ -39,10 +41,39 @@ pub enum Next {
     Damaged,
 }
 
-/// Who is asking: the stream, its live slot and the reader's view of it.
+/// The last message frame one of a stream's readers formatted, for the others.
+#[derive(Default)]
+pub struct FrameCache {
+    last: Mutex<Option<CachedFrame>>,
+}
+
+/// A formatted frame covering messages `from..to`, for readers at `from` using `key`.
+#[derive(Clone, Debug)]
+struct CachedFrame {
+    key: u64,
+    from: Offset,
+    to: Offset,
+    bytes: Bytes,
+    /// The frame ends with the stream's closing: nothing follows it.
+    last: bool,
+}
+
+impl FrameCache {
+    /// The frame another reader formatted for position `from` under `key`, if there is one.
+    fn get(&self, key: u64, from: Offset) -> Option<CachedFrame> {
+        let last = self.last.lock().expect("frame cache lock");
+        last.as_ref().filter(|frame| frame.key == key && frame.from == from).cloned()
+    }
+
+    fn offer(&self, frame: CachedFrame) {
+        *self.last.lock().expect("frame cache lock") = Some(frame);
+    }
+}
+
+/// Who is asking: the stream, what its readers share, and the reader's view of it.
 pub struct FrameSource<'a> {
     pub handle: &'a StreamHandle,
-    pub subscription: &'a Subscription,
+    pub frames: &'a FrameCache,
     pub format: EventFormat,
     pub cursor: u64,
 }
@@ -52,7 +83,7 @@ impl FrameSource<'_> {
     /// saying so (no bare one is repeated).
     pub fn next_frame(&self, from: Offset, told_up_to_date: bool) -> Next {
         let key = frame_key(self.format, self.cursor);
-        if let Some(shared) = self.subscription.cached_frame(key, from) {
+        if let Some(shared) = self.frames.get(key, from) {
             return Next::Frame(Frame { bytes: shared.bytes, to: shared.to, closes: shared.last });
         }
         let read = match self.handle.read_messages(from, FRAME_STORED_BYTES_MAX) {
@@ -80,7 +111,7 @@ impl FrameSource<'_> {
         let bytes = out.freeze();
         let closes = read.closed && last == read.tail;
         let frame = CachedFrame { key, from, to: last, bytes: bytes.clone(), last: closes };
-        self.subscription.share_frame(frame);
+        self.frames.offer(frame);
         Next::Frame(Frame { bytes, to: last, closes })
     }
 }
@@ -113,6 +144,22 @@ mod tests {
         assert!(chunk.starts_with(b"12c\r\nxxx"));
         assert!(chunk.ends_with(b"xx\r\n"));
         assert_eq!(chunk.len(), 5 + 300 + 2);
+    }
+
+    #[test]
+    fn frames_are_shared_by_key_and_position() {
+        let cache = FrameCache::default();
+        let to = Offset { messages: 1, bytes: 2 };
+        cache.offer(CachedFrame {
+            key: 9,
+            from: Offset::ZERO,
+            to,
+            bytes: Bytes::from_static(b"ev"),
+            last: false,
+        });
+        assert_eq!(cache.get(9, Offset::ZERO).unwrap().to, to);
+        assert!(cache.get(8, Offset::ZERO).is_none(), "another format");
+        assert!(cache.get(9, to).is_none(), "another position");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The SSE fan-out of one stream: caught-up readers written to by one task, not each by its own.
 //!
 //! An SSE body that has caught up, on a plain TCP connection whose hyper buffer is empty
-//! (see `crate::socket_link`), lends itself to its stream's [`FanOut`] ([`FanOut::park`])
+//! (see `crate::direct::socket_link`), lends itself to its stream's [`FanOut`] ([`FanOut::park`])
 //! and sleeps. One writer task per stream with lent readers then waits on the tail
 //! notification; at each advance it formats each distinct frame once, wraps it in chunk
 //! framing once, and writes it to every lent reader's socket with one non-blocking write.
@@ -11,11 +11,12 @@
 //! A reader goes back to its body ([`Parked::poll_back`]) whenever the fast path cannot
 //! finish: the socket is full (nothing written: the body resends through hyper and its
 //! stall guard), a write was partial (the chunk's [remainder] goes out ahead of hyper's
-//! next bytes, see `crate::socket_link`), the reader is still behind after a few frames,
+//! next bytes, see `crate::direct::socket_link`), the reader is still behind after a few frames,
 //! the closing event went out, the stream is gone, or the server shuts down. A body (or
-//! its connection) ending takes the reader back ([`Parked::take_back`]); from then on the
+//! its connection) ending takes the reader back ([`Parked::take_back_now`]); from then on the
 //! fan-out never touches that socket. The writer task ends when no reader is lent. Its
-//! state lives in the stream's live slot (a companion), so idle streams have none.
+//! state is shared by the stream's SSE readers (`crate::per_stream`), so idle streams have
+//! none.
 //!
 //! [remainder]: Returned::remainder
 
@@ -28,12 +29,12 @@ use ds_engine::{LiveTail, Subscription};
 use ds_engine::{Offset, StreamHandle};
 use tokio::sync::Notify;
 
-use super::cursor::response_cursor;
-use super::event::EventFormat;
-use super::frame::{chunked, Frame, FrameSource, Next};
-use crate::app::App;
+use super::socket_link::{Lent, SocketLink};
+use super::DirectWrites;
+use crate::events::event::EventFormat;
+use crate::events::frame::{chunked, Frame, FrameCache, FrameSource, Next};
+use crate::http::cursor::response_cursor;
 use crate::metrics::Metrics;
-use crate::socket_link::SocketLink;
 
 /// Most frames written to one reader in one round; a reader further behind goes back to
 /// its body, which catches up at the pace its socket drains.
@@ -62,7 +63,7 @@ struct Roster {
 }
 
 /// What a body lends: its connection and where it stands.
-pub struct Lent {
+pub struct Lending {
     pub link: Arc<SocketLink>,
     pub offset: Offset,
     pub format: EventFormat,
@@ -100,7 +101,12 @@ pub struct Returned {
 
 impl FanOut {
     /// Lends a caught-up reader to the stream's writer, starting one if none runs.
-    pub fn park(self: &Arc<Self>, app: &Arc<App>, handle: &StreamHandle, lent: Lent) -> Arc<Parked> {
+    pub fn park(
+        self: &Arc<Self>,
+        writes: &Arc<DirectWrites>,
+        handle: &StreamHandle,
+        lent: Lending,
+    ) -> Arc<Parked> {
         let parked = Arc::new(Parked {
             state: Mutex::new(ParkedState {
                 link: Some(lent.link),
@@ -119,7 +125,7 @@ impl FanOut {
             !std::mem::replace(&mut roster.running, true)
         };
         if start {
-            tokio::spawn(run(Arc::clone(self), Arc::clone(app), handle.clone()));
+            tokio::spawn(run(Arc::clone(self), Arc::clone(writes), handle.clone()));
         }
         self.kick.notify_one();
         parked
@@ -129,14 +135,14 @@ impl FanOut {
     /// false once none is left (the writer then ends).
     async fn round(
         &self,
-        app: &App,
+        writes: &DirectWrites,
         source: &RoundFrames<'_>,
         frames: &mut Vec<Built>,
         touched_ms: &mut u64,
     ) -> bool {
         let mut readers = std::mem::take(&mut self.roster.lock().expect("fan-out roster lock").readers);
         let tail = source.subscription.tail();
-        let ending = tail.gone || app.shutdown.is_triggered();
+        let ending = tail.gone || writes.shutdown.is_triggered();
         let mut tally = Tally::default();
         let mut kept = 0;
         for index in 0..readers.len() {
@@ -161,10 +167,11 @@ impl FanOut {
             readers.rotate_left(1);
         }
         frames.clear();
-        Metrics::add(&app.metrics.sse_fanout_handbacks, tally.handbacks);
+        let metrics = &writes.metrics;
+        Metrics::add(&metrics.sse_fanout_handbacks, tally.handbacks);
         if tally.frames > 0 {
-            Metrics::add(&app.metrics.sse_fanout_frames, tally.frames);
-            Metrics::add(&app.metrics.read_bytes, tally.bytes);
+            Metrics::add(&metrics.sse_fanout_frames, tally.frames);
+            Metrics::add(&metrics.read_bytes, tally.bytes);
             if source.now_ms.saturating_sub(*touched_ms) >= TOUCH_INTERVAL_MS {
                 *touched_ms = source.now_ms;
                 source.handle.touch();
@@ -179,8 +186,9 @@ impl FanOut {
 }
 
 /// The writer task of one stream: a round after every tail advance or newly lent reader.
-async fn run(fanout: Arc<FanOut>, app: Arc<App>, handle: StreamHandle) {
+async fn run(fanout: Arc<FanOut>, writes: Arc<DirectWrites>, handle: StreamHandle) {
     let subscription = handle.subscribe();
+    let shared_frames = writes.frames.join(&handle);
     let mut frames = Vec::with_capacity(ROUND_FRAMES_MAX);
     let mut touched_ms = 0;
     loop {
@@ -190,9 +198,13 @@ async fn run(fanout: Arc<FanOut>, app: Arc<App>, handle: StreamHandle) {
         tokio::pin!(advanced, kicked);
         advanced.as_mut().enable();
         kicked.as_mut().enable();
-        let source =
-            RoundFrames { handle: &handle, subscription: &subscription, now_ms: Clock::System.now_ms() };
-        if !fanout.round(&app, &source, &mut frames, &mut touched_ms).await {
+        let source = RoundFrames {
+            handle: &handle,
+            subscription: &subscription,
+            shared: &shared_frames,
+            now_ms: Clock::System.now_ms(),
+        };
+        if !fanout.round(&writes, &source, &mut frames, &mut touched_ms).await {
             return;
         }
         tokio::select! {
@@ -214,6 +226,8 @@ struct Tally {
 struct RoundFrames<'a> {
     handle: &'a StreamHandle,
     subscription: &'a Subscription,
+    /// Frames the stream's other readers formatted.
+    shared: &'a FrameCache,
     now_ms: u64,
 }
 
@@ -240,7 +254,7 @@ impl RoundFrames<'_> {
         if let Some(index) = found {
             return index;
         }
-        let source = FrameSource { handle: self.handle, subscription: self.subscription, format, cursor };
+        let source = FrameSource { handle: self.handle, frames: self.shared, format, cursor };
         let next = source.next_frame(from, true);
         let chunk = match &next {
             Next::Frame(frame) => chunked(&frame.bytes),
@@ -270,7 +284,7 @@ impl Parked {
     }
 
     /// Takes the reader back now; the fan-out no longer touches its connection.
-    pub fn take_back(&self) -> Returned {
+    pub fn take_back_now(&self) -> Returned {
         let mut state = self.state.lock().expect("parked reader lock");
         state.link = None;
         state.returned()
@@ -314,6 +328,12 @@ impl Parked {
         // Gone, or still behind after a few frames (the body catches up at its socket's pace).
         tally.handbacks += u64::from(state.hand_back());
         false
+    }
+}
+
+impl Lent for Parked {
+    fn take_back(&self) {
+        self.take_back_now();
     }
 }
 

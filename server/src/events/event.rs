@@ -16,8 +16,16 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use bytes::BytesMut;
-use ds_engine::Offset;
-use ds_engine::SseEncoding;
+use ds_engine::{ContentType, Offset};
+
+/// How SSE data events carry a stream's payloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SseEncoding {
+    /// UTF-8 text, one `data:` line per payload line (`text/*` and JSON streams).
+    Text,
+    /// Base64 of the payload bytes (every other content type).
+    Base64,
+}
 
 /// How a stream's messages become data events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +33,15 @@ pub struct EventFormat {
     pub encoding: SseEncoding,
     /// JSON mode: each message is wrapped in a JSON array.
     pub json: bool,
+}
+
+impl EventFormat {
+    /// The format of a stream of `content_type`.
+    pub fn of(content_type: &ContentType) -> EventFormat {
+        let text = content_type.is_json() || content_type.media_type().starts_with("text/");
+        let encoding = if text { SseEncoding::Text } else { SseEncoding::Base64 };
+        EventFormat { encoding, json: content_type.is_json() }
+    }
 }
 
 /// What a control event says besides the offset.
@@ -48,11 +65,6 @@ pub fn write_message(
     let id = next.text();
     write_data_with_id(out, format, payload, id.as_str());
     write_control_with_id(out, id.as_str(), state);
-}
-
-/// Appends a data event holding `payload`, the message that ends at `next`.
-pub fn write_data(out: &mut BytesMut, format: EventFormat, payload: &[u8], next: Offset) {
-    write_data_with_id(out, format, payload, next.text().as_str());
 }
 
 fn write_data_with_id(out: &mut BytesMut, format: EventFormat, payload: &[u8], id: &str) {
@@ -158,12 +170,21 @@ fn data_prefix(out: &mut BytesMut, line: &[u8]) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn text_and_json_streams_are_text_the_rest_base64() {
+        let format = |spelled| EventFormat::of(&ContentType::parse(spelled).unwrap());
+        assert_eq!(format("text/csv").encoding, SseEncoding::Text);
+        assert_eq!(format("APPLICATION/JSON"), EventFormat { encoding: SseEncoding::Text, json: true });
+        assert_eq!(format("application/octet-stream").encoding, SseEncoding::Base64);
+        assert_eq!(format("image/png").encoding, SseEncoding::Base64);
+    }
+
     const NEXT: Offset = Offset { messages: 1, bytes: 5 };
     const TEXT: EventFormat = EventFormat { encoding: SseEncoding::Text, json: false };
 
     fn data(format: EventFormat, payload: &[u8]) -> String {
         let mut out = BytesMut::new();
-        write_data(&mut out, format, payload, NEXT);
+        write_data_with_id(&mut out, format, payload, NEXT.text().as_str());
         String::from_utf8(out.to_vec()).unwrap()
     }
 

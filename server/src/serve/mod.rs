@@ -11,6 +11,11 @@
 //! bounded by [`HANDSHAKE_TIMEOUT`]. On shutdown the loop stops accepting, live reads end
 //! (clients reconnect from their offsets), and in-flight requests get [`DRAIN_TIMEOUT`].
 
+pub mod canned;
+pub mod coalesce;
+pub mod stall;
+pub mod tls;
+
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,17 +31,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::app::App;
-use crate::canned::Canned;
-use crate::coalesce::Coalesced;
+use crate::direct::socket_link::{LinkedSocket, SocketLink};
 use crate::metrics::ErrorKind;
-use crate::router;
-use crate::socket_link::{LinkedSocket, SocketLink};
-use crate::stall::StallGuard;
+use crate::router::{self, HEAD_BYTES_MAX};
+use crate::serve::canned::Canned;
+use crate::serve::coalesce::Coalesced;
+use crate::serve::stall::StallGuard;
 
-/// Largest request head (request line and headers) accepted, in bytes (`router` answers
-/// 431 past it; hyper reads heads up to twice as large, so that a long URI is told apart
-/// and answered 414, and gives up on anything larger with 431).
-pub const HEAD_BYTES_MAX: usize = 64 * 1024;
 /// Most request headers accepted is hyper's default, 100 (more is refused with 431).
 /// How long a client may take to send a request head.
 pub const HEAD_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -105,11 +106,12 @@ async fn connection(
 ) {
     app.metrics.connections_open.fetch_add(1, Ordering::Relaxed);
     match tls {
-        None => {
+        None if app.direct.enabled() => {
             let io = LinkedSocket::new(socket);
             let link = Arc::clone(io.link());
             serve_http(&app, io, Some(link), peer, watcher).await
         }
+        None => serve_http(&app, socket, None, peer, watcher).await,
         Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
             Ok(Ok(stream)) => serve_http(&app, stream, None, peer, watcher).await,
             Ok(Err(error)) => {
@@ -196,6 +198,147 @@ async fn refuse(mut socket: TcpStream, _refusal: OwnedSemaphorePermit) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::convert::Infallible;
+    use std::io;
+    use std::pin::Pin;
+    use std::sync::Mutex;
+    use std::task::{Context, Poll};
+
+    use bytes::Bytes;
+    use tokio::io::ReadBuf;
+
+    use crate::metrics::Metrics;
+
+    /// What the socket under the whole I/O chain saw: bytes written, frames the body had
+    /// handed hyper by then, and every flush that came while some of them were not written.
+    #[derive(Default)]
+    struct Log {
+        written: Vec<u8>,
+        /// Frames handed over and not yet found in `written` (in order), and where in
+        /// `written` to look for the next one.
+        pending: std::collections::VecDeque<Vec<u8>>,
+        search_from: usize,
+        handed: usize,
+        flushes: usize,
+        early_flushes: Vec<String>,
+    }
+
+    impl Log {
+        /// Whether every frame handed over is in what was written (found in order).
+        fn all_written(&mut self) -> bool {
+            while let Some(frame) = self.pending.front() {
+                let rest = &self.written[self.search_from..];
+                let Some(at) = rest.windows(frame.len()).position(|window| window == frame.as_slice()) else {
+                    return false;
+                };
+                self.search_from += at + frame.len();
+                self.pending.pop_front();
+            }
+            true
+        }
+    }
+
+    /// The socket: a duplex stream that records what passes through.
+    struct Recording {
+        inner: tokio::io::DuplexStream,
+        log: Arc<Mutex<Log>>,
+    }
+
+    impl AsyncRead for Recording {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.inner).poll_read(cx, buf)
+        }
+    }
+
+    impl AsyncWrite for Recording {
+        fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            let written = Pin::new(&mut self.inner).poll_write(cx, buf);
+            if let Poll::Ready(Ok(count)) = &written {
+                self.log.lock().unwrap().written.extend_from_slice(&buf[..*count]);
+            }
+            written
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            {
+                let mut log = self.log.lock().unwrap();
+                log.flushes += 1;
+                if !log.all_written() {
+                    let note = format!("flush {} before every handed frame was written", log.flushes);
+                    log.early_flushes.push(note);
+                }
+            }
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    /// A body of `count` frames of mixed sizes, each noted in the log as it is handed over.
+    struct Frames {
+        log: Arc<Mutex<Log>>,
+        next: usize,
+        count: usize,
+    }
+
+    impl http_body::Body for Frames {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+            if self.next == self.count {
+                return Poll::Ready(None);
+            }
+            let size = [40, 3_000, 70_000][self.next % 3];
+            let mut frame = format!("<frame {:04}>", self.next).into_bytes();
+            frame.resize(size, b'.');
+            self.next += 1;
+            let mut log = self.log.lock().unwrap();
+            log.handed += 1;
+            log.pending.push_back(frame.clone());
+            drop(log);
+            Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from(frame)))))
+        }
+    }
+
+    /// What the SSE direct path relies on (`crate::direct`): through the server's whole I/O
+    /// chain, the socket sees a flush only once every byte of every frame the body handed
+    /// hyper has been written to it. A hyper (or wrapper) change that breaks this fails here.
+    #[tokio::test]
+    async fn the_socket_is_flushed_only_after_every_handed_frame_is_written() {
+        let log = Arc::new(Mutex::new(Log::default()));
+        let (server_end, mut client) = tokio::io::duplex(1 << 16);
+        let socket = Recording { inner: server_end, log: Arc::clone(&log) };
+        let io =
+            StallGuard::new(Coalesced::new(socket), Duration::from_secs(10), Arc::new(Metrics::default()));
+        let body_log = Arc::clone(&log);
+        let service = service_fn(move |_request| {
+            let body = Frames { log: Arc::clone(&body_log), next: 0, count: 60 };
+            async move { Ok::<_, Infallible>(hyper::Response::new(body)) }
+        });
+        let server = tokio::spawn(
+            http1::Builder::new()
+                .timer(TokioTimer::new())
+                .serve_connection(TokioIo::new(Canned::new(io)), service),
+        );
+        client.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut response = Vec::new();
+        client.read_to_end(&mut response).await.unwrap();
+        server.await.unwrap().unwrap();
+        let log = log.lock().unwrap();
+        assert_eq!(log.handed, 60, "the whole body was sent");
+        assert!(log.flushes > 1, "hyper flushed as it went ({} flushes)", log.flushes);
+        assert_eq!(log.early_flushes, Vec::<String>::new());
+    }
 
     #[test]
     fn the_refusal_is_a_complete_response() {
