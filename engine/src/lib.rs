@@ -55,6 +55,7 @@ mod config;
 mod content_type;
 mod engine;
 mod histogram;
+mod ids;
 pub mod inspect;
 mod limits;
 mod meta;
@@ -78,6 +79,7 @@ pub use config::{
 pub use content_type::ContentType;
 pub use engine::{Engine, EngineStats, ShardStats};
 pub use histogram::HistogramSnapshot;
+pub use ids::{Location, StreamId};
 pub use limits::{Limits, STREAM_SEQ_BYTES_MAX};
 pub use meta::{StreamConfig, StreamDamage};
 pub use name::StreamName;

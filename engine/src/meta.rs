@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::content_type::ContentType;
+use crate::ids::{Location, StreamId};
 use crate::offset::Offset;
 use crate::producer::ProducerState;
 
@@ -41,7 +42,7 @@ pub struct StreamDamage {
 /// A stream's durable state: what recovery rebuilds and a checkpoint stores.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamSnapshot {
-    pub id: u64,
+    pub id: StreamId,
     pub name: Arc<str>,
     pub config: StreamConfig,
     pub last_access_ms: u64,
@@ -50,7 +51,7 @@ pub struct StreamSnapshot {
     pub stream_seq: Option<Box<str>>,
     pub producers: Vec<(Box<str>, ProducerState)>,
     /// Location of the stream's last record (disk modes).
-    pub chain_tail: u64,
+    pub chain_tail: Location,
     /// Index of that record in the stream's chain.
     pub chain_n: u64,
     /// Producer tag and `Stream-Seq` bytes its appends carried (see `limits::tag_bytes`).

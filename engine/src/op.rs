@@ -8,6 +8,7 @@
 use tokio::sync::oneshot;
 
 use crate::content_type::ContentType;
+use crate::ids::StreamId;
 use crate::meta::StreamConfig;
 use crate::name::StreamName;
 use crate::offset::Offset;
@@ -161,7 +162,7 @@ pub(crate) enum Op {
     /// A reader found stream `id` expired: remove it if it still is.
     Expire {
         name: std::sync::Arc<str>,
-        id: u64,
+        id: StreamId,
     },
     /// Finish the current batch and stop the shard.
     Stop,

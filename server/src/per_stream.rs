@@ -12,13 +12,13 @@ use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-use ds_engine::StreamHandle;
+use ds_engine::{StreamHandle, StreamId};
 
 /// Locks the registry is split over.
 const SHARDS: usize = 16;
 
 /// One stream incarnation: its id (unique in its shard) and name (unique across shards).
-type Key = (u64, Box<str>);
+type Key = (StreamId, Box<str>);
 
 /// Per-stream shared values of type `T`, made with `T::default()` on first join.
 pub struct PerStream<T> {

@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use crate::content_type::ContentType;
+use crate::ids::{Location, StreamId};
 use crate::meta::{StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::{ProducerState, ProducerTag};
@@ -75,7 +76,8 @@ pub(super) fn record_parts() -> impl Strategy<Value = RecordParts> {
                 }
                 Kind::Append => {
                     let jumps = jumps[..jump_count(n)].to_vec();
-                    meta.chain = Some(Chain { n, jumps });
+                    meta.chain =
+                        Some(Chain { n, jumps: jumps.into_iter().map(Location::from_raw).collect() });
                     record_flags = bits & (flags::CLOSE | flags::JSON | flags::MOVED);
                     if record_flags & flags::MOVED != 0 {
                         record_flags |= bits & flags::MOVE_END;
@@ -96,7 +98,7 @@ pub(super) fn record_parts() -> impl Strategy<Value = RecordParts> {
                 payload_len: 0,
                 payload_crc: 0,
                 lsn,
-                stream,
+                stream: StreamId::from_raw(stream),
                 offset: Offset { messages: messages_before, bytes: bytes_before },
                 time_ms,
                 messages: if data.is_empty() { 0 } else { messages },
@@ -143,7 +145,7 @@ pub(super) fn snapshot() -> impl Strategy<Value = StreamSnapshot> {
         |(name, config, numbers, (id, closed, stream_seq), producers, damage)| {
             let (last_access_ms, messages, bytes, chain_tail, chain_n, tag_bytes) = numbers;
             StreamSnapshot {
-                id,
+                id: StreamId::from_raw(id),
                 name: Arc::from(name),
                 config,
                 last_access_ms,
@@ -156,7 +158,7 @@ pub(super) fn snapshot() -> impl Strategy<Value = StreamSnapshot> {
                         (id.into_boxed_str(), ProducerState { epoch, last_seq, last_used_ms })
                     })
                     .collect(),
-                chain_tail,
+                chain_tail: Location::from_raw(chain_tail),
                 chain_n,
                 tag_bytes,
                 damage: damage.map(|(messages, bytes, reason)| StreamDamage {
@@ -179,7 +181,10 @@ pub(super) fn checkpoint() -> impl Strategy<Value = Checkpoint> {
     (numbers, more, ledger, streams).prop_map(|(numbers, more, (live, pending), streams)| {
         let (shard, clean, lsn, resume_ordinal, resume_position, next_lsn) = numbers;
         let (stream_id_next, written_ms) = more;
-        let ledger = LedgerState { live: BTreeMap::from_iter(live), pending: BTreeSet::from_iter(pending) };
+        let ledger = LedgerState {
+            live: BTreeMap::from_iter(live),
+            pending: pending.into_iter().map(Location::from_raw).collect::<BTreeSet<_>>(),
+        };
         Checkpoint {
             shard,
             clean,
@@ -187,7 +192,7 @@ pub(super) fn checkpoint() -> impl Strategy<Value = Checkpoint> {
             resume_ordinal,
             resume_position,
             next_lsn,
-            stream_id_next,
+            stream_id_next: StreamId::from_raw(stream_id_next),
             written_ms,
             ledger,
             streams,

@@ -6,6 +6,7 @@
 //! shard; a popped entry whose stream is not due yet is simply pushed back with its real
 //! deadline. Entries of deleted streams are dropped when popped.
 
+use crate::ids::StreamId;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
@@ -15,17 +16,17 @@ pub const EXPIRIES_PER_PASS_MAX: usize = 1024;
 
 #[derive(Default)]
 pub struct ExpiryQueue {
-    heap: BinaryHeap<Reverse<(u64, u64, Arc<str>)>>,
+    heap: BinaryHeap<Reverse<(u64, StreamId, Arc<str>)>>,
 }
 
 /// A stream whose deadline has come, to be checked against the directory.
 pub struct Due {
-    pub id: u64,
+    pub id: StreamId,
     pub name: Arc<str>,
 }
 
 impl ExpiryQueue {
-    pub fn push(&mut self, deadline_ms: u64, id: u64, name: Arc<str>) {
+    pub fn push(&mut self, deadline_ms: u64, id: StreamId, name: Arc<str>) {
         self.heap.push(Reverse((deadline_ms, id, name)));
     }
 
@@ -66,11 +67,11 @@ mod tests {
     #[test]
     fn pops_due_entries_in_deadline_order() {
         let mut queue = ExpiryQueue::default();
-        queue.push(300, 3, "c".into());
-        queue.push(100, 1, "a".into());
-        queue.push(200, 2, "b".into());
+        queue.push(300, StreamId::from_raw(3), "c".into());
+        queue.push(100, StreamId::from_raw(1), "a".into());
+        queue.push(200, StreamId::from_raw(2), "b".into());
         assert_eq!(queue.wait_ms(50), Some(50));
-        let due: Vec<u64> = queue.pop_due(250).into_iter().map(|d| d.id).collect();
+        let due: Vec<u64> = queue.pop_due(250).into_iter().map(|d| d.id.raw()).collect();
         assert_eq!(due, [1, 2]);
         assert_eq!(queue.wait_ms(250), Some(50));
         assert_eq!(queue.pop_due(1000).len(), 1);
@@ -82,7 +83,7 @@ mod tests {
     fn a_pass_is_bounded() {
         let mut queue = ExpiryQueue::default();
         for id in 0..(EXPIRIES_PER_PASS_MAX as u64 + 5) {
-            queue.push(1, id, "s".into());
+            queue.push(1, StreamId::from_raw(id), "s".into());
         }
         assert_eq!(queue.pop_due(1).len(), EXPIRIES_PER_PASS_MAX);
         assert_eq!(queue.len(), 5);

@@ -30,6 +30,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 use crate::config::IoErrorPolicy;
 use crate::content_type::ContentType;
 use crate::histogram::Histogram;
+use crate::ids::StreamId;
 use crate::limits::{stream_charge, ByteBudget, Limits, APPEND_CHARGE_BYTES};
 use crate::meta::StreamSnapshot;
 use crate::op::{AppendOutcome, CreateOutcome, Op, OpError, Reply};
@@ -112,7 +113,7 @@ impl StreamOwner for ShardShared {
         ShardShared::note_read_renewal(self);
     }
 
-    fn request_expiry(&self, name: Arc<str>, id: u64) {
+    fn request_expiry(&self, name: Arc<str>, id: StreamId) {
         self.request(Op::Expire { name, id });
     }
 }
@@ -152,7 +153,7 @@ pub(crate) struct Shard {
     persist: Box<dyn Persist>,
     expiry: ExpiryQueue,
     content_types: Vec<ContentType>,
-    stream_id_next: u64,
+    stream_id_next: StreamId,
     batch_number: u64,
     /// The last batch's buffers, emptied, to be filled again without allocating.
     recycled: Option<Batch>,
@@ -181,7 +182,7 @@ pub(crate) struct Batch {
     places: Vec<Place>,
     touched: Vec<Arc<Stream>>,
     /// The touched streams' new published states, for the live readers' wake.
-    published: Vec<(u64, Published)>,
+    published: Vec<(StreamId, Published)>,
     overlay: Overlay,
     replies: Vec<Pending>,
     payload_bytes: usize,
@@ -253,7 +254,7 @@ impl Shard {
             self.budget.charge_unchecked(charged);
             self.budget.note_stored(snapshot.tail.bytes, true);
             self.budget.add_stream_unchecked();
-            self.stream_id_next = self.stream_id_next.max(snapshot.id + 1);
+            self.stream_id_next = self.stream_id_next.max(snapshot.id.next());
             let mut config = snapshot.config.clone();
             self.share_content_type(&mut config.content_type);
             let stream = Arc::new(Stream::from_snapshot(StreamSnapshot { config, ..snapshot }));
@@ -365,9 +366,9 @@ impl Shard {
         (batch, keep_running)
     }
 
-    fn next_stream_id(&mut self) -> u64 {
+    fn next_stream_id(&mut self) -> StreamId {
         let id = self.stream_id_next;
-        self.stream_id_next += 1;
+        self.stream_id_next = id.next();
         id
     }
 

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use crate::ids::{Location, StreamId};
 use crate::meta::StreamSnapshot;
 
 /// What a log that is checkpointed and compacted asks of its shard.
@@ -26,7 +27,7 @@ pub(crate) trait Maintenance {
 /// A shard's state, handed to its log as a checkpoint.
 pub(crate) struct ShardCheckpoint {
     pub streams: Vec<StreamSnapshot>,
-    pub stream_id_next: u64,
+    pub stream_id_next: StreamId,
     pub time_ms: u64,
     pub kind: CheckpointKind,
 }
@@ -44,10 +45,10 @@ pub(crate) enum CheckpointKind {
 /// A stream with a record in a part of the log compaction wants emptied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resident {
-    pub stream: u64,
+    pub stream: StreamId,
     pub name: Arc<str>,
     /// One of its records there (location), and that record's index in its chain.
-    pub witness: u64,
+    pub witness: Location,
     pub witness_n: u64,
 }
 
@@ -56,8 +57,8 @@ pub struct Resident {
 /// of the chain is not at `witness` any more (the stream was moved since it was found).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Move {
-    pub stream: u64,
-    pub chain_tail: u64,
-    pub witness: u64,
+    pub stream: StreamId,
+    pub chain_tail: Location,
+    pub witness: Location,
     pub witness_n: u64,
 }

@@ -36,6 +36,7 @@ pub mod wal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::ids::{Location, StreamId};
 use crate::offset::Offset;
 use crate::storage::chain::read::{LogRead, RecordSource};
 use crate::storage::chunk::{Chunk, Message, ReadError};
@@ -81,7 +82,7 @@ pub struct Damage {
 /// Where a committed record went: its location and its index in its stream's chain.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Place {
-    pub location: u64,
+    pub location: Location,
     pub n: u64,
 }
 
@@ -141,7 +142,12 @@ pub(crate) trait Persist: Send {
     /// Makes ready what chaining an append to `stream` (called `name`, its last committed
     /// record at `chain_tail`) needs, before the shard accepts it: a refusal here refuses
     /// that append alone.
-    fn prepare_append(&mut self, _stream: u64, _name: &str, _chain_tail: u64) -> Result<(), Unprepared> {
+    fn prepare_append(
+        &mut self,
+        _stream: StreamId,
+        _name: &str,
+        _chain_tail: Location,
+    ) -> Result<(), Unprepared> {
         Ok(())
     }
 
@@ -177,9 +183,9 @@ impl Persist for MemoryPersist {
 /// its published tail record (location and chain index) and offset, and its framing.
 #[derive(Clone, Debug)]
 pub(crate) struct LogView {
-    pub stream: u64,
+    pub stream: StreamId,
     pub name: Arc<str>,
-    pub tail_location: u64,
+    pub tail_location: Location,
     pub tail_n: u64,
     pub until: Offset,
     pub json: bool,

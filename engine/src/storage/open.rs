@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use super::manifest::Manifest;
 use super::RecoveryReport;
 use super::{LogStore, MemoryPersist, Persist};
+use crate::ids::{Location, StreamId};
 use crate::meta::StreamSnapshot;
 use crate::storage::files;
 use crate::storage::files::handles::Handles;
@@ -36,7 +37,7 @@ pub(crate) struct OpenedShard {
     pub persist: Box<dyn Persist>,
     pub log: Option<Arc<dyn LogStore>>,
     pub streams: Vec<StreamSnapshot>,
-    pub stream_id_next: u64,
+    pub stream_id_next: StreamId,
     pub report: Option<RecoveryReport>,
 }
 
@@ -47,7 +48,7 @@ impl OpenedShard {
             persist: Box::new(MemoryPersist),
             log: None,
             streams: Vec::new(),
-            stream_id_next: 1,
+            stream_id_next: StreamId::FIRST,
             report: None,
         }
     }
@@ -152,7 +153,7 @@ fn open_files(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             recovered.dirs.clone(),
         );
         let store = FileStore { vfs: Arc::clone(&vfs), root: config.data_dir.clone(), handles };
-        let stream_id_next = streams.iter().map(|s| s.id + 1).max().unwrap_or(1);
+        let stream_id_next = streams.iter().map(|s| s.id.next()).max().unwrap_or(StreamId::FIRST);
         shards.push(OpenedShard {
             persist: Box::new(writer),
             log: Some(Arc::new(store)),
@@ -202,7 +203,7 @@ fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
     for (shard, result) in recovered.into_iter().enumerate() {
         let recovered = result.map_err(storage_error(format!("recovering shard {shard}")))?;
         let ledger = Arc::new(Ledger::from_state(recovered.ledger));
-        let pending: Vec<u64> = ledger.snapshot().pending.into_iter().collect();
+        let pending: Vec<Location> = ledger.snapshot().pending.into_iter().collect();
         let files = ShardFiles {
             vfs: Arc::clone(&vfs),
             dir: shard_dir(dir, shard as u32),

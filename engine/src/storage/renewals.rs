@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::binary::{Decoder, Encoder};
+use crate::ids::{Location, StreamId};
 use crate::meta::StreamSnapshot;
 use crate::storage::vfs::{create_dir_durably, read_file, write_file_durably, Vfs};
 
@@ -42,7 +43,7 @@ pub struct Renewal {
 pub(crate) trait RenewalStore {
     /// Which incarnation of its name a stream is (its id in acid; its file's collision
     /// suffix, from its last record's location `chain_tail`, in the file modes).
-    fn incarnation(&self, id: u64, chain_tail: u64) -> u64;
+    fn incarnation(&self, id: StreamId, chain_tail: Location) -> u64;
 
     /// Saves when the shard's streams with a TTL were last read or written; with `wait`,
     /// returns once that is durable. Nothing acknowledged depends on it, so a failure is
@@ -158,7 +159,7 @@ mod tests {
 
     fn snapshot(name: &str, id: u64, last_access_ms: u64) -> StreamSnapshot {
         StreamSnapshot {
-            id,
+            id: StreamId::from_raw(id),
             name: name.into(),
             config: crate::meta::StreamConfig {
                 content_type: crate::content_type::ContentType::default_type(),
@@ -170,7 +171,7 @@ mod tests {
             closed: false,
             stream_seq: None,
             producers: Vec::new(),
-            chain_tail: 0,
+            chain_tail: crate::ids::Location::from_raw(0),
             chain_n: 0,
             tag_bytes: 0,
             damage: None,
@@ -191,7 +192,7 @@ mod tests {
             snapshot("recreated", 4, 2_000),
             snapshot("unknown", 5, 3_000),
         ];
-        apply(&renewals, &mut recovered, |stream| stream.id);
+        apply(&renewals, &mut recovered, |stream| stream.id.raw());
         let times: Vec<u64> = recovered.iter().map(|s| s.last_access_ms).collect();
         assert_eq!(times, [9_000, 7_000, 2_000, 3_000], "the latest save, later only, same incarnation only");
     }

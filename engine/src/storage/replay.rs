@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use crate::ids::Location;
 use crate::limits::tag_bytes;
 use crate::meta::{StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
@@ -20,7 +21,7 @@ use crate::producer::ProducerState;
 use crate::storage::record::codec::{flags, Header, Kind, Meta};
 
 /// The stream a create record (`header`, `meta`) at `at` starts.
-pub fn created(header: &Header, meta: &Meta, at: u64) -> Result<StreamSnapshot, &'static str> {
+pub fn created(header: &Header, meta: &Meta, at: Location) -> Result<StreamSnapshot, &'static str> {
     if header.kind != Kind::Create {
         return Err("not a create record");
     }
@@ -58,7 +59,7 @@ pub fn append_after_damage(
     stream: &mut StreamSnapshot,
     header: &Header,
     meta: &Meta,
-    at: u64,
+    at: Location,
 ) -> Result<(), &'static str> {
     debug_assert!(stream.damage.is_some(), "only a damaged stream is applied loosely");
     let chain = meta.chain.as_ref().ok_or("append without chain")?;
@@ -72,7 +73,7 @@ pub fn append_after_damage(
 
 /// Steps a damaged stream over its append record (`header`) at `at`, whose payload fails
 /// its checks: the tail and chain move on, nothing else is known.
-pub fn skip_damaged(stream: &mut StreamSnapshot, header: &Header, at: u64) {
+pub fn skip_damaged(stream: &mut StreamSnapshot, header: &Header, at: Location) {
     if header.offset >= stream.tail {
         stream.tail = header.end_offset();
         stream.closed |= header.has(flags::CLOSE);
@@ -86,7 +87,7 @@ pub fn append(
     stream: &mut StreamSnapshot,
     header: &Header,
     meta: &Meta,
-    at: u64,
+    at: Location,
 ) -> Result<(), &'static str> {
     if header.kind != Kind::Append {
         return Err("not an append record");
@@ -105,7 +106,7 @@ pub fn append(
 }
 
 /// Moves `stream` past its append record (`header`, `meta`, chain index `n`) at `at`.
-fn move_forward(stream: &mut StreamSnapshot, header: &Header, meta: &Meta, at: u64, n: u64) {
+fn move_forward(stream: &mut StreamSnapshot, header: &Header, meta: &Meta, at: Location, n: u64) {
     stream.tail = header.end_offset();
     stream.closed |= header.has(flags::CLOSE);
     stream.last_access_ms = stream.last_access_ms.max(header.time_ms);

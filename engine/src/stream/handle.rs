@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use crate::ids::{Location, StreamId};
 use crate::meta::{StreamConfig, StreamDamage};
 use crate::offset::{Offset, StartAt};
 use crate::storage::chunk::{Chunk, Message, ReadError};
@@ -28,7 +29,7 @@ pub(crate) trait StreamOwner: Send + Sync {
     /// A read renewed the TTL window of a stream with a TTL (so the shard saves renewals).
     fn note_read_renewal(&self);
     /// The stream `name` (incarnation `id`) has expired: remove it when convenient.
-    fn request_expiry(&self, name: Arc<str>, id: u64);
+    fn request_expiry(&self, name: Arc<str>, id: StreamId);
 }
 
 /// A reader's handle on one stream incarnation.
@@ -82,7 +83,7 @@ impl StreamHandle {
     }
 
     /// Identifies this incarnation of the stream.
-    pub fn id(&self) -> u64 {
+    pub fn id(&self) -> StreamId {
         self.stream.id
     }
 
@@ -169,7 +170,11 @@ impl StreamHandle {
             };
             let (tail_location, tail_n) = match &state.data {
                 StreamData::Memory(log) => {
-                    let value = read(PublishedData::Memory(log), self.view(0, 0, published.tail), from)?;
+                    let value = read(
+                        PublishedData::Memory(log),
+                        self.view(Location::default(), 0, published.tail),
+                        from,
+                    )?;
                     return Ok(Some((from, published, value)));
                 }
                 StreamData::Log { tail, n, .. } => (*tail, *n),
@@ -206,7 +211,7 @@ impl StreamHandle {
         self.shard.live().subscribe(self.stream.id, || self.stream.read_state().published)
     }
 
-    fn view(&self, tail_location: u64, tail_n: u64, until: Offset) -> LogView {
+    fn view(&self, tail_location: Location, tail_n: u64, until: Offset) -> LogView {
         LogView {
             stream: self.stream.id,
             name: Arc::clone(&self.stream.name),

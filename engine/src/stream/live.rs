@@ -16,12 +16,13 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use crate::ids::StreamId;
 use crate::stream::Published;
 
 /// Live slots of one shard, keyed by stream id.
 #[derive(Default)]
 pub struct LiveRegistry {
-    slots: Mutex<HashMap<u64, Registered>>,
+    slots: Mutex<HashMap<StreamId, Registered>>,
 }
 
 struct Registered {
@@ -63,7 +64,7 @@ impl LiveRegistry {
     /// Registers interest in stream `id` until the returned subscription is dropped.
     /// `current` reads the stream's published state; it is called after the slot exists, so
     /// no publication can fall between the two.
-    pub fn subscribe(self: &Arc<Self>, id: u64, current: impl FnOnce() -> Published) -> Subscription {
+    pub fn subscribe(self: &Arc<Self>, id: StreamId, current: impl FnOnce() -> Published) -> Subscription {
         let slot = {
             let mut slots = self.slots.lock().expect("live registry lock");
             let registered = slots
@@ -77,7 +78,7 @@ impl LiveRegistry {
     }
 
     /// Records each stream's new published state and wakes its readers (once per stream).
-    pub fn wake(&self, published: impl IntoIterator<Item = (u64, Published)>) {
+    pub fn wake(&self, published: impl IntoIterator<Item = (StreamId, Published)>) {
         let slots = self.slots.lock().expect("live registry lock");
         if slots.is_empty() {
             return;
@@ -103,7 +104,7 @@ impl LiveRegistry {
         self.slots.lock().expect("live registry lock").len()
     }
 
-    fn unsubscribe(&self, id: u64) {
+    fn unsubscribe(&self, id: StreamId) {
         let mut slots = self.slots.lock().expect("live registry lock");
         if let Some(registered) = slots.get_mut(&id) {
             registered.subscribers -= 1;
@@ -118,7 +119,7 @@ impl LiveRegistry {
 pub struct Subscription {
     slot: Arc<LiveSlot>,
     registry: Arc<LiveRegistry>,
-    id: u64,
+    id: StreamId,
 }
 
 impl Subscription {
@@ -154,8 +155,8 @@ mod tests {
     #[test]
     fn slots_exist_only_while_subscribed() {
         let registry = Arc::new(LiveRegistry::default());
-        let first = registry.subscribe(7, || published(0, false));
-        let second = registry.subscribe(7, || published(0, false));
+        let first = registry.subscribe(StreamId::from_raw(7), || published(0, false));
+        let second = registry.subscribe(StreamId::from_raw(7), || published(0, false));
         assert!(Arc::ptr_eq(first.notify(), second.notify()));
         assert_eq!(registry.len(), 1);
         drop(first);
@@ -167,19 +168,22 @@ mod tests {
     #[test]
     fn wake_reaches_enabled_waiters_of_that_stream_only_and_records_the_tail() {
         let registry = Arc::new(LiveRegistry::default());
-        let mine = registry.subscribe(1, || published(3, false));
-        let other = registry.subscribe(2, || published(0, false));
+        let mine = registry.subscribe(StreamId::from_raw(1), || published(3, false));
+        let other = registry.subscribe(StreamId::from_raw(2), || published(0, false));
         assert_eq!(mine.tail(), LiveTail { messages: 3, closed: false, gone: false });
         let mut waiting = pin!(mine.notify().notified());
         assert!(!waiting.as_mut().enable(), "nothing has happened yet");
         let mut elsewhere = pin!(other.notify().notified());
         elsewhere.as_mut().enable();
-        registry.wake([(1, published(5, true)), (3, published(1, false))]);
+        registry.wake([
+            (StreamId::from_raw(1), published(5, true)),
+            (StreamId::from_raw(3), published(1, false)),
+        ]);
         let mut context = std::task::Context::from_waker(std::task::Waker::noop());
         assert!(waiting.as_mut().poll(&mut context).is_ready());
         assert!(elsewhere.as_mut().poll(&mut context).is_pending());
         assert_eq!(mine.tail(), LiveTail { messages: 5, closed: true, gone: false });
-        registry.wake([(1, published(4, false))]);
+        registry.wake([(StreamId::from_raw(1), published(4, false))]);
         assert_eq!(mine.tail().messages, 5, "a late, older state never moves the tail back");
     }
 }

@@ -13,6 +13,7 @@ pub mod live;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
+use crate::ids::{Location, StreamId};
 use crate::meta::{StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::ProducerTable;
@@ -29,7 +30,7 @@ pub(crate) struct DamageCounter {
 /// A stream shared by its shard and its readers.
 pub struct Stream {
     /// Unique per shard and per incarnation: a stream recreated under the same name differs.
-    pub(crate) id: u64,
+    pub(crate) id: StreamId,
     /// Shared with the shard directory's key.
     pub(crate) name: Arc<str>,
     pub(crate) config: StreamConfig,
@@ -52,7 +53,7 @@ pub(crate) enum StreamData {
     Memory(MemLog),
     /// In a log of chained records (disk modes): the published last record (location and
     /// chain index), and the last committed one, which becomes visible with the tail.
-    Log { tail: u64, n: u64, committed_tail: u64, committed_n: u64 },
+    Log { tail: Location, n: u64, committed_tail: Location, committed_n: u64 },
 }
 
 impl StreamData {
@@ -61,12 +62,17 @@ impl StreamData {
         if in_memory {
             StreamData::Memory(MemLog::default())
         } else {
-            StreamData::Log { tail: 0, n: 0, committed_tail: 0, committed_n: 0 }
+            StreamData::Log {
+                tail: Location::default(),
+                n: 0,
+                committed_tail: Location::default(),
+                committed_n: 0,
+            }
         }
     }
 
     /// A log-backed stream whose last record is `tail`, number `n` of its chain.
-    pub fn log_at(tail: u64, n: u64) -> StreamData {
+    pub fn log_at(tail: Location, n: u64) -> StreamData {
         StreamData::Log { tail, n, committed_tail: tail, committed_n: n }
     }
 
@@ -117,9 +123,9 @@ impl StreamData {
     }
 
     /// The last committed record (location, chain index) of a log-backed stream.
-    pub fn chain(&self) -> (u64, u64) {
+    pub fn chain(&self) -> (Location, u64) {
         match self {
-            StreamData::Memory(_) => (0, 0),
+            StreamData::Memory(_) => (Location::default(), 0),
             StreamData::Log { committed_tail, committed_n, .. } => (*committed_tail, *committed_n),
         }
     }
@@ -153,7 +159,7 @@ pub(crate) struct WriterState {
 
 impl Stream {
     pub(crate) fn new(
-        id: u64,
+        id: StreamId,
         name: Arc<str>,
         config: StreamConfig,
         now_ms: u64,
@@ -303,7 +309,13 @@ mod tests {
 
     #[test]
     fn ttl_slides_with_access_and_expiry_does_not() {
-        let stream = Stream::new(1, "s".into(), config(Some(2), None), 10_000, StreamData::new(true));
+        let stream = Stream::new(
+            StreamId::from_raw(1),
+            "s".into(),
+            config(Some(2), None),
+            10_000,
+            StreamData::new(true),
+        );
         assert_eq!(stream.ttl_remaining_secs(10_000), Some(2));
         assert_eq!(stream.ttl_remaining_secs(10_001), Some(2), "rounded up");
         assert!(!stream.is_expired(11_999));
@@ -313,37 +325,50 @@ mod tests {
         stream.touch(100);
         assert_eq!(stream.deadline_ms(), Some(13_500), "touch never moves the window back");
 
-        let fixed = Stream::new(2, "s".into(), config(None, Some(20_000)), 0, StreamData::new(true));
+        let fixed = Stream::new(
+            StreamId::from_raw(2),
+            "s".into(),
+            config(None, Some(20_000)),
+            0,
+            StreamData::new(true),
+        );
         fixed.touch(19_000);
         assert!(fixed.is_expired(20_000));
         assert_eq!(fixed.ttl_remaining_secs(0), None);
 
-        let both = Stream::new(3, "s".into(), config(Some(100), Some(5_000)), 0, StreamData::new(true));
+        let both = Stream::new(
+            StreamId::from_raw(3),
+            "s".into(),
+            config(Some(100), Some(5_000)),
+            0,
+            StreamData::new(true),
+        );
         assert_eq!(both.deadline_ms(), Some(5_000));
-        let never = Stream::new(4, "s".into(), config(None, None), 0, StreamData::new(true));
+        let never =
+            Stream::new(StreamId::from_raw(4), "s".into(), config(None, None), 0, StreamData::new(true));
         assert!(!never.is_expired(u64::MAX));
     }
 
     #[test]
     fn committed_log_records_stay_invisible_until_published() {
-        let mut data = StreamData::log_at(100, 1);
+        let mut data = StreamData::log_at(Location::from_raw(100), 1);
         let record = Record::Append {
-            stream: 1,
+            stream: StreamId::from_raw(1),
             name: Arc::from("s"),
             offset: Offset::ZERO,
             payload: None,
             producer: None,
             stream_seq: None,
             close: true,
-            chain_tail: 100,
+            chain_tail: Location::from_raw(100),
         };
-        data.apply(&record, Place { location: 200, n: 2 });
-        assert_eq!(data.chain(), (200, 2), "the writer chains to the committed record");
+        data.apply(&record, Place { location: Location::from_raw(200), n: 2 });
+        assert_eq!(data.chain(), (Location::from_raw(200), 2), "the writer chains to the committed record");
         assert!(
-            matches!(data, StreamData::Log { tail: 100, n: 1, .. }),
+            matches!(data, StreamData::Log { tail, n: 1, .. } if tail == Location::from_raw(100)),
             "readers still see the published one"
         );
         data.publish();
-        assert!(matches!(data, StreamData::Log { tail: 200, n: 2, .. }));
+        assert!(matches!(data, StreamData::Log { tail, n: 2, .. } if tail == Location::from_raw(200)));
     }
 }

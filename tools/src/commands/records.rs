@@ -9,7 +9,7 @@ use std::path::Path;
 use bytes::Bytes;
 use ds_engine::inspect::Store;
 use ds_engine::inspect::{flag_names, RecordKind, RecordScan, ScanEnd, Scanned, Segment};
-use ds_engine::StorageMode;
+use ds_engine::{StorageMode, StreamId};
 use serde_json::Value;
 
 use crate::cli::RecordsArgs;
@@ -35,7 +35,7 @@ struct Filter<'a> {
     from: u64,
     /// Only records of streams created with this name (every incarnation).
     name: Option<&'a str>,
-    ids: HashSet<u64>,
+    ids: HashSet<StreamId>,
 }
 
 impl Filter<'_> {
@@ -125,7 +125,7 @@ fn row(log: &str, record: &Scanned) -> Vec<Value> {
         Value::from(record.position),
         Value::from(header.lsn),
         Value::from(header.kind.name()),
-        if header.kind == RecordKind::Seal { Value::Null } else { Value::from(header.stream) },
+        if header.kind == RecordKind::Seal { Value::Null } else { Value::from(header.stream.raw()) },
         if header.kind == RecordKind::Append { Value::from(header.offset.to_string()) } else { Value::Null },
         Value::from(header.messages),
         Value::from(header.data_len()),

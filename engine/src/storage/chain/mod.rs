@@ -8,8 +8,8 @@
 //! of two ([`Levels`]); they are kept for recently written streams only and can be rebuilt
 //! from a chain's tail in at most 64 reads ([`Levels::rebuild`]).
 //!
-//! Locations are opaque `u64`s: a segment and position in acid, a file position in the file
-//! modes. Nothing here touches storage; [`NodeSource`] reads records for it.
+//! Locations are opaque ([`Location`]): a segment and position in acid, a file position in
+//! the file modes. Nothing here touches storage; [`NodeSource`] reads records for it.
 //!
 //! A jump is a hint until the record it leads to proves to be the one the chain names
 //! ([`hop`]): the same stream, the index `n - 2^k`, earlier in the log, ending where (or
@@ -19,6 +19,7 @@
 
 pub mod read;
 
+use crate::ids::{Location, StreamId};
 use crate::offset::Offset;
 use crate::storage::chunk::ReadError;
 
@@ -28,7 +29,7 @@ use crate::storage::chunk::ReadError;
 pub struct Chain {
     pub n: u64,
     /// Locations of records `n-1, n-2, n-4, …, n-2^tz(n)` (none for `n == 0`).
-    pub jumps: Vec<u64>,
+    pub jumps: Vec<Location>,
 }
 
 /// How many jumps record `n` stores.
@@ -43,15 +44,15 @@ pub fn jump_count(n: u64) -> usize {
 /// What the chain needs to know of one record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
-    pub location: u64,
+    pub location: Location,
     pub n: u64,
     /// The stream the record belongs to.
-    pub stream: u64,
+    pub stream: StreamId,
     /// The stream's offset before and after the record.
     pub start: Offset,
     pub end: Offset,
     /// As in [`Chain::jumps`]: nearest first.
-    pub jumps: Vec<u64>,
+    pub jumps: Vec<Location>,
     /// Bytes the record takes in its log, padding included.
     pub len: u64,
 }
@@ -69,7 +70,7 @@ impl From<Broken> for ReadError {
 /// Reads the record at a location.
 pub trait NodeSource {
     type Error: From<Broken>;
-    fn node(&self, location: u64) -> Result<Node, Self::Error>;
+    fn node(&self, location: Location) -> Result<Node, Self::Error>;
 }
 
 /// The record `from`'s jump `k` leads to, checked to be the one the chain names.
@@ -94,15 +95,15 @@ pub struct Levels {
     /// The index the next record gets.
     next: u64,
     /// Location of record 0.
-    first: u64,
+    first: Location,
     /// `latest[k]`: location of the latest record with a non-zero index that is a multiple of
     /// `2^k` (record 0 stands in when there is none).
-    latest: Vec<u64>,
+    latest: Vec<Location>,
 }
 
 impl Levels {
     /// A chain whose only record, the create, is at `location`.
-    pub fn started_at(location: u64) -> Levels {
+    pub fn started_at(location: Location) -> Levels {
         Levels { next: 1, first: location, latest: Vec::new() }
     }
 
@@ -111,7 +112,7 @@ impl Levels {
     }
 
     /// Location of the chain's last record.
-    pub fn last(&self) -> u64 {
+    pub fn last(&self) -> Location {
         if self.next <= 1 {
             self.first
         } else {
@@ -127,7 +128,7 @@ impl Levels {
     }
 
     /// Records that the next record was written at `location`.
-    pub fn push(&mut self, location: u64) {
+    pub fn push(&mut self, location: Location) {
         let n = self.next;
         debug_assert!(n >= 1, "the create starts a chain");
         let levels = n.trailing_zeros() as usize + 1;
@@ -286,43 +287,48 @@ mod tests {
         nodes: Vec<Node>,
         reads: Cell<usize>,
         /// Locations that read as damaged.
-        damaged: Vec<u64>,
+        damaged: Vec<Location>,
     }
 
     impl NodeSource for Model {
         type Error = Broken;
-        fn node(&self, location: u64) -> Result<Node, Broken> {
+        fn node(&self, location: Location) -> Result<Node, Broken> {
             self.reads.set(self.reads.get() + 1);
             if self.damaged.contains(&location) {
                 return Err(Broken);
             }
-            self.nodes.get((location / 10) as usize).cloned().ok_or(Broken)
+            self.nodes.get((location.raw() / 10) as usize).cloned().ok_or(Broken)
         }
     }
 
     fn model(sizes: &[u64]) -> Model {
         let mut nodes = vec![node(0, 0, Offset::ZERO, Offset::ZERO, vec![])];
-        let mut levels = Levels::started_at(0);
+        let mut levels = Levels::started_at(at(0));
         for size in sizes {
             let chain = levels.next_chain();
             let start = nodes.last().unwrap().end;
             let end = start.advance(u64::from(*size > 0), *size);
             let location = chain.n * 10;
             nodes.push(node(location, chain.n, start, end, chain.jumps));
-            levels.push(location);
+            levels.push(at(location));
         }
         Model { nodes, reads: Cell::new(0), damaged: Vec::new() }
     }
 
-    fn node(location: u64, n: u64, start: Offset, end: Offset, jumps: Vec<u64>) -> Node {
-        Node { location, n, stream: 1, start, end, jumps, len: 10 }
+    fn node(location: u64, n: u64, start: Offset, end: Offset, jumps: Vec<Location>) -> Node {
+        Node { location: at(location), n, stream: StreamId::from_raw(1), start, end, jumps, len: 10 }
+    }
+
+    fn at(raw: u64) -> Location {
+        Location::from_raw(raw)
     }
 
     #[test]
     fn jumps_point_at_the_right_records() {
         let chain = model(&[1; 64]);
         for node in &chain.nodes {
-            let expected: Vec<u64> = (0..jump_count(node.n)).map(|j| (node.n - (1 << j)) * 10).collect();
+            let expected: Vec<Location> =
+                (0..jump_count(node.n)).map(|j| at((node.n - (1 << j)) * 10)).collect();
             assert_eq!(node.jumps, expected, "record {}", node.n);
         }
         assert_eq!(jump_count(0), 0);
@@ -378,7 +384,7 @@ mod tests {
     fn levels_rebuild_from_any_tail() {
         for length in [0usize, 1, 2, 3, 7, 8, 9, 100, 1023, 1024, 1025] {
             let chain = model(&vec![1; length]);
-            let mut levels = Levels::started_at(0);
+            let mut levels = Levels::started_at(at(0));
             for node in &chain.nodes[1..] {
                 levels.push(node.location);
             }
@@ -394,7 +400,7 @@ mod tests {
         let mut chain = model(&[1; 16]);
         let tail = chain.nodes[16].clone();
         // Record 12's nearest jump names record 9 instead of 11.
-        chain.nodes[12].jumps[0] = 90;
+        chain.nodes[12].jumps[0] = at(90);
         assert_eq!(hop(&chain, &chain.nodes[12].clone(), 0), Err(Broken));
         assert_eq!(find(&chain, &tail, 10), Err(Broken), "the search never lands on record 9");
         assert_eq!(collect(&chain, &chain.nodes[8].clone(), tail.clone(), usize::MAX).err(), Some(Broken));
@@ -405,9 +411,9 @@ mod tests {
         assert_eq!(hop(&chain, &chain.nodes[5].clone(), 0), Err(Broken));
         // Forward jumps and other streams' records never pass.
         let mut chain = model(&[1; 16]);
-        chain.nodes[3].jumps[0] = 150;
+        chain.nodes[3].jumps[0] = at(150);
         assert_eq!(hop(&chain, &chain.nodes[3].clone(), 0), Err(Broken));
-        chain.nodes[2].stream = 7;
+        chain.nodes[2].stream = StreamId::from_raw(7);
         assert_eq!(hop(&chain, &chain.nodes[4].clone(), 1), Err(Broken));
     }
 
@@ -419,7 +425,7 @@ mod tests {
         for (damaged, blocked, below_n) in [(36u64, 31..=35u64, 32u64), (32, 0..=31, 0)] {
             let mut chain = model(&[1; 64]);
             let tail = chain.nodes[64].clone();
-            chain.damaged = vec![damaged * 10];
+            chain.damaged = vec![at(damaged * 10)];
             for target in 0..64u64 {
                 match find_last_tolerant(&chain, &tail, |node| node.start.bytes <= target) {
                     Ok(node) => {

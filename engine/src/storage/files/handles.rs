@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex};
 
+use crate::ids::StreamId;
 use crate::storage::vfs::VfsFile;
 
 /// Open files by stream id.
@@ -20,7 +21,7 @@ pub struct Handles {
 #[derive(Default)]
 struct State {
     tick: u64,
-    open: HashMap<u64, (Arc<dyn VfsFile>, u64)>,
+    open: HashMap<StreamId, (Arc<dyn VfsFile>, u64)>,
 }
 
 impl Handles {
@@ -42,7 +43,7 @@ impl Handles {
     /// The open file of `stream`, opened with `open` if it is not (outside the lock).
     pub fn get_or_open(
         &self,
-        stream: u64,
+        stream: StreamId,
         open: impl FnOnce() -> io::Result<Arc<dyn VfsFile>>,
     ) -> io::Result<Arc<dyn VfsFile>> {
         if let Some(file) = self.get(stream) {
@@ -52,7 +53,7 @@ impl Handles {
         Ok(self.insert(stream, file))
     }
 
-    pub fn get(&self, stream: u64) -> Option<Arc<dyn VfsFile>> {
+    pub fn get(&self, stream: StreamId) -> Option<Arc<dyn VfsFile>> {
         let mut state = self.lock();
         state.tick += 1;
         let tick = state.tick;
@@ -63,7 +64,7 @@ impl Handles {
     }
 
     /// Caches `file` for `stream` (keeping one opened meanwhile by another thread).
-    pub fn insert(&self, stream: u64, file: Arc<dyn VfsFile>) -> Arc<dyn VfsFile> {
+    pub fn insert(&self, stream: StreamId, file: Arc<dyn VfsFile>) -> Arc<dyn VfsFile> {
         let mut state = self.lock();
         state.tick += 1;
         let tick = state.tick;
@@ -75,7 +76,7 @@ impl Handles {
     }
 
     /// Forgets `stream`'s file (its stream is gone).
-    pub fn remove(&self, stream: u64) {
+    pub fn remove(&self, stream: StreamId) {
         self.lock().open.remove(&stream);
     }
 
@@ -86,7 +87,7 @@ impl Handles {
 }
 
 /// Closes the least recently used files until an eighth of `capacity` is free.
-fn evict_oldest(open: &mut HashMap<u64, (Arc<dyn VfsFile>, u64)>, capacity: usize) {
+fn evict_oldest(open: &mut HashMap<StreamId, (Arc<dyn VfsFile>, u64)>, capacity: usize) {
     let keep = capacity - capacity / 8;
     let mut ticks: Vec<u64> = open.values().map(|(_, used)| *used).collect();
     let cut = ticks.len() - keep;
@@ -110,14 +111,14 @@ mod tests {
         let handles = Handles::new(16);
         for stream in 0..100u64 {
             let path = format!("/d/{stream}");
-            handles.get_or_open(stream, || vfs.create_new(Path::new(&path))).unwrap();
-            handles.get(0);
+            handles.get_or_open(StreamId::from_raw(stream), || vfs.create_new(Path::new(&path))).unwrap();
+            handles.get(StreamId::from_raw(0));
             assert!(handles.len() <= 16);
         }
-        assert!(handles.get(0).is_some(), "a file in use stays open");
-        assert!(handles.get(99).is_some());
-        assert!(handles.get(50).is_none());
-        handles.remove(0);
-        assert!(handles.get(0).is_none());
+        assert!(handles.get(StreamId::from_raw(0)).is_some(), "a file in use stays open");
+        assert!(handles.get(StreamId::from_raw(99)).is_some());
+        assert!(handles.get(StreamId::from_raw(50)).is_none());
+        handles.remove(StreamId::from_raw(0));
+        assert!(handles.get(StreamId::from_raw(0)).is_none());
     }
 }

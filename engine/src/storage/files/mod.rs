@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::xxh3_128;
 
+use crate::ids::Location;
+
 /// The directory under the data directory that holds stream files.
 pub const STREAMS_DIR: &str = "streams";
 const EXTENSION: &str = "log";
@@ -34,14 +36,15 @@ const EXTENSION: &str = "log";
 pub const SUFFIX_MAX: u8 = 255;
 
 /// The location of `position` in the file with collision suffix `suffix`.
-pub fn location(suffix: u8, position: u64) -> u64 {
-    debug_assert!(position < 1 << 56, "stream files are smaller than 2^56 bytes");
-    u64::from(suffix) << 56 | position
+pub fn location(suffix: u8, position: u64) -> Location {
+    assert!(position < 1 << 56, "stream files are smaller than 2^56 bytes");
+    Location::from_raw(u64::from(suffix) << 56 | position)
 }
 
 /// The collision suffix and position of a location.
-pub fn split_location(location: u64) -> (u8, u64) {
-    ((location >> 56) as u8, location & ((1 << 56) - 1))
+pub fn split_location(location: Location) -> (u8, u64) {
+    let raw = location.raw();
+    ((raw >> 56) as u8, raw & ((1 << 56) - 1))
 }
 
 /// Where shard `shard` saves its readers' TTL renewals.
@@ -51,7 +54,7 @@ pub fn renewals_path(root: &Path, shard: u32) -> PathBuf {
 
 /// Which incarnation of its name the stream whose chain ends at `chain_tail` is: its
 /// file's collision suffix.
-pub fn incarnation(chain_tail: u64) -> u64 {
+pub fn incarnation(chain_tail: Location) -> u64 {
     u64::from(split_location(chain_tail).0)
 }
 

@@ -13,6 +13,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::handles::Handles;
 use super::{location, split_location, stream_path};
+use crate::ids::{Location, StreamId};
 use crate::offset::Offset;
 use crate::storage::chain::read::RecordSource;
 use crate::storage::chain::{Node, NodeSource};
@@ -28,7 +29,7 @@ pub struct FileSource {
     pub file: Arc<dyn VfsFile>,
     /// The stream the file must belong to (a file found by name may already hold a newer
     /// stream of that name).
-    pub stream: u64,
+    pub stream: StreamId,
 }
 
 /// A record's header and its place in the chain.
@@ -39,7 +40,7 @@ pub struct FileHead {
 
 impl FileSource {
     /// Reads and checks the header and chain of the record at `location`.
-    pub fn head(&self, location: u64) -> Result<FileHead, ReadError> {
+    pub fn head(&self, location: Location) -> Result<FileHead, ReadError> {
         let (_, position) = split_location(location);
         let mut raw = [0u8; HEADER_BYTES + 9 + 8 * JUMPS_MAX];
         let read = self.file.read_at(position, &mut raw).map_err(|_| ReadError::Storage)?;
@@ -75,7 +76,7 @@ impl FileSource {
 impl NodeSource for FileSource {
     type Error = ReadError;
 
-    fn node(&self, location: u64) -> Result<Node, ReadError> {
+    fn node(&self, location: Location) -> Result<Node, ReadError> {
         Ok(self.head(location)?.node)
     }
 }
@@ -104,8 +105,13 @@ impl RecordSource for FileSource {
     }
 
     /// The record right after `node` in the file, if the file goes on.
-    fn successor(&self, node: &Node, limit: u64, scan_bytes: &mut u64) -> Result<Option<Node>, ReadError> {
-        let at = node.location + node.len;
+    fn successor(
+        &self,
+        node: &Node,
+        limit: Location,
+        scan_bytes: &mut u64,
+    ) -> Result<Option<Node>, ReadError> {
+        let at = node.location.plus(node.len);
         if at > limit || *scan_bytes < node.len {
             return Ok(None);
         }
@@ -121,8 +127,8 @@ impl RecordSource for FileSource {
 
     fn first_record(
         &self,
-        _stream: u64,
-        tail_location: u64,
+        _stream: StreamId,
+        tail_location: Location,
         _scan: &mut u64,
     ) -> Result<Option<Node>, ReadError> {
         self.node(location(split_location(tail_location).0, 0)).map(Some)

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use super::handles::Handles;
 use super::source::FileSource;
 use super::{incarnation, location, renewals_path, split_location, stream_dir, stream_path, SUFFIX_MAX};
+use crate::ids::{Location, StreamId};
 use crate::limits::halve_when_over;
 use crate::storage::chain::{Chain, Levels};
 use crate::storage::record::codec::{decode_record, Header, Kind, HEADER_BYTES};
@@ -53,13 +54,13 @@ pub struct FileWriter {
     /// file-durable: sync files and directories before acknowledging.
     durable: bool,
     handles: Arc<Handles>,
-    streams: HashMap<u64, OpenStream>,
+    streams: HashMap<StreamId, OpenStream>,
     /// Stream directories known to exist (and to be durable in file-durable).
     dirs: BTreeSet<PathBuf>,
     staging: Vec<u8>,
     meta: Vec<u8>,
     /// This batch's written files and changed directories, to sync.
-    touched_files: Vec<(u64, Arc<dyn VfsFile>)>,
+    touched_files: Vec<(StreamId, Arc<dyn VfsFile>)>,
     touched_dirs: BTreeSet<PathBuf>,
     /// Free bytes on the data directory's file system (read once per batch), and the bytes
     /// this batch's accepted ops will write.
@@ -163,7 +164,12 @@ impl FileWriter {
     }
 
     /// The writer state of a stream it does not remember: its file, end and chain levels.
-    fn reopen(&mut self, stream: u64, name: &str, chain_tail: u64) -> Result<OpenStream, Unprepared> {
+    fn reopen(
+        &mut self,
+        stream: StreamId,
+        name: &str,
+        chain_tail: Location,
+    ) -> Result<OpenStream, Unprepared> {
         let (suffix, _) = split_location(chain_tail);
         let path = stream_path(&self.root, name, suffix);
         let file = self.handles.get_or_open(stream, || self.vfs.open(&path)).map_err(|error| match error
@@ -176,7 +182,7 @@ impl FileWriter {
         let source = FileSource { file: Arc::clone(&file), stream };
         let tail = source.head(chain_tail).map_err(Unprepared::from)?;
         let levels = Levels::rebuild(&source, &tail.node).map_err(Unprepared::from)?;
-        if tail.node.location + tail.node.len != location(suffix, end) {
+        if tail.node.location.plus(tail.node.len) != location(suffix, end) {
             return Err(Unprepared::Damaged(format!(
                 "its file {} does not end after its last record",
                 path.display()
@@ -248,7 +254,12 @@ impl FileWriter {
 }
 
 impl Persist for FileWriter {
-    fn prepare_append(&mut self, stream: u64, name: &str, chain_tail: u64) -> Result<(), Unprepared> {
+    fn prepare_append(
+        &mut self,
+        stream: StreamId,
+        name: &str,
+        chain_tail: Location,
+    ) -> Result<(), Unprepared> {
         if !self.streams.contains_key(&stream) {
             let open = self.reopen(stream, name, chain_tail)?;
             self.streams.insert(stream, open);
@@ -289,7 +300,7 @@ impl Persist for FileWriter {
 }
 
 impl RenewalStore for FileWriter {
-    fn incarnation(&self, _id: u64, chain_tail: u64) -> u64 {
+    fn incarnation(&self, _id: StreamId, chain_tail: Location) -> u64 {
         incarnation(chain_tail)
     }
 

@@ -21,6 +21,7 @@
 //! payload crc is always present, so a valid header over a zeroed payload fails too.
 
 use crate::content_type::ContentType;
+use crate::ids::{Location, StreamId};
 use crate::meta::StreamConfig;
 use crate::offset::Offset;
 use crate::producer::ProducerTag;
@@ -36,6 +37,18 @@ pub const RECORD_ALIGN: usize = 8;
 pub const META_BYTES_MAX: usize = 4096;
 /// Most jump pointers one record holds (records up to 2^62 per chain).
 pub const JUMPS_MAX: usize = 63;
+
+// The format's constants agree with one another (checked when the crate builds).
+const _: () = {
+    assert!(HEADER_BYTES == 64, "the header layout above fills 64 bytes: 60 of fields, 4 of crc");
+    assert!(RECORD_ALIGN.is_power_of_two() && HEADER_BYTES.is_multiple_of(RECORD_ALIGN));
+    assert!(META_BYTES_MAX <= u16::MAX as usize, "meta lengths are stored as u16");
+    let chain = 9 + 8 * JUMPS_MAX;
+    let create = 2 + crate::name::NAME_BYTES_MAX + 2 + crate::content_type::CONTENT_TYPE_BYTES_MAX + 16;
+    let append = 2 + crate::producer::PRODUCER_ID_BYTES_MAX + 16 + 2 + crate::limits::STREAM_SEQ_BYTES_MAX;
+    assert!(chain + create <= META_BYTES_MAX && chain + append <= META_BYTES_MAX, "every meta fits");
+    assert!((1u64 << (JUMPS_MAX - 1)) < u64::MAX >> 1, "chain indexes up to 2^62 fit");
+};
 
 /// What a record does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -111,7 +124,7 @@ pub struct Header {
     pub payload_len: u32,
     pub payload_crc: u32,
     pub lsn: u64,
-    pub stream: u64,
+    pub stream: StreamId,
     /// The stream's offset before this record.
     pub offset: Offset,
     pub time_ms: u64,
@@ -162,7 +175,7 @@ impl Header {
             payload_len: 0,
             payload_crc: payload_crc(&[], &[]),
             lsn,
-            stream: 0,
+            stream: StreamId::from_raw(0),
             offset: Offset::ZERO,
             time_ms,
             messages: 0,
@@ -197,7 +210,7 @@ impl Header {
         raw[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
         raw[12..16].copy_from_slice(&self.payload_crc.to_le_bytes());
         raw[16..24].copy_from_slice(&self.lsn.to_le_bytes());
-        raw[24..32].copy_from_slice(&self.stream.to_le_bytes());
+        raw[24..32].copy_from_slice(&self.stream.raw().to_le_bytes());
         raw[32..40].copy_from_slice(&self.offset.messages.to_le_bytes());
         raw[40..48].copy_from_slice(&self.offset.bytes.to_le_bytes());
         raw[48..56].copy_from_slice(&self.time_ms.to_le_bytes());
@@ -226,7 +239,7 @@ impl Header {
             payload_len: u32_at(raw, 8),
             payload_crc: u32_at(raw, 12),
             lsn: u64_at(raw, 16),
-            stream: u64_at(raw, 24),
+            stream: StreamId::from_raw(u64_at(raw, 24)),
             offset: Offset { messages: u64_at(raw, 32), bytes: u64_at(raw, 40) },
             time_ms: u64_at(raw, 48),
             messages: u32_at(raw, 56),
@@ -286,7 +299,7 @@ pub fn encode_meta(kind: Kind, meta: MetaRef<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(&chain.n.to_le_bytes());
         out.push(chain.jumps.len() as u8);
         for jump in &chain.jumps {
-            out.extend_from_slice(&jump.to_le_bytes());
+            out.extend_from_slice(&jump.raw().to_le_bytes());
         }
     }
     if let (Kind::Create, Some((name, config))) = (kind, meta.create) {
@@ -435,7 +448,7 @@ impl Reader<'_> {
         if count > JUMPS_MAX || count != jump_count(n) {
             return Err(DecodeError::BadMeta);
         }
-        let jumps = (0..count).map(|_| self.u64()).collect::<Result<Vec<u64>, _>>()?;
+        let jumps = (0..count).map(|_| self.u64().map(Location::from_raw)).collect::<Result<Vec<_>, _>>()?;
         Ok(Chain { n, jumps })
     }
 }
@@ -446,7 +459,7 @@ mod tests {
 
     fn append_record(data: &[u8], producer: bool) -> Vec<u8> {
         let mut record_flags = flags::JSON;
-        let chain = Chain { n: 4, jumps: vec![100, 200, 400] };
+        let chain = Chain { n: 4, jumps: [100, 200, 400].map(Location::from_raw).to_vec() };
         let tag = ProducerTag { id: "p-1".into(), epoch: 3, seq: 9 };
         let mut meta = MetaRef { chain: Some(&chain), ..MetaRef::default() };
         if producer {
@@ -463,7 +476,7 @@ mod tests {
             payload_len: (meta_bytes.len() + data.len()) as u32,
             payload_crc: payload_crc(&meta_bytes, &[data]),
             lsn: 77,
-            stream: 5,
+            stream: StreamId::from_raw(5),
             offset: Offset { messages: 10, bytes: 300 },
             time_ms: 1_700_000_000_000,
             messages: if data.is_empty() { 0 } else { 2 },
@@ -485,7 +498,7 @@ mod tests {
             assert_eq!(decoded.header.lsn, 77);
             assert_eq!(decoded.header.end_offset(), Offset { messages: 12, bytes: 310 });
             assert_eq!(decoded.header.record_len(), bytes.len());
-            assert_eq!(decoded.meta.chain.as_ref().unwrap().jumps, [100, 200, 400]);
+            assert_eq!(decoded.meta.chain.as_ref().unwrap().jumps, [100, 200, 400].map(Location::from_raw));
             assert_eq!(decoded.meta.producer.is_some(), producer);
             assert_eq!(decoded.meta.stream_seq.as_deref(), producer.then_some("0042"));
         }
@@ -515,7 +528,7 @@ mod tests {
             payload_len: bytes.len() as u32,
             payload_crc: 0,
             lsn: 1,
-            stream: 1,
+            stream: StreamId::from_raw(1),
             offset: Offset::ZERO,
             time_ms: 0,
             messages: 0,

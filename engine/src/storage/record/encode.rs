@@ -14,6 +14,7 @@ use bytes::Bytes;
 
 use super::codec::{self, flags, Header, Kind, MetaRef, HEADER_BYTES, META_BYTES_MAX};
 use super::Record;
+use crate::ids::StreamId;
 use crate::offset::Offset;
 use crate::payload::Payload;
 use crate::storage::chain::Chain;
@@ -22,7 +23,7 @@ use crate::storage::chain::Chain;
 pub struct Prepared<'r> {
     kind: Kind,
     flags: u8,
-    stream: u64,
+    stream: StreamId,
     offset: Offset,
     messages: u32,
     data_len: usize,

@@ -12,6 +12,7 @@ pub mod scan;
 
 use std::sync::Arc;
 
+use crate::ids::{Location, StreamId};
 use crate::meta::StreamConfig;
 use crate::offset::Offset;
 use crate::payload::Payload;
@@ -21,10 +22,10 @@ use crate::producer::ProducerTag;
 #[derive(Debug)]
 pub enum Record {
     /// A stream came to be, with its configuration and any initial messages.
-    Create { stream: u64, name: Arc<str>, config: StreamConfig, initial: Option<Payload>, closed: bool },
+    Create { stream: StreamId, name: Arc<str>, config: StreamConfig, initial: Option<Payload>, closed: bool },
     /// Messages were stored at `offset` (and maybe the stream closed), by `producer` if tagged.
     Append {
-        stream: u64,
+        stream: StreamId,
         /// The stream's name (the file modes find its file by it).
         name: Arc<str>,
         offset: Offset,
@@ -33,8 +34,8 @@ pub enum Record {
         stream_seq: Option<Box<str>>,
         close: bool,
         /// Location of the stream's last committed record (disk modes chain to it).
-        chain_tail: u64,
+        chain_tail: Location,
     },
     /// A stream and all its data are gone (deleted by a client or expired).
-    Delete { stream: u64, name: Arc<str>, expired: bool, chain_tail: u64 },
+    Delete { stream: StreamId, name: Arc<str>, expired: bool, chain_tail: Location },
 }

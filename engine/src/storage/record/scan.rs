@@ -148,12 +148,13 @@ impl Iterator for RecordScan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::StreamId;
     use crate::offset::Offset;
     use crate::storage::chain::Chain;
     use crate::storage::record::codec::{encode_meta, padding, payload_crc, MetaRef};
 
     fn record(lsn: u64, data: &[u8]) -> Vec<u8> {
-        let chain = Chain { n: 1, jumps: vec![0] };
+        let chain = Chain { n: 1, jumps: vec![crate::ids::Location::from_raw(0)] };
         let mut meta = Vec::new();
         encode_meta(Kind::Append, MetaRef { chain: Some(&chain), ..MetaRef::default() }, &mut meta);
         let header = Header {
@@ -163,7 +164,7 @@ mod tests {
             payload_len: (meta.len() + data.len()) as u32,
             payload_crc: payload_crc(&meta, &[data]),
             lsn,
-            stream: 1,
+            stream: StreamId::from_raw(1),
             offset: Offset::ZERO,
             time_ms: 0,
             messages: 1,

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use crate::binary::{DecodeFailure, Decoder, Encoder};
 use crate::content_type::ContentType;
+use crate::ids::{Location, StreamId};
 use crate::meta::{StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::ProducerState;
@@ -44,7 +45,7 @@ pub struct Checkpoint {
     pub resume_ordinal: u32,
     pub resume_position: u64,
     pub next_lsn: u64,
-    pub stream_id_next: u64,
+    pub stream_id_next: StreamId,
     pub written_ms: u64,
     /// Live bytes per segment ordinal, and deleted chains not yet subtracted.
     pub ledger: LedgerState,
@@ -60,14 +61,14 @@ impl Checkpoint {
         let mut out = Encoder::default();
         out.u32(MAGIC).u32(VERSION).u32(self.shard).u8(u8::from(self.clean));
         out.u64(self.lsn).u32(self.resume_ordinal).u64(self.resume_position);
-        out.u64(self.next_lsn).u64(self.stream_id_next).u64(self.written_ms);
+        out.u64(self.next_lsn).u64(self.stream_id_next.raw()).u64(self.written_ms);
         out.u32(self.ledger.live.len() as u32);
         for (ordinal, live) in &self.ledger.live {
             out.u32(*ordinal).u64(*live);
         }
         out.u64(self.ledger.pending.len() as u64);
         for tail in &self.ledger.pending {
-            out.u64(*tail);
+            out.u64(tail.raw());
         }
         out.u64(self.streams.len() as u64);
         for stream in &self.streams {
@@ -94,13 +95,14 @@ impl Checkpoint {
         let shard = input.u32()?;
         let clean = input.u8()? == 1;
         let (lsn, resume_ordinal, resume_position) = (input.u64()?, input.u32()?, input.u64()?);
-        let (next_lsn, stream_id_next, written_ms) = (input.u64()?, input.u64()?, input.u64()?);
+        let (next_lsn, stream_id_next, written_ms) =
+            (input.u64()?, StreamId::from_raw(input.u64()?), input.u64()?);
         let mut ledger = LedgerState::default();
         for _ in 0..input.u32()? {
             ledger.live.insert(input.u32()?, input.u64()?);
         }
         for _ in 0..input.u64()? {
-            ledger.pending.insert(input.u64()?);
+            ledger.pending.insert(Location::from_raw(input.u64()?));
         }
         let count = input.u64()?;
         let mut streams = Vec::with_capacity(count.min(1 << 20) as usize);
@@ -126,13 +128,13 @@ impl Checkpoint {
 }
 
 fn encode_stream(out: &mut Encoder, stream: &StreamSnapshot) {
-    out.u64(stream.id).text(&stream.name).text(stream.config.content_type.as_str());
+    out.u64(stream.id.raw()).text(&stream.name).text(stream.config.content_type.as_str());
     out.option_u64(stream.config.ttl_secs).option_u64(stream.config.expires_at_ms.map(|at| at as u64));
     out.u64(stream.last_access_ms)
         .u64(stream.tail.messages)
         .u64(stream.tail.bytes)
         .u8(u8::from(stream.closed));
-    out.option_text(stream.stream_seq.as_deref()).u64(stream.chain_tail).u64(stream.chain_n);
+    out.option_text(stream.stream_seq.as_deref()).u64(stream.chain_tail.raw()).u64(stream.chain_n);
     out.u32(stream.producers.len() as u32);
     for (id, state) in &stream.producers {
         out.text(id).u64(state.epoch).u64(state.last_seq).u64(state.last_used_ms);
@@ -149,7 +151,7 @@ fn encode_stream(out: &mut Encoder, stream: &StreamSnapshot) {
 }
 
 fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot, DecodeFailure> {
-    let id = input.u64()?;
+    let id = StreamId::from_raw(input.u64()?);
     let name: Arc<str> = Arc::from(input.text()?);
     let content_type = ContentType::parse(&input.text()?).map_err(|_| DecodeFailure)?;
     let ttl_secs = input.option_u64()?;
@@ -158,7 +160,7 @@ fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot
     let tail = Offset { messages: input.u64()?, bytes: input.u64()? };
     let closed = input.u8()? == 1;
     let stream_seq = input.option_text()?.map(String::into_boxed_str);
-    let (chain_tail, chain_n) = (input.u64()?, input.u64()?);
+    let (chain_tail, chain_n) = (Location::from_raw(input.u64()?), input.u64()?);
     let count = input.u32()?;
     let mut producers = Vec::with_capacity(count.min(1 << 16) as usize);
     for _ in 0..count {
@@ -200,7 +202,7 @@ mod tests {
 
     fn sample() -> Checkpoint {
         let stream = StreamSnapshot {
-            id: 9,
+            id: StreamId::from_raw(9),
             name: "a/b".into(),
             config: StreamConfig {
                 content_type: ContentType::parse("application/json").unwrap(),
@@ -212,13 +214,13 @@ mod tests {
             closed: true,
             stream_seq: Some("0007".into()),
             producers: vec![("p".into(), ProducerState { epoch: 2, last_seq: 5, last_used_ms: 1000 })],
-            chain_tail: 0x0000_0002_0000_0040,
+            chain_tail: Location::from_raw(0x0000_0002_0000_0040),
             chain_n: 3,
             tag_bytes: 300,
             damage: None,
         };
         let damaged = StreamSnapshot {
-            id: 10,
+            id: StreamId::from_raw(10),
             name: "c".into(),
             damage: Some(StreamDamage { at: Offset { messages: 1, bytes: 3 }, reason: "lost".into() }),
             ..stream.clone()
@@ -230,11 +232,11 @@ mod tests {
             resume_ordinal: 2,
             resume_position: 4096,
             next_lsn: 78,
-            stream_id_next: 10,
+            stream_id_next: StreamId::from_raw(10),
             written_ms: 5,
             ledger: LedgerState {
                 live: std::collections::BTreeMap::from([(1, 0), (2, 512)]),
-                pending: std::collections::BTreeSet::from([0x0000_0001_0000_0100]),
+                pending: std::collections::BTreeSet::from([Location::from_raw(0x0000_0001_0000_0100)]),
             },
             streams: vec![stream, damaged],
         }

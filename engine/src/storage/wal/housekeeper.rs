@@ -19,6 +19,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::ledger::Ledger;
 use super::source::WalSource;
 use super::{segment, split_location, SegmentTable};
+use crate::ids::Location;
 use crate::storage::chain::{hop, NodeSource};
 use crate::storage::maintenance::Resident;
 use crate::storage::renewals::{self, Renewal};
@@ -31,7 +32,7 @@ pub enum Task {
     /// Create a zero-filled segment file and report its path.
     Prepare { dir: PathBuf, ordinal: u32, size: u64, done: Sender<io::Result<PathBuf>> },
     /// Subtract the records of the deleted stream whose chain ends at `tail`.
-    Reclaim { source: WalSource, ledger: Arc<Ledger>, tail: u64 },
+    Reclaim { source: WalSource, ledger: Arc<Ledger>, tail: Location },
     /// Write a checkpoint that resumes in segment `resume` (keeping the last one as a
     /// fallback); once it is durable, move `durable_resume` on to it and remove dead
     /// segments below where the fallback resumes (what `durable_resume` held).
@@ -154,7 +155,7 @@ fn write_checkpoint(vfs: &dyn Vfs, dir: &std::path::Path, bytes: &[u8]) -> io::R
 /// Walks a deleted chain back to its create and subtracts its records from the ledger. Every
 /// step is checked ([`hop`]): a damaged chain subtracts nothing, so its segments stay (a
 /// wrong step could subtract another stream's live records and lose them with a segment).
-fn reclaim(source: &WalSource, ledger: &Ledger, tail: u64) {
+fn reclaim(source: &WalSource, ledger: &Ledger, tail: Location) {
     let mut removed: BTreeMap<u32, u64> = BTreeMap::new();
     let walked = source.node(tail).and_then(|mut node| loop {
         *removed.entry(split_location(node.location).0).or_default() += node.len;
@@ -166,7 +167,7 @@ fn reclaim(source: &WalSource, ledger: &Ledger, tail: u64) {
     match walked {
         Ok(()) => ledger.reclaimed(tail, &removed),
         Err(error) => {
-            tracing::warn!(tail, %error, "a deleted stream's records cannot be walked; its segments stay");
+            tracing::warn!(?tail, %error, "a deleted stream's records cannot be walked; its segments stay");
         }
     }
 }

@@ -7,6 +7,7 @@
 //! always matches its LSN: no reclaim is counted twice or lost across a crash. A segment may
 //! be removed only when it has no live bytes and the checkpoint no longer needs it for replay.
 
+use crate::ids::Location;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
@@ -20,7 +21,7 @@ pub struct LedgerState {
     /// Live bytes per segment ordinal.
     pub live: BTreeMap<u32, u64>,
     /// Chain tails of deleted streams whose records are not yet subtracted.
-    pub pending: BTreeSet<u64>,
+    pub pending: BTreeSet<Location>,
 }
 
 impl Ledger {
@@ -33,7 +34,7 @@ impl Ledger {
     }
 
     /// Adds one batch's live bytes and pending reclaims.
-    pub fn record_batch(&self, added: &BTreeMap<u32, u64>, deleted_tails: &[u64]) {
+    pub fn record_batch(&self, added: &BTreeMap<u32, u64>, deleted_tails: &[Location]) {
         if added.is_empty() && deleted_tails.is_empty() {
             return;
         }
@@ -45,7 +46,7 @@ impl Ledger {
     }
 
     /// Subtracts a reclaimed chain (bytes per segment) and takes it off the pending list.
-    pub fn reclaimed(&self, tail: u64, removed: &BTreeMap<u32, u64>) {
+    pub fn reclaimed(&self, tail: Location, removed: &BTreeMap<u32, u64>) {
         let mut state = self.lock();
         if !state.pending.remove(&tail) {
             return;
@@ -85,10 +86,11 @@ mod tests {
     fn reclaims_are_counted_once() {
         let ledger = Ledger::default();
         ledger.record_batch(&BTreeMap::from([(1, 100), (2, 50)]), &[]);
-        ledger.record_batch(&BTreeMap::from([(2, 10)]), &[7]);
-        assert_eq!(ledger.snapshot().pending, BTreeSet::from([7]));
-        ledger.reclaimed(7, &BTreeMap::from([(1, 100), (2, 10)]));
-        ledger.reclaimed(7, &BTreeMap::from([(1, 100), (2, 10)]));
+        let tail = Location::from_raw(7);
+        ledger.record_batch(&BTreeMap::from([(2, 10)]), &[tail]);
+        assert_eq!(ledger.snapshot().pending, BTreeSet::from([tail]));
+        ledger.reclaimed(tail, &BTreeMap::from([(1, 100), (2, 10)]));
+        ledger.reclaimed(tail, &BTreeMap::from([(1, 100), (2, 10)]));
         let state = ledger.snapshot();
         assert_eq!(state.live, BTreeMap::from([(1, 0), (2, 50)]), "a second report changes nothing");
         assert!(state.pending.is_empty());

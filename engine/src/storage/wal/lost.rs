@@ -16,6 +16,7 @@ use super::checkpoint::Checkpoint;
 use super::segment::Segment;
 use super::source::WalSource;
 use super::{location, split_location};
+use crate::ids::{Location, StreamId};
 use crate::meta::StreamSnapshot;
 use crate::offset::Offset;
 use crate::storage::chain::read::{RecordSource, SCAN_BYTES_MAX};
@@ -26,8 +27,8 @@ use crate::storage::Damage;
 /// A range of locations `from..to` whose records are gone, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lost {
-    pub from: u64,
-    pub to: u64,
+    pub from: Location,
+    pub to: Location,
     pub what: String,
     /// The segment file, when it is there (cut short).
     pub file: Option<PathBuf>,
@@ -87,7 +88,7 @@ pub(super) fn lost_parts(segments: &[Arc<Segment>], checkpoint: Option<&Checkpoi
 /// Marks every stream of `streams` with a record in a `lost` part; returns how many.
 pub(super) fn mark_streams(
     source: &WalSource,
-    streams: &mut HashMap<u64, StreamSnapshot>,
+    streams: &mut HashMap<StreamId, StreamSnapshot>,
     lost: &[Lost],
 ) -> usize {
     let mut marked = 0;

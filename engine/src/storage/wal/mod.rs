@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
+use crate::ids::Location;
 use crate::storage::vfs::Vfs;
 use segment::Segment;
 
@@ -56,14 +57,15 @@ pub struct WalPosition {
 }
 
 /// The location of the record at `position` in segment `ordinal`.
-pub fn location(ordinal: u32, position: u64) -> u64 {
-    debug_assert!(position < 1 << 32, "segments are smaller than 4 GiB");
-    u64::from(ordinal) << 32 | position
+pub fn location(ordinal: u32, position: u64) -> Location {
+    assert!(position < 1 << 32, "segments are smaller than 4 GiB");
+    Location::from_raw(u64::from(ordinal) << 32 | position)
 }
 
 /// The segment ordinal and position of a location.
-pub fn split_location(location: u64) -> (u32, u64) {
-    ((location >> 32) as u32, location & 0xffff_ffff)
+pub fn split_location(location: Location) -> (u32, u64) {
+    let raw = location.raw();
+    ((raw >> 32) as u32, raw & 0xffff_ffff)
 }
 
 /// The segments of one shard that readers can reach, by ordinal.

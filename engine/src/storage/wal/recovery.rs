@@ -29,6 +29,7 @@ use super::replay::{Replay, ReplayEnd};
 use super::segment::{self, is_prepared_name, parse_segment_name, Segment, SegmentHeader};
 use super::source::WalSource;
 use super::{SegmentTable, WalPosition, RENEWALS_FILE};
+use crate::ids::StreamId;
 use crate::meta::StreamSnapshot;
 use crate::storage::record::codec::{Header, HEADER_BYTES};
 use crate::storage::renewals;
@@ -55,7 +56,7 @@ pub struct Recovered {
     /// Where the checkpoint recovery started from resumes (0 without one).
     pub checkpoint_resume: u32,
     pub position: WalPosition,
-    pub stream_id_next: u64,
+    pub stream_id_next: StreamId,
     pub streams: Vec<StreamSnapshot>,
     pub report: RecoveryReport,
 }
@@ -244,7 +245,7 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
     reconcile_ledger(&mut replay.ledger, &table);
     let mut streams: Vec<StreamSnapshot> = std::mem::take(&mut replay.streams).into_values().collect();
     let renewed = renewals::load(vfs, [dir.join(RENEWALS_FILE)]);
-    renewals::apply(&renewed, &mut streams, |stream| stream.id);
+    renewals::apply(&renewed, &mut streams, |stream| stream.id.raw());
     Ok(Recovered {
         checkpoint_resume: replay.start.0,
         table,

@@ -24,8 +24,9 @@ use bytes::Bytes;
 
 use super::checkpoint::Checkpoint;
 use super::ledger::LedgerState;
-use super::location;
 use super::segment::Segment;
+use super::{location, split_location};
+use crate::ids::{Location, StreamId};
 use crate::meta::StreamSnapshot;
 use crate::storage::record::codec::{flags, Header, Kind, MAGIC};
 use crate::storage::record::scan::{
@@ -48,11 +49,11 @@ pub(super) enum ReplayEnd {
 
 /// The state replay builds.
 pub(super) struct Replay {
-    pub streams: HashMap<u64, StreamSnapshot>,
-    pub names: HashMap<Arc<str>, u64>,
+    pub streams: HashMap<StreamId, StreamSnapshot>,
+    pub names: HashMap<Arc<str>, StreamId>,
     pub ledger: LedgerState,
     pub next_lsn: u64,
-    pub stream_id_next: u64,
+    pub stream_id_next: StreamId,
     /// Where replay starts: segment ordinal and position.
     pub start: (u32, u64),
     pub records: u64,
@@ -65,7 +66,7 @@ pub(super) struct Replay {
     /// there (deleted streams, or the segments would still be here) are skipped.
     pub orphans_expected: bool,
     /// Streams whose create record was lost: their later records are skipped.
-    lost_streams: HashSet<u64>,
+    lost_streams: HashSet<StreamId>,
     /// A move being replayed: its copies so far.
     moving: Option<Moving>,
     /// Replay starts from a checkpoint.
@@ -76,7 +77,7 @@ pub(super) struct Replay {
 
 /// The copies of a move replayed so far.
 struct Moving {
-    stream: u64,
+    stream: StreamId,
     shadow: StreamSnapshot,
     /// Bytes of the copies per segment (live once the move is complete).
     bytes: BTreeMap<u32, u64>,
@@ -100,7 +101,7 @@ impl Replay {
             names: HashMap::new(),
             ledger: LedgerState::default(),
             next_lsn: segments.first().map_or(1, |s| s.header.first_lsn),
-            stream_id_next: 1,
+            stream_id_next: StreamId::FIRST,
             start: (segments.first().map_or(0, |s| s.ordinal()), Segment::records_start()),
             records: 0,
             bytes: 0,
@@ -179,6 +180,7 @@ impl Replay {
         loop {
             let mut scan = RecordScan::new(bytes.clone(), *position);
             for record in scan.by_ref() {
+                assert!(record.position >= *position, "replay moves forward through a segment");
                 *position = record.position + record.header.record_len() as u64;
                 if self.replay_record(segment, &record) {
                     return SegmentEnd::Sealed;
@@ -247,6 +249,7 @@ impl Replay {
             self.damage.push(damage_at(segment, record.position, reason));
             self.next_lsn = header.lsn;
         }
+        assert_eq!(header.lsn, self.next_lsn, "the record replayed is the next in sequence");
         self.next_lsn += 1;
         if header.kind == Kind::Seal {
             return true;
@@ -260,9 +263,9 @@ impl Replay {
     }
 
     /// Applies one record's effect. An error says why it was skipped (damage, reported).
-    fn apply(&mut self, record: &Scanned, at: u64, record_len: u64) -> Result<(), String> {
+    fn apply(&mut self, record: &Scanned, at: Location, record_len: u64) -> Result<(), String> {
         let header = &record.header;
-        let ordinal = (at >> 32) as u32;
+        let ordinal = split_location(at).0;
         let continues_move = header.has(flags::MOVED)
             && header.kind == Kind::Append
             && self.moving.as_ref().is_some_and(|moving| moving.stream == header.stream);
@@ -279,7 +282,7 @@ impl Replay {
         let orphan =
             matches!(header.kind, Kind::Append | Kind::Delete) && !self.streams.contains_key(&header.stream);
         if orphan {
-            self.stream_id_next = self.stream_id_next.max(header.stream + 1);
+            self.stream_id_next = self.stream_id_next.max(header.stream.next());
             if self.orphans_expected {
                 return Ok(());
             }
@@ -294,7 +297,7 @@ impl Replay {
                 }
                 self.names.insert(Arc::clone(&snapshot.name), header.stream);
                 self.streams.insert(header.stream, snapshot);
-                self.stream_id_next = self.stream_id_next.max(header.stream + 1);
+                self.stream_id_next = self.stream_id_next.max(header.stream.next());
             }
             Kind::Append => {
                 let stream = self.streams.get_mut(&header.stream).expect("not an orphan");
@@ -322,7 +325,7 @@ impl Replay {
     }
 
     /// Steps a stream over its record at `at` whose header holds but whose payload does not.
-    fn damaged_record(&mut self, header: &Header, at: u64, reason: &str) {
+    fn damaged_record(&mut self, header: &Header, at: Location, reason: &str) {
         if header.has(flags::MOVED) {
             // A damaged copy ends its move; the stream keeps its original chain.
             self.moving = None;
@@ -331,13 +334,13 @@ impl Replay {
         match header.kind {
             Kind::Create => {
                 self.lost_streams.insert(header.stream);
-                self.stream_id_next = self.stream_id_next.max(header.stream + 1);
+                self.stream_id_next = self.stream_id_next.max(header.stream.next());
             }
             Kind::Append => {
                 if let Some(stream) = self.streams.get_mut(&header.stream) {
                     replay::mark_damaged(stream, stream.tail, reason.to_string());
                     replay::skip_damaged(stream, header, at);
-                    *self.ledger.live.entry((at >> 32) as u32).or_default() += header.record_len() as u64;
+                    *self.ledger.live.entry(split_location(at).0).or_default() += header.record_len() as u64;
                 }
             }
             Kind::Delete | Kind::Seal => {}
@@ -353,7 +356,7 @@ impl Replay {
         if raw[0..4] != MAGIC.to_le_bytes() {
             return;
         }
-        if let Some(stream) = self.streams.get_mut(&field(24)) {
+        if let Some(stream) = self.streams.get_mut(&StreamId::from_raw(field(24))) {
             if stream.tail.messages == field(32) && stream.tail.bytes == field(40) {
                 replay::mark_damaged(stream, stream.tail, reason.to_string());
             }
@@ -361,11 +364,11 @@ impl Replay {
     }
 
     /// Applies a copy written by compaction (see the module documentation).
-    fn apply_moved(&mut self, record: &Scanned, at: u64, record_len: u64) -> Result<(), String> {
+    fn apply_moved(&mut self, record: &Scanned, at: Location, record_len: u64) -> Result<(), String> {
         let header = &record.header;
         if !self.streams.contains_key(&header.stream) {
             if self.orphans_expected {
-                self.stream_id_next = self.stream_id_next.max(header.stream + 1);
+                self.stream_id_next = self.stream_id_next.max(header.stream.next());
                 return Ok(());
             }
             return Err("move of an unknown stream".into());
@@ -382,7 +385,7 @@ impl Replay {
             }
             Kind::Delete | Kind::Seal => return Err("a kind of record that is never moved".into()),
         };
-        *moving.bytes.entry((at >> 32) as u32).or_default() += record_len;
+        *moving.bytes.entry(split_location(at).0).or_default() += record_len;
         if header.has(flags::MOVE_END) {
             let moved = self.moving.take().expect("a move is in progress");
             let stream = self.streams.get_mut(&moved.stream).expect("checked above");

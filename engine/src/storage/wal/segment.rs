@@ -25,6 +25,10 @@ use std::sync::Arc;
 use crate::storage::vfs::{read_exact_at, FileMap, Vfs, VfsFile};
 
 pub const SEGMENT_HEADER_BYTES: u64 = 64;
+const _: () = assert!(
+    SEGMENT_HEADER_BYTES.is_multiple_of(crate::storage::record::codec::RECORD_ALIGN as u64),
+    "records after a segment header start aligned"
+);
 const MAGIC: u32 = u32::from_le_bytes(*b"DSG1");
 const VERSION: u32 = 1;
 /// Extension of active and sealed segments.

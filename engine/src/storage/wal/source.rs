@@ -14,6 +14,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::segment::Segment;
 use super::{location, split_location, SegmentTable};
+use crate::ids::{Location, StreamId};
 use crate::storage::chain::read::RecordSource;
 use crate::storage::chain::{find_index, Chain, Node, NodeSource};
 use crate::storage::chunk::ReadError;
@@ -50,7 +51,7 @@ impl WalSource {
     /// `with_chain`), in place in the map, and that the whole record lies inside it.
     fn read_head(
         &self,
-        location: u64,
+        location: Location,
         with_chain: bool,
     ) -> Result<(Header, Option<Chain>, Arc<Segment>), ReadError> {
         let (ordinal, position) = split_location(location);
@@ -62,20 +63,20 @@ impl WalSource {
     }
 
     /// Reads and checks the header of the record at `location`; returns its segment too.
-    fn header(&self, location: u64) -> Result<(Header, Arc<Segment>), ReadError> {
+    fn header(&self, location: Location) -> Result<(Header, Arc<Segment>), ReadError> {
         let (header, _, segment) = self.read_head(location, false)?;
         Ok((header, segment))
     }
 
     /// Reads and checks the header and chain of the record at `location`.
-    pub fn head(&self, location: u64) -> Result<RecordHead, ReadError> {
+    pub fn head(&self, location: Location) -> Result<RecordHead, ReadError> {
         let (header, chain, _) = self.read_head(location, true)?;
         let chain = chain.ok_or(ReadError::Damaged)?;
         Ok(RecordHead { node: node_of(location, &header, chain), header })
     }
 }
 
-fn node_of(location: u64, header: &Header, chain: Chain) -> Node {
+fn node_of(location: Location, header: &Header, chain: Chain) -> Node {
     Node {
         location,
         n: chain.n,
@@ -132,7 +133,7 @@ fn decode_head(bytes: &[u8], room: usize, with_chain: bool) -> Slot {
 impl WalSource {
     /// The whole record at `location`, checked end to end: its header, its meta and its data
     /// (sharing the mapped bytes).
-    pub fn record(&self, location: u64) -> Result<(Header, Meta, Bytes), ReadError> {
+    pub fn record(&self, location: Location) -> Result<(Header, Meta, Bytes), ReadError> {
         let (header, segment) = self.header(location)?;
         let start = split_location(location).1 as usize;
         let bytes = segment.map.slice(start, start + HEADER_BYTES + header.payload_len as usize);
@@ -148,7 +149,7 @@ impl WalSource {
         let Some(segment) = self.table.get(ordinal) else {
             return Vec::new();
         };
-        let mut witnesses: HashMap<u64, u64> = HashMap::new();
+        let mut witnesses: HashMap<StreamId, Location> = HashMap::new();
         let bytes = segment.map.slice(0, segment.readable_len() as usize);
         for record in RecordScan::new(bytes, Segment::records_start()) {
             if matches!(record.header.kind, Kind::Create | Kind::Append) {
@@ -163,7 +164,7 @@ impl WalSource {
         residents
     }
 
-    fn resident(&self, stream: u64, witness: u64) -> Result<Resident, ReadError> {
+    fn resident(&self, stream: StreamId, witness: Location) -> Result<Resident, ReadError> {
         let node = self.node(witness)?;
         let create = find_index(self, &node, 0)?;
         let (_, meta, _) = self.record(create.location)?;
@@ -182,7 +183,7 @@ impl WalSource {
 impl NodeSource for WalSource {
     type Error = ReadError;
 
-    fn node(&self, location: u64) -> Result<Node, ReadError> {
+    fn node(&self, location: Location) -> Result<Node, ReadError> {
         Ok(self.head(location)?.node)
     }
 }
@@ -204,7 +205,7 @@ impl RecordSource for WalSource {
             }
         });
         checked.inspect_err(|_| {
-            tracing::error!(location = node.location, "stored data fails its checksum; the read is refused")
+            tracing::error!(location = ?node.location, "stored data fails its checksum; the read is refused")
         })
     }
 
@@ -228,7 +229,12 @@ impl RecordSource for WalSource {
 
     /// Reads the log forward from `node`, over other streams' records (and past bytes that
     /// are not records), to the record that names `node` as its predecessor.
-    fn successor(&self, node: &Node, limit: u64, scan_bytes: &mut u64) -> Result<Option<Node>, ReadError> {
+    fn successor(
+        &self,
+        node: &Node,
+        limit: Location,
+        scan_bytes: &mut u64,
+    ) -> Result<Option<Node>, ReadError> {
         let (ordinal, position) = split_location(node.location);
         self.walk((ordinal, position + node.len), limit, scan_bytes, |next| {
             let named = next.stream == node.stream && next.jumps.first() == Some(&node.location);
@@ -241,7 +247,12 @@ impl RecordSource for WalSource {
     }
 
     /// Reads the log forward from its oldest segment to the stream's create record.
-    fn first_record(&self, stream: u64, limit: u64, scan_bytes: &mut u64) -> Result<Option<Node>, ReadError> {
+    fn first_record(
+        &self,
+        stream: StreamId,
+        limit: Location,
+        scan_bytes: &mut u64,
+    ) -> Result<Option<Node>, ReadError> {
         let Some(oldest) = self.table.all().first().map(|segment| segment.ordinal()) else {
             return Ok(None);
         };
@@ -268,7 +279,7 @@ impl WalSource {
     fn walk(
         &self,
         start: (u32, u64),
-        limit: u64,
+        limit: Location,
         scan_bytes: &mut u64,
         visit: impl Fn(&Node) -> Walk,
     ) -> Result<Option<Node>, ReadError> {

@@ -23,11 +23,12 @@ use super::ledger::Ledger;
 use super::segment::{self, Segment, SegmentHeader};
 use super::source::WalSource;
 use super::{location, SegmentTable, ShardFiles, WalPosition, RENEWALS_FILE};
+use crate::ids::{Location, StreamId};
 use crate::limits::halve_when_over;
 use crate::storage::chain::{Chain, Levels};
 use crate::storage::chunk::ReadError;
 use crate::storage::maintenance::{CheckpointKind, Maintenance, Resident, ShardCheckpoint};
-use crate::storage::record::codec::{Header, HEADER_BYTES};
+use crate::storage::record::codec::{Header, HEADER_BYTES, RECORD_ALIGN};
 use crate::storage::record::{encode, Record};
 use crate::storage::renewals::{Renewal, RenewalStore};
 use crate::storage::{Committing, NoRoom, Persist, Place, Purpose, Unprepared};
@@ -65,7 +66,7 @@ pub struct WalWriter {
     survey: Option<Receiver<Vec<Resident>>>,
     /// A rotation happened since the last look for a segment to compact.
     compaction_due: bool,
-    chains: HashMap<u64, Levels>,
+    chains: HashMap<StreamId, Levels>,
     /// Header, meta and JSON data of the records of the current run.
     staging: Vec<u8>,
     meta: Vec<u8>,
@@ -76,7 +77,7 @@ pub struct WalWriter {
     synced_to: u64,
     /// This batch's live bytes per segment, and its deleted chains.
     added: BTreeMap<u32, u64>,
-    deleted: Vec<u64>,
+    deleted: Vec<Location>,
     /// A segment was sealed since the last checkpoint.
     checkpoint_due: bool,
     /// Where the last durable checkpoint resumes: segments below it may go once the next
@@ -167,6 +168,12 @@ impl WalWriter {
         self.meta = meta;
         room?;
         let place_location = location(self.active.ordinal(), self.position);
+        // Records start aligned, inside the active segment, with room left for its seal.
+        assert_eq!(self.position % RECORD_ALIGN as u64, 0, "records are aligned");
+        assert!(
+            self.position + prepared.record_len as u64 + HEADER_BYTES as u64 <= self.active.size(),
+            "a staged record and the seal fit the active segment"
+        );
         let staged = encode::stage(&prepared, &self.meta, self.next_lsn, time_ms, &mut self.staging);
         self.parts.push(Part::Staged(staged.head));
         if let Some(body) = staged.body {
@@ -183,7 +190,7 @@ impl WalWriter {
     }
 
     /// Updates the chains, the batch's live bytes and its deleted chains for a staged record.
-    fn after_staged(&mut self, record: &Record, at: u64, record_len: u64, n: u64) {
+    fn after_staged(&mut self, record: &Record, at: Location, record_len: u64, n: u64) {
         match record {
             Record::Create { stream, .. } => {
                 self.chains.insert(*stream, Levels::started_at(at));
@@ -204,14 +211,14 @@ impl WalWriter {
 
     /// The levels of `stream`'s chain, rebuilt from `chain_tail` when not cached (an append
     /// was prepared first, so they are there unless compaction just replaced them).
-    fn levels(&mut self, stream: u64, chain_tail: u64) -> io::Result<&mut Levels> {
+    fn levels(&mut self, stream: StreamId, chain_tail: Location) -> io::Result<&mut Levels> {
         self.load_levels(stream, chain_tail)
             .map_err(|error| io::Error::other(format!("rebuilding a prepared chain: {error}")))?;
         Ok(self.chains.get_mut(&stream).expect("just loaded"))
     }
 
     /// Caches the levels of `stream`'s chain, rebuilt from its last record `chain_tail`.
-    fn load_levels(&mut self, stream: u64, chain_tail: u64) -> Result<(), ReadError> {
+    fn load_levels(&mut self, stream: StreamId, chain_tail: Location) -> Result<(), ReadError> {
         if !self.chains.contains_key(&stream) {
             let tail = self.source.head(chain_tail)?.node;
             if tail.stream != stream {
@@ -250,6 +257,10 @@ impl WalWriter {
         if self.parts.is_empty() {
             return Ok(());
         }
+        assert!(
+            self.synced_to <= self.run_start && self.run_start < self.position,
+            "runs follow one another"
+        );
         let slices: Vec<&[u8]> = self
             .parts
             .iter()
@@ -267,6 +278,8 @@ impl WalWriter {
 
     /// Ends the active segment with a seal record and syncs it.
     fn seal(&mut self, time_ms: u64) -> io::Result<()> {
+        assert!(self.parts.is_empty(), "the run is written before the seal");
+        assert!(self.position + HEADER_BYTES as u64 <= self.active.size(), "the seal fits");
         let header = Header::seal(self.next_lsn, time_ms);
         self.active.file().write_all_at(self.position, &[&header.encode()])?;
         self.active.file().sync_data()?;
@@ -278,6 +291,7 @@ impl WalWriter {
     fn rotate(&mut self, time_ms: u64) -> io::Result<()> {
         let ordinal = self.active.ordinal() + 1;
         let prepared = self.take_spare()?;
+        assert!(self.sealed, "a segment is sealed before the next one starts");
         let header = SegmentHeader {
             shard: self.files.shard,
             ordinal,
@@ -334,7 +348,12 @@ impl WalWriter {
 }
 
 impl Persist for WalWriter {
-    fn prepare_append(&mut self, stream: u64, _name: &str, chain_tail: u64) -> Result<(), Unprepared> {
+    fn prepare_append(
+        &mut self,
+        stream: StreamId,
+        _name: &str,
+        chain_tail: Location,
+    ) -> Result<(), Unprepared> {
         self.load_levels(stream, chain_tail).map_err(Unprepared::from)
     }
 
@@ -392,8 +411,8 @@ impl Maintenance for WalWriter {
 }
 
 impl RenewalStore for WalWriter {
-    fn incarnation(&self, id: u64, _chain_tail: u64) -> u64 {
-        id
+    fn incarnation(&self, id: StreamId, _chain_tail: Location) -> u64 {
+        id.raw()
     }
 
     /// The housekeeper saves them, off the shard thread.

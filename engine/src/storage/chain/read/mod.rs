@@ -20,6 +20,7 @@ mod careful;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::ids::{Location, StreamId};
 use crate::offset::Offset;
 use crate::payload::stored_json_message_ends;
 use crate::storage::chain::{collect, find, find_index, find_last, Node, NodeSource};
@@ -50,15 +51,20 @@ pub trait RecordSource: NodeSource<Error = ReadError> {
     /// The record after `node` in its stream, found by reading the log forward (never past
     /// the location `limit`, and at most `*scan_bytes` bytes, which it counts down).
     /// `None` when none is found; an error when the record there is damaged.
-    fn successor(&self, node: &Node, limit: u64, scan_bytes: &mut u64) -> Result<Option<Node>, ReadError>;
+    fn successor(
+        &self,
+        node: &Node,
+        limit: Location,
+        scan_bytes: &mut u64,
+    ) -> Result<Option<Node>, ReadError>;
 
     /// The first record of `stream` (whose last record is at `tail_location`), found
     /// without its chain: a stream file starts with it; acid reads its log forward from the
     /// oldest segment (at most `*scan_bytes`). `None` when it is not found.
     fn first_record(
         &self,
-        stream: u64,
-        tail_location: u64,
+        stream: StreamId,
+        tail_location: Location,
         scan_bytes: &mut u64,
     ) -> Result<Option<Node>, ReadError>;
 }
@@ -67,8 +73,8 @@ pub trait RecordSource: NodeSource<Error = ReadError> {
 /// its published tail offset `until`.
 pub struct LogRead<'a, S: RecordSource> {
     pub source: &'a S,
-    pub stream: u64,
-    pub tail_location: u64,
+    pub stream: StreamId,
+    pub tail_location: Location,
     pub tail_n: u64,
     pub until: Offset,
     pub json: bool,
@@ -256,11 +262,11 @@ mod tests {
 
     impl NodeSource for Log {
         type Error = ReadError;
-        fn node(&self, location: u64) -> Result<Node, ReadError> {
-            let mut node = self.nodes.get(location as usize).cloned().ok_or(ReadError::Damaged)?;
+        fn node(&self, location: Location) -> Result<Node, ReadError> {
+            let mut node = self.nodes.get(location.raw() as usize).cloned().ok_or(ReadError::Damaged)?;
             match self.damage {
-                Some((at, Damage::Header)) if at == location => return Err(ReadError::Damaged),
-                Some((at, Damage::ChainIndex)) if at == location => node.n += 1 << 16,
+                Some((at, Damage::Header)) if at == location.raw() => return Err(ReadError::Damaged),
+                Some((at, Damage::ChainIndex)) if at == location.raw() => node.n += 1 << 16,
                 _ => {}
             }
             Ok(node)
@@ -269,14 +275,14 @@ mod tests {
 
     impl RecordSource for Log {
         fn data(&self, node: &Node) -> Result<Bytes, ReadError> {
-            if self.damage.is_some_and(|(at, _)| at == node.location) {
+            if self.damage.is_some_and(|(at, _)| at == node.location.raw()) {
                 return Err(ReadError::Damaged);
             }
-            Ok(self.data[node.location as usize].clone())
+            Ok(self.data[node.location.raw() as usize].clone())
         }
 
-        fn successor(&self, node: &Node, limit: u64, scan: &mut u64) -> Result<Option<Node>, ReadError> {
-            let at = node.location + 1;
+        fn successor(&self, node: &Node, limit: Location, scan: &mut u64) -> Result<Option<Node>, ReadError> {
+            let at = node.location.plus(1);
             if at > limit || *scan == 0 {
                 return Ok(None);
             }
@@ -290,17 +296,22 @@ mod tests {
             }
         }
 
-        fn first_record(&self, _stream: u64, _tail: u64, _scan: &mut u64) -> Result<Option<Node>, ReadError> {
-            self.node(0).map(Some)
+        fn first_record(
+            &self,
+            _stream: StreamId,
+            _tail: Location,
+            _scan: &mut u64,
+        ) -> Result<Option<Node>, ReadError> {
+            self.node(Location::from_raw(0)).map(Some)
         }
     }
 
     fn log(payloads: &[Payload]) -> Log {
         let mut log = Log {
             nodes: vec![Node {
-                location: 0,
+                location: Location::from_raw(0),
                 n: 0,
-                stream: 1,
+                stream: StreamId::from_raw(1),
                 start: Offset::ZERO,
                 end: Offset::ZERO,
                 jumps: vec![],
@@ -309,13 +320,21 @@ mod tests {
             data: vec![Bytes::new()],
             damage: None,
         };
-        let mut levels = Levels::started_at(0);
+        let mut levels = Levels::started_at(Location::from_raw(0));
         for payload in payloads {
             let chain = levels.next_chain();
             let start = log.nodes.last().unwrap().end;
             let end = start.advance(payload.message_count(), payload.stored_len());
-            let location = log.nodes.len() as u64;
-            log.nodes.push(Node { location, n: chain.n, stream: 1, start, end, jumps: chain.jumps, len: 1 });
+            let location = Location::from_raw(log.nodes.len() as u64);
+            log.nodes.push(Node {
+                location,
+                n: chain.n,
+                stream: StreamId::from_raw(1),
+                start,
+                end,
+                jumps: chain.jumps,
+                len: 1,
+            });
             log.data.push(Bytes::from(payload.stored_bytes()));
             levels.push(location);
         }
@@ -326,7 +345,7 @@ mod tests {
         let tail = log.nodes.last().unwrap();
         LogRead {
             source: log,
-            stream: 1,
+            stream: StreamId::from_raw(1),
             tail_location: tail.location,
             tail_n: tail.n,
             until: tail.end,

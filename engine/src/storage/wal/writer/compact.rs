@@ -24,6 +24,7 @@ use std::io;
 use crossbeam_channel::TryRecvError;
 
 use super::{Part, WalWriter, SYNC_RUN_BYTES_MAX};
+use crate::ids::{Location, StreamId};
 use crate::storage::chain::Chain;
 use crate::storage::chain::{find_index, hop, Levels, Node, NodeSource};
 use crate::storage::maintenance::{Move, Resident};
@@ -83,10 +84,10 @@ impl WalWriter {
     /// its checks (a move never copies damage, and never stops half-way).
     fn chain_to_move(
         &self,
-        stream: u64,
-        tail_location: u64,
-        witness: (u64, u64),
-    ) -> Option<(Node, Vec<u64>)> {
+        stream: StreamId,
+        tail_location: Location,
+        witness: (Location, u64),
+    ) -> Option<(Node, Vec<Location>)> {
         let tail = self.source.node(tail_location).ok().filter(|tail| tail.stream == stream)?;
         if witness.1 > tail.n || find_index(&self.source, &tail, witness.1).ok()?.location != witness.0 {
             return None;
@@ -97,14 +98,14 @@ impl WalWriter {
             node = match hop(&self.source, &node, 0) {
                 Ok(node) => node,
                 Err(error) => {
-                    tracing::warn!(stream, %error, "a stream with a damaged chain is not compacted");
+                    tracing::warn!(?stream, %error, "a stream with a damaged chain is not compacted");
                     return None;
                 }
             };
             locations.push(node.location);
         }
         if let Some(damaged) = locations.iter().find(|location| self.source.record(**location).is_err()) {
-            tracing::warn!(stream, location = damaged, "a stream with a damaged record is not compacted");
+            tracing::warn!(?stream, location = ?damaged, "a stream with a damaged record is not compacted");
             return None;
         }
         locations.reverse();
@@ -116,11 +117,11 @@ impl WalWriter {
     /// prepared (a move is the last thing in its batch, so nothing planned needs the room).
     fn stage_copy(
         &mut self,
-        original: u64,
+        original: Location,
         levels: &Levels,
         last: bool,
         time_ms: u64,
-    ) -> io::Result<Option<(u64, u64)>> {
+    ) -> io::Result<Option<(Location, u64)>> {
         let (header, meta, data) = self
             .source
             .record(original)

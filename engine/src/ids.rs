@@ -1,0 +1,70 @@
+//! Newtypes for the numbers a mix-up would corrupt data with, so the compiler tells them
+//! apart: where a record is in its log ([`Location`]) and which stream incarnation a record
+//! or state belongs to ([`StreamId`]). Each converts to and from its raw `u64` only where it
+//! is encoded or decoded (records, checkpoints) and where its mode composes it
+//! (`storage::wal::location`, `storage::files::location`).
+
+use std::fmt;
+
+/// Where a record starts in its storage: a segment ordinal and position in acid, a file's
+/// collision suffix and position in the file modes. Opaque outside those two; ordered as the
+/// records are within one log.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Location(u64);
+
+impl fmt::LowerHex for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+
+impl Location {
+    /// The location `bytes` further along the same log (just after a record of that size).
+    pub fn plus(self, bytes: u64) -> Location {
+        Location(self.0 + bytes)
+    }
+}
+
+/// One incarnation of a stream in its shard: a stream created again under the same name
+/// gets a new one.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId(u64);
+
+macro_rules! raw_u64 {
+    ($name:ident, $debug:literal) => {
+        impl $name {
+            pub const fn from_raw(raw: u64) -> $name {
+                $name(raw)
+            }
+
+            pub const fn raw(self) -> u64 {
+                self.0
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, $debug, self.0)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    };
+}
+
+raw_u64!(Location, "Location({:#x})");
+raw_u64!(StreamId, "StreamId({})");
+
+impl StreamId {
+    /// The first id a shard hands out.
+    pub const FIRST: StreamId = StreamId(1);
+
+    /// The id after this one (ids are handed out in order, per shard).
+    pub fn next(self) -> StreamId {
+        StreamId(self.0 + 1)
+    }
+}
