@@ -138,20 +138,7 @@ const WRITE_STALL_SECS_MAX: u64 = 3600;
 
 impl Args {
     pub fn into_config(self) -> Result<Config, ConfigError> {
-        let tls = match (self.tls_cert_path, self.tls_key_path) {
-            (Some(cert_path), Some(key_path)) => Some(TlsFiles { cert_path, key_path }),
-            (None, None) => None,
-            (Some(_), None) => {
-                return Err(ConfigError(
-                    "DS_TLS__CERT_PATH is set but DS_TLS__KEY_PATH is not; set both".into(),
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(ConfigError(
-                    "DS_TLS__KEY_PATH is set but DS_TLS__CERT_PATH is not; set both".into(),
-                ))
-            }
-        };
+        let tls = self.tls_files()?;
         let host = self.host.parse().map_err(|_| invalid("DS_SERVER__HOST", &self.host, "an IP address"))?;
         let port = number("DS_SERVER__PORT", &self.port, 0, u64::from(u16::MAX))? as u16;
         let long_poll =
@@ -164,13 +151,9 @@ impl Args {
         )?;
         let cors = CorsPolicy::parse(&self.cors_origins)
             .map_err(|why| ConfigError(format!("DS_HTTP__CORS_ORIGINS: {why}")))?;
-        let total_bytes_max = number("DS_LIMITS__MAX_MEMORY_BYTES", &self.max_memory_bytes, 1, u64::MAX)?;
-        let streams_max = number("DS_LIMITS__MAX_STREAMS", &self.max_streams, 1, u64::MAX)?;
         let body_buffer_bytes_max =
             number("DS_LIMITS__MAX_BODY_BUFFER_BYTES", &self.max_body_buffer_bytes, 1024, u64::MAX)?;
         let body_timeout_secs = number("DS_SERVER__BODY_TIMEOUT_SECS", &self.body_timeout_secs, 1, 3600)?;
-        let stream_bytes_max =
-            number("DS_LIMITS__MAX_STREAM_BYTES", &self.max_stream_bytes, 1, u32::MAX.into())?;
         let read_bytes_max =
             number("DS_LIMITS__MAX_READ_BYTES", &self.max_read_bytes, 1024, 64 << 20)? as usize;
         let connections_max =
@@ -182,39 +165,7 @@ impl Args {
             WRITE_STALL_SECS_MAX,
         )?;
         let sse_direct_writes = boolean("DS_SERVER__SSE_DIRECT_WRITES", &self.sse_direct_writes)?;
-        let mode = StorageMode::parse(&self.storage_mode).ok_or_else(|| {
-            invalid("DS_STORAGE__MODE", &self.storage_mode, "memory, file-fast, file-durable or acid")
-        })?;
-        let shard_count = number("DS_STORAGE__ACID_SHARD_COUNT", &self.acid_shard_count, 1, 256)? as u32;
-        if !shard_count.is_power_of_two() {
-            return Err(invalid(
-                "DS_STORAGE__ACID_SHARD_COUNT",
-                &self.acid_shard_count,
-                "a power of two from 1 to 256",
-            ));
-        }
-        let segment_bytes = match &self.segment_bytes {
-            None => segment_bytes_for(stream_bytes_max),
-            Some(text) => {
-                let needed = stream_bytes_max + SEGMENT_OVERHEAD_BYTES;
-                let segment_bytes = number("DS_STORAGE__SEGMENT_BYTES", text, 1, (1 << 32) - 1)?;
-                if segment_bytes < needed {
-                    return Err(ConfigError(format!(
-                        "DS_STORAGE__SEGMENT_BYTES: {segment_bytes} cannot hold the largest record \
-                         (DS_LIMITS__MAX_STREAM_BYTES plus {SEGMENT_OVERHEAD_BYTES}); use at least {needed}"
-                    )));
-                }
-                segment_bytes
-            }
-        };
-        let engine = EngineConfig {
-            mode,
-            data_dir: self.data_dir,
-            shard_count,
-            limits: Limits { total_bytes_max, stream_bytes_max, streams_max },
-            segment_bytes,
-            ..EngineConfig::default()
-        };
+        let engine = self.engine_config()?;
         Ok(Config {
             host,
             port,
@@ -230,6 +181,66 @@ impl Args {
             tls,
             engine,
         })
+    }
+
+    /// The certificate chain and key files: both or neither.
+    fn tls_files(&self) -> Result<Option<TlsFiles>, ConfigError> {
+        match (&self.tls_cert_path, &self.tls_key_path) {
+            (Some(cert_path), Some(key_path)) => {
+                Ok(Some(TlsFiles { cert_path: cert_path.clone(), key_path: key_path.clone() }))
+            }
+            (None, None) => Ok(None),
+            (Some(_), None) => {
+                Err(ConfigError("DS_TLS__CERT_PATH is set but DS_TLS__KEY_PATH is not; set both".into()))
+            }
+            (None, Some(_)) => {
+                Err(ConfigError("DS_TLS__KEY_PATH is set but DS_TLS__CERT_PATH is not; set both".into()))
+            }
+        }
+    }
+
+    /// The engine's part: limits, storage mode, data directory, shards, segments.
+    fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
+        let total_bytes_max = number("DS_LIMITS__MAX_MEMORY_BYTES", &self.max_memory_bytes, 1, u64::MAX)?;
+        let streams_max = number("DS_LIMITS__MAX_STREAMS", &self.max_streams, 1, u64::MAX)?;
+        let stream_bytes_max =
+            number("DS_LIMITS__MAX_STREAM_BYTES", &self.max_stream_bytes, 1, u32::MAX.into())?;
+        let mode = StorageMode::parse(&self.storage_mode).ok_or_else(|| {
+            invalid("DS_STORAGE__MODE", &self.storage_mode, "memory, file-fast, file-durable or acid")
+        })?;
+        let shard_count = number("DS_STORAGE__ACID_SHARD_COUNT", &self.acid_shard_count, 1, 256)? as u32;
+        if !shard_count.is_power_of_two() {
+            return Err(invalid(
+                "DS_STORAGE__ACID_SHARD_COUNT",
+                &self.acid_shard_count,
+                "a power of two from 1 to 256",
+            ));
+        }
+        Ok(EngineConfig {
+            mode,
+            data_dir: self.data_dir.clone(),
+            shard_count,
+            limits: Limits { total_bytes_max, stream_bytes_max, streams_max },
+            segment_bytes: self.segment_bytes(stream_bytes_max)?,
+            ..EngineConfig::default()
+        })
+    }
+
+    /// The acid segment size: as set (at least the largest record), or the default for the
+    /// stream limit.
+    fn segment_bytes(&self, stream_bytes_max: u64) -> Result<u64, ConfigError> {
+        let Some(text) = &self.segment_bytes else {
+            return Ok(segment_bytes_for(stream_bytes_max));
+        };
+        let needed = stream_bytes_max + SEGMENT_OVERHEAD_BYTES;
+        let segment_bytes = number("DS_STORAGE__SEGMENT_BYTES", text, 1, (1 << 32) - 1)?;
+        if segment_bytes < needed {
+            return Err(ConfigError(format!(
+                "DS_STORAGE__SEGMENT_BYTES: {segment_bytes} cannot hold the largest record \
+                 (DS_LIMITS__MAX_STREAM_BYTES plus {SEGMENT_OVERHEAD_BYTES}); use at least {needed}"
+            )));
+        }
+        Ok(segment_bytes)
     }
 }
 

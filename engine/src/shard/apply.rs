@@ -109,71 +109,28 @@ impl Shard {
         Ok(CreateOutcome { created: true, tail, closed: request.closed, content_type })
     }
 
-    fn apply_append(&mut self, batch: &mut Batch, request: AppendRequest) -> Result<AppendOutcome, OpError> {
-        let payload = request.payload.filter(|payload| !payload.is_empty());
+    fn apply_append(
+        &mut self,
+        batch: &mut Batch,
+        mut request: AppendRequest,
+    ) -> Result<AppendOutcome, OpError> {
+        let payload = request.payload.take().filter(|payload| !payload.is_empty());
         if payload.is_none() && !request.close {
             return Err(OpError::EmptyAppend);
         }
-        let stream = self.live_stream(batch, request.name.as_str()).ok_or(OpError::NotFound)?;
-        if let Some(damage) = stream.damage() {
-            return Err(OpError::StreamDamaged { at: damage.at });
-        }
-        if payload.is_some() {
-            let matches =
-                request.content_type.as_ref().is_some_and(|ct| ct.matches(&stream.config.content_type));
-            if !matches {
-                return Err(OpError::ContentTypeMismatch);
-            }
-        }
+        let stream = self.append_target(batch, &request, payload.is_some())?;
         let mut state = stream.write_state();
         stream.touch(batch.now_ms);
         if let (Some(_), Some(idle_ms_max)) = (&request.producer, self.settings.producer_idle_ms_max) {
             let released = state.writer.producers.prune_if_due(batch.now_ms, idle_ms_max);
             self.release_charge(&mut state, released);
         }
-
         let decision = request.producer.as_ref().map(|tag| state.writer.producers.decide(tag, batch.now_ms));
-        match decision {
-            Some(Decision::StaleEpoch { current }) => return Err(OpError::StaleEpoch { current }),
-            Some(Decision::EpochSeqNotZero) => return Err(OpError::EpochSeqNotZero),
-            Some(Decision::SeqGap { expected, received }) => {
-                return Err(OpError::SeqGap { expected, received })
-            }
-            Some(Decision::Duplicate { epoch, last_seq }) => {
-                let (tail, closed) = (state.writer.tail, state.writer.closed);
-                return Ok(AppendOutcome {
-                    kind: AppendKind::Duplicate,
-                    tail,
-                    closed,
-                    producer: Some((epoch, last_seq)),
-                });
-            }
-            Some(Decision::Accept { .. }) | None => {}
-        }
-        if state.writer.closed {
-            if payload.is_none() && request.producer.is_none() {
-                let tail = state.writer.tail;
-                return Ok(AppendOutcome { kind: AppendKind::Closed, tail, closed: true, producer: None });
-            }
-            return Err(OpError::StreamClosed { tail: state.writer.tail });
-        }
-        if let (Some(seq), Some(last)) = (&request.stream_seq, &state.writer.stream_seq) {
-            if seq.as_bytes() <= last.as_bytes() {
-                return Err(OpError::StreamSeqRegression);
-            }
-        }
-        if let (Some(tag), Some(Decision::Accept { .. })) = (&request.producer, decision) {
-            self.make_room_for_producer(&mut state, &tag.id, batch.now_ms)?;
+        if let Some(answer) = answer_without_writing(&state, &request, payload.is_some(), decision)? {
+            return Ok(answer);
         }
         let stored_bytes = payload.as_ref().map_or(0, Payload::stored_len);
-        self.prepare_chain(batch, &stream, &state)?;
-        let tags = tag_bytes(request.producer.as_ref().map(|tag| &*tag.id), request.stream_seq.as_deref());
-        self.room(batch, record_bytes_max(tags as usize, stored_bytes), Purpose::Write)?;
-        let new_producer =
-            request.producer.as_ref().filter(|tag| state.writer.producers.get(&tag.id).is_none());
-        let extra = APPEND_CHARGE_BYTES + tags + new_producer.map_or(0, |tag| producer_charge(&tag.id));
-        state.writer.charged += self.charge(state.writer.tail.bytes, stored_bytes, extra)?;
-        state.writer.tag_bytes += tags;
+        self.admit_append(batch, &stream, &mut state, &request, decision, stored_bytes)?;
 
         // Everything is decided: apply (the data itself is published after the commit).
         let offset = state.writer.tail;
@@ -209,6 +166,50 @@ impl Shard {
         });
         batch.owners.push(stream);
         Ok(outcome)
+    }
+
+    /// The stream an append is for, if it may take one: there, intact, and of the append's
+    /// content type when it carries data.
+    fn append_target(
+        &mut self,
+        batch: &mut Batch,
+        request: &AppendRequest,
+        has_data: bool,
+    ) -> Result<Arc<Stream>, OpError> {
+        let stream = self.live_stream(batch, request.name.as_str()).ok_or(OpError::NotFound)?;
+        if let Some(damage) = stream.damage() {
+            return Err(OpError::StreamDamaged { at: damage.at });
+        }
+        let matches = request.content_type.as_ref().is_some_and(|ct| ct.matches(&stream.config.content_type));
+        if has_data && !matches {
+            return Err(OpError::ContentTypeMismatch);
+        }
+        Ok(stream)
+    }
+
+    /// Makes room for an append that will be written, and charges it: a new producer's
+    /// place, the storage's chain and room, the byte budget.
+    fn admit_append(
+        &mut self,
+        batch: &Batch,
+        stream: &Arc<Stream>,
+        state: &mut StreamState,
+        request: &AppendRequest,
+        decision: Option<Decision>,
+        stored_bytes: u64,
+    ) -> Result<(), OpError> {
+        if let (Some(tag), Some(Decision::Accept { .. })) = (&request.producer, decision) {
+            self.make_room_for_producer(state, &tag.id, batch.now_ms)?;
+        }
+        self.prepare_chain(batch, stream, state)?;
+        let tags = tag_bytes(request.producer.as_ref().map(|tag| &*tag.id), request.stream_seq.as_deref());
+        self.room(batch, record_bytes_max(tags as usize, stored_bytes), Purpose::Write)?;
+        let new_producer =
+            request.producer.as_ref().filter(|tag| state.writer.producers.get(&tag.id).is_none());
+        let extra = APPEND_CHARGE_BYTES + tags + new_producer.map_or(0, |tag| producer_charge(&tag.id));
+        state.writer.charged += self.charge(state.writer.tail.bytes, stored_bytes, extra)?;
+        state.writer.tag_bytes += tags;
+        Ok(())
     }
 
     /// Has the storage make ready what chaining the next record of `stream` needs (nothing
@@ -378,4 +379,39 @@ fn mark_touched(batch: &mut Batch, stream: &Arc<Stream>, state: &mut StreamState
         state.writer.batch = batch.number;
         batch.touched.push(Arc::clone(stream));
     }
+}
+
+/// The answer to an append that writes nothing, if it is one: a producer's refusal or
+/// duplicate, a closed stream (a plain close of it again is answered, anything else
+/// refused), a `Stream-Seq` that does not increase. `None`: the append is to be written.
+fn answer_without_writing(
+    state: &StreamState,
+    request: &AppendRequest,
+    has_data: bool,
+    decision: Option<Decision>,
+) -> Result<Option<AppendOutcome>, OpError> {
+    match decision {
+        Some(Decision::StaleEpoch { current }) => return Err(OpError::StaleEpoch { current }),
+        Some(Decision::EpochSeqNotZero) => return Err(OpError::EpochSeqNotZero),
+        Some(Decision::SeqGap { expected, received }) => return Err(OpError::SeqGap { expected, received }),
+        Some(Decision::Duplicate { epoch, last_seq }) => {
+            let (tail, closed) = (state.writer.tail, state.writer.closed);
+            let producer = Some((epoch, last_seq));
+            return Ok(Some(AppendOutcome { kind: AppendKind::Duplicate, tail, closed, producer }));
+        }
+        Some(Decision::Accept { .. }) | None => {}
+    }
+    if state.writer.closed {
+        if !has_data && request.producer.is_none() {
+            let tail = state.writer.tail;
+            return Ok(Some(AppendOutcome { kind: AppendKind::Closed, tail, closed: true, producer: None }));
+        }
+        return Err(OpError::StreamClosed { tail: state.writer.tail });
+    }
+    if let (Some(seq), Some(last)) = (&request.stream_seq, &state.writer.stream_seq) {
+        if seq.as_bytes() <= last.as_bytes() {
+            return Err(OpError::StreamSeqRegression);
+        }
+    }
+    Ok(None)
 }

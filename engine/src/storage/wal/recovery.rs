@@ -197,51 +197,8 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
     for segment in &analysis.segments {
         table.insert(Arc::clone(segment));
     }
+    let position = continue_at(vfs, dir, settings, &analysis, &report, &table)?;
     let replay = &mut analysis.replay;
-    let position = match analysis.end {
-        ReplayEnd::Continue { index, position } => {
-            let segment = &analysis.segments[index];
-            let cut = segment.readable_len() < segment.size();
-            if replay.torn.is_none() && report.stale_bytes == 0 && !cut {
-                WalPosition {
-                    active: Arc::clone(segment),
-                    position,
-                    next_lsn: replay.next_lsn,
-                    sealed: false,
-                }
-            } else {
-                let seal = Header::seal(replay.next_lsn, settings.now_ms).encode();
-                segment.file().write_all_at(position, &[&seal])?;
-                if cut {
-                    // Sealed, what followed the cut is history: the file gets its size
-                    // back (if the disk has room), so later starts do not report the cut.
-                    if let Err(error) = segment.file().set_len(segment.size()) {
-                        tracing::warn!(%error, path = %segment.path.display(), "cannot give a cut segment its size back");
-                    }
-                }
-                segment.file().sync_data()?;
-                let sealed = WalPosition {
-                    active: Arc::clone(segment),
-                    position: position + HEADER_BYTES as u64,
-                    next_lsn: replay.next_lsn + 1,
-                    sealed: true,
-                };
-                start_or_stay(vfs, dir, settings, &table, sealed)?
-            }
-        }
-        ReplayEnd::NeedSegment { ordinal } => match analysis.segments.last() {
-            Some(last) => {
-                let sealed = WalPosition {
-                    active: Arc::clone(last),
-                    position: last.size(),
-                    next_lsn: replay.next_lsn,
-                    sealed: true,
-                };
-                start_or_stay(vfs, dir, settings, &table, sealed)?
-            }
-            None => start_segment(vfs, dir, settings, ordinal, replay.next_lsn, &table)?,
-        },
-    };
     reconcile_ledger(&mut replay.ledger, &table);
     let mut streams: Vec<StreamSnapshot> = std::mem::take(&mut replay.streams).into_values().collect();
     let renewed = renewals::load(vfs, [dir.join(RENEWALS_FILE)]);
@@ -255,6 +212,61 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
         streams,
         report,
     })
+}
+
+/// Where the log continues after what recovery found: at the end of the replayed records
+/// when nothing stale follows them; else after a seal written there (and in a new segment,
+/// when the disk has room for one).
+fn continue_at(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    settings: &RecoverySettings,
+    analysis: &Analysis,
+    report: &RecoveryReport,
+    table: &Arc<SegmentTable>,
+) -> io::Result<WalPosition> {
+    let replay = &analysis.replay;
+    let (segment, position) = match analysis.end {
+        ReplayEnd::Continue { index, position } => (&analysis.segments[index], position),
+        ReplayEnd::NeedSegment { ordinal } => {
+            let Some(last) = analysis.segments.last() else {
+                return start_segment(vfs, dir, settings, ordinal, replay.next_lsn, table);
+            };
+            let sealed = WalPosition {
+                active: Arc::clone(last),
+                position: last.size(),
+                next_lsn: replay.next_lsn,
+                sealed: true,
+            };
+            return start_or_stay(vfs, dir, settings, table, sealed);
+        }
+    };
+    let cut = segment.readable_len() < segment.size();
+    if replay.torn.is_none() && report.stale_bytes == 0 && !cut {
+        return Ok(WalPosition {
+            active: Arc::clone(segment),
+            position,
+            next_lsn: replay.next_lsn,
+            sealed: false,
+        });
+    }
+    let seal = Header::seal(replay.next_lsn, settings.now_ms).encode();
+    segment.file().write_all_at(position, &[&seal])?;
+    if cut {
+        // Sealed, what followed the cut is history: the file gets its size back (if the disk
+        // has room), so later starts do not report the cut.
+        if let Err(error) = segment.file().set_len(segment.size()) {
+            tracing::warn!(%error, path = %segment.path.display(), "cannot give a cut segment its size back");
+        }
+    }
+    segment.file().sync_data()?;
+    let sealed = WalPosition {
+        active: Arc::clone(segment),
+        position: position + HEADER_BYTES as u64,
+        next_lsn: replay.next_lsn + 1,
+        sealed: true,
+    };
+    start_or_stay(vfs, dir, settings, table, sealed)
 }
 
 /// Moves files that are not segments of this shard to `dropped/` (kept for inspection,
