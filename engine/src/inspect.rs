@@ -100,11 +100,12 @@ pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, force: bool) -> Result<Store, Inspect
         return Err(InspectError::NotADataDirectory(dir.to_path_buf()));
     }
     let manifest = Manifest::read(vfs.as_ref(), dir).map_err(InspectError::Manifest)?;
-    let lock = match force {
+    // A server always holds the lock file; a directory without one (restored or copied
+    // without it) has no server to wait for.
+    let lock_path = dir.join(LOCK_NAME);
+    let lock = match force || !vfs.exists(&lock_path) {
         true => None,
-        false => {
-            Some(vfs.lock_shared(&dir.join(LOCK_NAME)).map_err(|_| InspectError::Locked(dir.to_path_buf()))?)
-        }
+        false => Some(vfs.lock_shared(&lock_path).map_err(|_| InspectError::Locked(dir.to_path_buf()))?),
     };
     Ok(Store { dir: dir.to_path_buf(), manifest, vfs, _lock: lock })
 }

@@ -1,7 +1,8 @@
 //! Starting HAProxy with the shipped configuration (`deploy/haproxy/`) for end-to-end tests.
 //!
-//! Tests that need it call [`Proxy::available`] first and skip, saying so, when `haproxy`
-//! is not installed (`.ci/run` installs it). The proxy listens on a loopback port picked
+//! Tests that need it call [`Proxy::require`] first, which fails the test with what to do
+//! when `haproxy` is not installed: it is a prerequisite of the test command (the README's
+//! set-up, and `.ci/run`, which installs it). The proxy listens on a loopback port picked
 //! here and runs in the foreground (`-db`), killed when dropped.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -27,14 +28,15 @@ pub fn config_file(name: &str) -> PathBuf {
 }
 
 impl Proxy {
-    /// Whether `haproxy` can be run; prints why a test is skipped when not.
-    pub fn available() -> bool {
+    /// Fails the test, saying what to do, unless `haproxy` can be run.
+    pub fn require() {
         let found =
             Command::new("haproxy").arg("-v").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
-        if !found {
-            eprintln!("skipped: haproxy is not installed (apt-get install haproxy)");
-        }
-        found
+        assert!(
+            found,
+            "haproxy is not installed; the proxy and cluster tests need it (HAProxy 2.6, Debian: \
+             apt-get install haproxy; `.ci/run` installs it)"
+        );
     }
 
     /// Starts HAProxy with `haproxy.cfg` and the backend file `backend`, the test JWT

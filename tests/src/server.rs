@@ -234,15 +234,18 @@ pub fn limit_open_files(command: &mut Command, open_files: u64) {
 /// Makes `command`'s process run on the first CPU this process may use.
 fn pin_to_one_cpu(command: &mut Command) {
     use std::os::unix::process::CommandExt as _;
-    // SAFETY: an all-zero cpu_set_t is the empty set; sched_getaffinity fills it for this
-    // process, and the CPU_* helpers only touch the set.
+    // SAFETY: an all-zero cpu_set_t is the empty set.
     let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: sched_getaffinity fills the set it is given, of the size it is told.
     let got = unsafe { libc::sched_getaffinity(0, size, &mut allowed) };
     assert_eq!(got, 0, "sched_getaffinity: {}", std::io::Error::last_os_error());
+    // SAFETY: CPU_ISSET only reads the set, at an index below CPU_SETSIZE.
     let cpu = (0..libc::CPU_SETSIZE as usize).find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &allowed) });
     let cpu = cpu.expect("this process may use some CPU");
+    // SAFETY: an all-zero cpu_set_t is the empty set.
     let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET only writes the set, at an index below CPU_SETSIZE.
     unsafe { libc::CPU_SET(cpu, &mut one) };
     // SAFETY: the closure only makes one async-signal-safe system call in the child.
     unsafe {

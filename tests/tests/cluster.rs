@@ -31,9 +31,7 @@ fn holders(nodes: &[Server], path: &str) -> Vec<usize> {
 
 #[test]
 fn streams_are_placed_by_name_and_a_stopped_node_affects_only_its_own() {
-    if !Proxy::available() {
-        return;
-    }
+    Proxy::require();
     let mut nodes: Vec<Server> = (0..3).map(|_| Server::start(&[])).collect();
     let env: Vec<(&str, String)> = ["DS_NODE1", "DS_NODE2", "DS_NODE3"]
         .into_iter()

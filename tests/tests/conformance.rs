@@ -34,7 +34,7 @@ fn suite_lock() -> std::sync::MutexGuard<'static, ()> {
             .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
             .current_dir(suite_dir())
             .status()
-            .expect("npm is installed (Node.js 18 or newer is needed for the conformance suite)");
+            .expect("npm is installed (Node.js 20.19 or newer, or 22.12 or newer, is needed for the conformance suite)");
         assert!(status.success(), "npm ci failed in {}", suite_dir().display());
     });
     guard

@@ -10,13 +10,11 @@ use ds_tests::haproxy::Proxy;
 use ds_tests::jwt::{mint, now_secs, unsigned, valid_claims, TRUSTED_KEY, UNTRUSTED_KEY};
 use ds_tests::{Client, Server};
 
-fn start() -> Option<(Server, Proxy)> {
-    if !Proxy::available() {
-        return None;
-    }
+fn start() -> (Server, Proxy) {
+    Proxy::require();
     let server = Server::start(&[]);
     let proxy = Proxy::start("backend-single.cfg", &[("DS_NODE", server.addr.to_string())]);
-    Some((server, proxy))
+    (server, proxy)
 }
 
 fn bearer(token: &str) -> String {
@@ -50,7 +48,7 @@ fn access_lines(server: &Server, path: &str) -> Vec<String> {
 
 #[test]
 fn a_valid_token_is_served_and_its_subject_reaches_the_service() {
-    let Some((server, proxy)) = start() else { return };
+    let (server, proxy) = start();
     let client = proxy.client();
     let token = bearer(&mint(&valid_claims("alice"), TRUSTED_KEY));
     let path = "/v1/stream/proxy-valid";
@@ -70,7 +68,7 @@ fn a_valid_token_is_served_and_its_subject_reaches_the_service() {
 
 #[test]
 fn invalid_or_missing_tokens_get_401_from_the_proxy() {
-    let Some((server, proxy)) = start() else { return };
+    let (server, proxy) = start();
     let client = proxy.client();
     let claims_with = |key: &str, value: serde_json::Value| {
         let mut claims = valid_claims("eve");
@@ -118,7 +116,7 @@ fn invalid_or_missing_tokens_get_401_from_the_proxy() {
 
 #[test]
 fn health_is_open_and_metrics_stay_internal() {
-    let Some((server, proxy)) = start() else { return };
+    let (server, proxy) = start();
     let health = proxy.client().get("/healthz");
     assert_eq!((health.status, health.text().as_str()), (200, "ok"));
     let token = bearer(&mint(&valid_claims("alice"), TRUSTED_KEY));
@@ -128,7 +126,7 @@ fn health_is_open_and_metrics_stay_internal() {
 
 #[test]
 fn live_reads_pass_through_promptly() {
-    let Some((_server, proxy)) = start() else { return };
+    let (_server, proxy) = start();
     let token = bearer(&mint(&valid_claims("reader"), TRUSTED_KEY));
     let auth = [("Authorization", token.as_str())];
     let client = proxy.client();

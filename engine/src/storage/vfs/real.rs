@@ -10,7 +10,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use fs2::FileExt as _;
 use memmap2::{Mmap, MmapOptions};
 
 use super::{FileMap, Vfs, VfsFile};
@@ -86,7 +85,7 @@ impl Vfs for RealVfs {
 
     fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
-        file.try_lock_exclusive()?;
+        fs2::FileExt::try_lock_exclusive(&file)?;
         Ok(Box::new(file))
     }
 
@@ -96,7 +95,7 @@ impl Vfs for RealVfs {
 
     fn lock_shared(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         let file = File::open(path)?;
-        file.try_lock_shared()?;
+        fs2::FileExt::try_lock_shared(&file)?;
         Ok(Box::new(file))
     }
 }
