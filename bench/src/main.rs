@@ -80,10 +80,13 @@ enum Scenario {
     Append {
         #[command(flatten)]
         common: Common,
+        /// Keep-alive connections, each appending in a closed loop
         #[arg(long, default_value_t = 64)]
         connections: usize,
+        /// Streams the appends are spread over
         #[arg(long, default_value_t = 100)]
         streams: usize,
+        /// Bytes per append body
         #[arg(long, default_value_t = 256)]
         bytes: usize,
         /// Send idempotent-producer headers (each connection a producer on its own stream)
@@ -94,6 +97,7 @@ enum Scenario {
     Read {
         #[command(flatten)]
         common: Common,
+        /// Connections reading the stream again and again
         #[arg(long, default_value_t = 8)]
         connections: usize,
         /// Bytes the stream holds
@@ -107,6 +111,7 @@ enum Scenario {
     Fanout {
         #[command(flatten)]
         common: Common,
+        /// SSE subscribers on the stream
         #[arg(long, default_value_t = 100)]
         subscribers: usize,
         /// Events per second
@@ -120,6 +125,7 @@ enum Scenario {
     Longpoll {
         #[command(flatten)]
         common: Common,
+        /// Long-polling readers following the stream
         #[arg(long, default_value_t = 100)]
         readers: usize,
         /// Events per second
@@ -130,10 +136,13 @@ enum Scenario {
     Streams {
         #[command(flatten)]
         common: Common,
+        /// Streams to create
         #[arg(long, default_value_t = 10_000)]
         count: usize,
+        /// Bytes of each stream's first message
         #[arg(long, default_value_t = 64)]
         bytes: usize,
+        /// Connections creating streams in a closed loop
         #[arg(long, default_value_t = 16)]
         connections: usize,
     },
@@ -141,14 +150,19 @@ enum Scenario {
     Mixed {
         #[command(flatten)]
         common: Common,
+        /// Connections appending timed messages round-robin over the streams
         #[arg(long, default_value_t = 16)]
         writers: usize,
+        /// Connections reading whole streams from the start, one stream after another
         #[arg(long, default_value_t = 8)]
         catchup_readers: usize,
+        /// SSE readers, each following one stream and timing delivery
         #[arg(long, default_value_t = 64)]
         live_readers: usize,
+        /// Streams shared by the writers and readers (each pre-filled with 64 messages)
         #[arg(long, default_value_t = 32)]
         streams: usize,
+        /// Bytes per appended message
         #[arg(long, default_value_t = 256)]
         bytes: usize,
     },
@@ -156,6 +170,7 @@ enum Scenario {
     Healthz {
         #[command(flatten)]
         common: Common,
+        /// Connections requesting in a closed loop
         #[arg(long, default_value_t = 64)]
         connections: usize,
     },

@@ -1,17 +1,18 @@
 //! Starting HAProxy with the shipped configuration (`deploy/haproxy/`) for end-to-end tests.
 //!
-//! Tests that need it call [`Proxy::require`] first, which fails the test with what to do
-//! when `haproxy` is not installed: it is a prerequisite of the test command (the README's
-//! set-up, and `.ci/run`, which installs it). The proxy listens on a loopback port picked
-//! here and runs in the foreground (`-db`), killed when dropped.
+//! Tests that need it call [`Proxy::require`] first, which finds or installs `haproxy`
+//! through `.ci/setup.sh` (see `prerequisites`) and fails the test, saying why, when it
+//! cannot. The proxy listens on a loopback port picked here and runs in the foreground
+//! (`-db`), killed when dropped.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::jwt;
+use crate::prerequisites::tool;
 
 /// How long HAProxy may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -28,10 +29,10 @@ pub fn config_file(name: &str) -> PathBuf {
 }
 
 impl Proxy {
-    /// Fails the test, saying what to do, unless `haproxy` can be run.
+    /// Fails the test, saying what to do, unless `haproxy` can be run (installed first by
+    /// `.ci/setup.sh` where it is missing).
     pub fn require() {
-        let found =
-            Command::new("haproxy").arg("-v").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
+        let found = tool("haproxy").arg("-v").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
         assert!(
             found,
             "haproxy is not installed; the proxy and cluster tests need it (HAProxy 2.6, Debian: \
@@ -43,7 +44,7 @@ impl Proxy {
     /// settings, and `env` (the backend's node addresses).
     pub fn start(backend: &str, env: &[(&str, String)]) -> Proxy {
         let addr = free_port();
-        let mut command = Command::new("haproxy");
+        let mut command = tool("haproxy");
         command
             .arg("-db")
             .arg("-f")

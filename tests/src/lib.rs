@@ -6,6 +6,7 @@
 //! - `data_dir`: temporary data directories for servers of the disk modes.
 //! - `haproxy` and `jwt`: the shipped proxy configuration, started for end-to-end tests, and
 //!   tokens minted with the committed test-only keys.
+//! - `prerequisites`: HAProxy and Node.js, found or installed by `.ci/setup.sh`.
 //!
 //! The tests themselves live in `tests/tests/`: protocol behaviour, configuration, and the
 //! public conformance suite.
@@ -14,6 +15,7 @@ pub mod client;
 pub mod data_dir;
 pub mod haproxy;
 pub mod jwt;
+pub mod prerequisites;
 pub mod server;
 
 pub use client::{Client, Response, StreamingResponse};

@@ -3,7 +3,7 @@
 //! request for it lands there, live reads work through the proxy, and stopping one node
 //! affects only the streams that live on it.
 //!
-//! Skipped (with a message) when `haproxy` is not installed; `.ci/run` installs it.
+//! `haproxy` is found or installed by `.ci/setup.sh`; the tests fail, saying why, without it.
 
 use std::time::{Duration, Instant};
 

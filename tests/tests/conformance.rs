@@ -7,12 +7,13 @@
 //! single CPU, as in the benchmarks, where the front holds shard wake-ups back until its
 //! worker goes idle (`ds_engine::wake_batch`); the other two run unpinned.
 //! The suite's own tests wait up to 5 s, so the server runs with a 2 s long-poll timeout.
-//! `npm ci` installs the pinned suite first (once per test run).
+//! `npm ci` installs the pinned suite first (once per test run), with the Node.js that
+//! `.ci/setup.sh` finds or downloads.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
+use ds_tests::prerequisites::tool;
 use ds_tests::Server;
 
 /// vitest name filter: every test whose top-level group does not start with `Fork - `.
@@ -30,7 +31,7 @@ fn suite_lock() -> std::sync::MutexGuard<'static, ()> {
     static RUNNING: Mutex<()> = Mutex::new(());
     let guard = RUNNING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     INSTALLED.get_or_init(|| {
-        let status = Command::new("npm")
+        let status = tool("npm")
             .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
             .current_dir(suite_dir())
             .status()
@@ -52,7 +53,7 @@ fn run_suite(mode: &str, one_cpu: bool) {
         // this run exercises that path.
         assert!(server.log().contains(ONE_CPU_LOG_LINE), "no one-CPU line; log:\n{}", server.log());
     }
-    let status = Command::new("npx")
+    let status = tool("npx")
         .args(["--no-install", "vitest", "run", "--no-coverage", "--reporter=dot", "-t", WITHOUT_FORK_GROUPS])
         .env("CONFORMANCE_TEST_URL", server.base_url())
         .env("CI", "true")

@@ -2,7 +2,7 @@
 //! checked by the proxy, the verified subject reaches the service (and its access log),
 //! a client's own `X-JWT-Sub` never does, `/healthz` is open, and live reads pass promptly.
 //!
-//! Skipped (with a message) when `haproxy` is not installed; `.ci/run` installs it.
+//! `haproxy` is found or installed by `.ci/setup.sh`; the tests fail, saying why, without it.
 
 use std::time::{Duration, Instant};
 

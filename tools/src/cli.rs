@@ -64,8 +64,9 @@ pub struct ReadArgs {
     pub common: Common,
     /// The stream's name (as in /v1/stream/NAME, decoded)
     pub name: String,
-    /// Start at this offset (as Stream-Next-Offset gives it) instead of the beginning
-    #[arg(long)]
+    /// Start at this offset (as Stream-Next-Offset gives it), at -1 (the beginning, the
+    /// default) or at now (the tail: nothing is read)
+    #[arg(long, allow_hyphen_values = true)]
     pub offset: Option<String>,
     /// Read at most this many messages
     #[arg(long)]

@@ -12,7 +12,7 @@ use crate::{Outcome, ToolError};
 const SHARD_COLUMNS: &[Column] = &[
     column("shard", 5),
     column("segments", 8),
-    column("segment_bytes", 13),
+    column("segment_files_bytes", 19),
     column("live_bytes", 12),
     column("streams", 8),
     column("checkpoint_lsn", 14),
@@ -57,7 +57,7 @@ fn acid(store: &Store, format: Format, out: &mut dyn Write) -> std::io::Result<(
     fields.extend([
         ("streams", Value::from(total(4))),
         ("segments", Value::from(total(1))),
-        ("segment_bytes", Value::from(total(2))),
+        ("segment_files_bytes", Value::from(total(2))),
         ("live_bytes", Value::from(total(3))),
         ("dead_or_unwritten_bytes", Value::from(total(2).saturating_sub(total(3)))),
         ("clean_shutdown", Value::from(unclean.is_empty())),

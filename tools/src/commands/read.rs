@@ -5,8 +5,8 @@
 use std::io::Write;
 
 use ds_engine::inspect::Store;
-use ds_engine::Offset;
 use ds_engine::ReadError;
+use ds_engine::{Offset, StartAt};
 
 use crate::cli::ReadArgs;
 use crate::{Outcome, ToolError};
@@ -22,9 +22,16 @@ pub fn run(store: &Store, args: &ReadArgs, out: &mut dyn Write) -> Result<Outcom
             store.dir.display()
         )));
     };
-    let mut at = match &args.offset {
-        None => Offset::ZERO,
-        Some(text) => Offset::parse(text).map_err(|e| ToolError::Usage(format!("--offset {text:?}: {e}")))?,
+    let start = match &args.offset {
+        None => StartAt::Beginning,
+        Some(text) => {
+            StartAt::parse(text).map_err(|e| ToolError::Usage(format!("--offset {text:?}: {e}")))?
+        }
+    };
+    let mut at = match start {
+        StartAt::Beginning => Offset::ZERO,
+        StartAt::Tail => reader.snapshot.tail,
+        StartAt::At(offset) => offset,
     };
     let json = reader.snapshot.config.content_type.is_json();
     let mut left = args.limit.unwrap_or(u64::MAX);

@@ -60,19 +60,21 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<Outcome, ToolError> {
     let mut filter = Filter { from: args.from, name: args.stream.as_deref(), ids: HashSet::new() };
+    // Arguments are checked before anything is written.
+    let shards: Vec<u32> = match (args.shard, &args.stream) {
+        (Some(shard), _) if shard >= store.shard_count() => {
+            return Err(ToolError::Usage(format!(
+                "--shard {shard}: there are {} shards (0 to {})",
+                store.shard_count(),
+                store.shard_count() - 1
+            )));
+        }
+        (Some(shard), _) => vec![shard],
+        (None, Some(name)) => vec![store.shard_of(name)],
+        (None, None) => (0..store.shard_count()).collect(),
+    };
     let mut table = Table::start(out, format, COLUMNS)?;
     if store.mode() == StorageMode::Acid {
-        let shards: Vec<u32> = match (args.shard, &args.stream) {
-            (Some(shard), _) if shard >= store.shard_count() => {
-                return Err(ToolError::Usage(format!(
-                    "--shard {shard}: there are {} shards",
-                    store.shard_count()
-                )));
-            }
-            (Some(shard), _) => vec![shard],
-            (None, Some(name)) => vec![store.shard_of(name)],
-            (None, None) => (0..store.shard_count()).collect(),
-        };
         for shard in shards {
             // Stream ids are per shard (and per stream file in the file modes).
             filter.ids.clear();

@@ -2,8 +2,10 @@
 //! stream, bytes per append, records per log (segment or stream file).
 //!
 //! Each distribution is counted in power-of-two buckets as the records stream past (constant
-//! memory whatever the directory's size); quantiles are read from the buckets, so they are
-//! exact to within a factor of two, and min, max and mean are exact.
+//! memory whatever the directory's size). The quantiles are read from the buckets: each is
+//! the upper bound of its bucket, or the maximum when that is lower (`p50_at_most`: half the
+//! values are at most this), so they are exact to within a factor of two; min, max and mean
+//! are exact.
 
 use std::io::Write;
 
@@ -88,8 +90,8 @@ const COLUMNS: &[Column] = &[
     column("distribution", 20),
     column("count", 10),
     column("min", 8),
-    column("p50", 10),
-    column("p99", 10),
+    column("p50_at_most", 11),
+    column("p99_at_most", 11),
     column("max", 10),
     column("mean", 10),
     column("buckets", 0),

@@ -183,9 +183,17 @@ fn report(findings: &Findings, format: Format, out: &mut dyn Write) -> std::io::
     let verdict = if clean { "clean" } else { "DAMAGED" };
     writeln!(
         out,
-        "{verdict}: {} records checked in {} logs, {} problems",
-        findings.records,
-        findings.logs,
-        findings.problems.len()
+        "{verdict}: {} checked in {}, {}",
+        counted(findings.records, "record"),
+        counted(findings.logs, "log"),
+        counted(findings.problems.len() as u64, "problem")
     )
+}
+
+/// `count` and `noun`, plural when it is not one (`1 problem`, `2 problems`).
+fn counted(count: u64, noun: &str) -> String {
+    match count {
+        1 => format!("1 {noun}"),
+        _ => format!("{count} {noun}s"),
+    }
 }
