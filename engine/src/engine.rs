@@ -19,10 +19,11 @@ use tokio::sync::oneshot;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::{EngineConfig, EngineError, Threading};
+use crate::fork_point;
 use crate::histogram::HistogramSnapshot;
 use crate::limits::ByteBudget;
 use crate::name::StreamName;
-use crate::op::{AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
+use crate::op::{AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, ForkRequest, Op, OpError};
 use crate::producer::PRODUCER_IDLE_MS_MAX;
 use crate::shard::{Shard, ShardSettings, ShardShared};
 use crate::storage::open::{self, OpenError, OpenedStore, StoreSettings};
@@ -173,8 +174,40 @@ impl Engine {
     /// Creates a stream (or confirms an identical one exists).
     pub async fn create(&self, request: CreateRequest) -> Result<CreateOutcome, OpError> {
         let (reply, answer) = oneshot::channel();
-        self.shard(request.name.as_str()).submit(Op::Create(request, reply))?;
+        self.shard(request.name.as_str()).submit(Op::Create(request, None, reply))?;
         answer.await.unwrap_or(Err(OpError::ShuttingDown))
+    }
+
+    /// Creates a fork of `request.source` (or confirms an identical one exists). The source
+    /// counts the fork before it is created, so the source cannot go while the fork may
+    /// still come to be; a fork that is not created gives its count back.
+    pub async fn fork(&self, request: ForkRequest) -> Result<CreateOutcome, OpError> {
+        if self.inner.config.mode != StorageMode::Memory {
+            return Err(OpError::ForksUnsupported);
+        }
+        let ForkRequest { mut create, inherit_expiry, source, offset, sub_offset } = request;
+        let source = self.open(&source).ok_or(OpError::NotFound)?;
+        let base = fork_point::resolve(&source, offset, sub_offset)?;
+        if !create.config.content_type.matches(&source.config().content_type) {
+            return Err(OpError::ContentTypeMismatch);
+        }
+        if inherit_expiry {
+            create.config.ttl_secs = source.config().ttl_secs;
+            create.config.expires_at_ms = source.config().expires_at_ms;
+        }
+        let (reply, answer) = oneshot::channel();
+        let pin = Op::Pin { name: Arc::from(source.name()), id: source.id(), reply };
+        self.shard(source.name()).submit(pin)?;
+        answer.await.unwrap_or(Err(OpError::ShuttingDown))?;
+        let (reply, answer) = oneshot::channel();
+        let created = match self.shard(create.name.as_str()).submit(Op::Create(create, Some(base), reply)) {
+            Ok(()) => answer.await.unwrap_or(Err(OpError::ShuttingDown)),
+            Err(error) => Err(error),
+        };
+        if !matches!(created, Ok(CreateOutcome { created: true, .. })) {
+            source.release_fork();
+        }
+        created
     }
 
     /// Appends to and/or closes a stream.
@@ -191,7 +224,8 @@ impl Engine {
         answer.await.unwrap_or(Err(OpError::ShuttingDown))
     }
 
-    /// A read handle on the published stream called `name`, if there is one.
+    /// A read handle on the published stream called `name`, if there is one (a
+    /// soft-deleted one too: its status says so).
     pub fn open(&self, name: &StreamName) -> Option<StreamHandle> {
         let shard = self.shard(name.as_str());
         let stream = shard.directory.get(name.as_str())?;

@@ -22,9 +22,11 @@
 //!   (how records rebuild a stream's state), `vfs/` (every file operation, real or
 //!   simulated). `storage/mod.rs` holds the two interfaces the shards use: `Persist` (commit
 //!   a batch) and `LogStore` (read stored bytes).
-//! - `op`: the requests, outcomes and errors of mutations.
 //! - `stream`: one stream shared by its shard and its readers (writer state, published
-//!   view), its reader's API (`stream::handle`) and tail-advance wakes (`stream::live`).
+//!   view), its reader's API (`stream::handle`), tail-advance wakes (`stream::live`) and
+//!   forks (`stream::fork`: a stream that reads its first bytes from another's prefix).
+//! - `op`: the requests, outcomes and errors of mutations, and the messages shards take.
+//! - `fork_point`: where a new fork starts, checked against its source.
 //! - `shard`: one thread per shard, the single writer of its streams: batch → apply →
 //!   commit → publish. `shard::apply` holds every rule about mutations.
 //! - `config`, `engine`: the [`Engine`] handle — validates the configuration, opens the
@@ -54,6 +56,7 @@ mod binary;
 mod config;
 mod content_type;
 mod engine;
+mod fork_point;
 mod histogram;
 mod ids;
 pub mod inspect;
@@ -84,13 +87,17 @@ pub use limits::{Limits, STREAM_SEQ_BYTES_MAX};
 pub use meta::{StreamConfig, StreamDamage};
 pub use name::StreamName;
 pub use offset::{Offset, StartAt};
-pub use op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, OpError};
+pub use op::{
+    AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, ForkPointError, ForkRequest,
+    OpError,
+};
 pub use payload::Payload;
 pub use producer::{ProducerTag, PRODUCER_ID_BYTES_MAX, PRODUCER_NUMBER_MAX};
 pub use shard::wake_batch;
 pub use storage::chunk::{json_array, Chunk, Message, ReadError};
 pub use storage::renewals::SAVE_INTERVAL_MS as RENEWALS_SAVE_INTERVAL_MS;
 pub use storage::{Damage, RecoveryReport, StorageMode};
+pub use stream::fork::{ForkBase, ForkOrigin, FORK_DEPTH_MAX};
 pub use stream::handle::{MessagesResult, ReadResult, StreamHandle};
 pub use stream::live::{LiveTail, Subscription};
 pub use time::{format_rfc3339_ms, parse_rfc3339_ms, Clock};

@@ -14,6 +14,7 @@ use crate::name::StreamName;
 use crate::offset::Offset;
 use crate::payload::Payload;
 use crate::producer::ProducerTag;
+use crate::stream::fork::ForkBase;
 
 /// Create a stream (PUT).
 #[derive(Debug)]
@@ -24,6 +25,35 @@ pub struct CreateRequest {
     pub initial: Option<Payload>,
     /// Create the stream already closed.
     pub closed: bool,
+}
+
+/// Create a fork (PUT with `Stream-Forked-From`): a stream that starts with the source's
+/// messages up to the fork point, then its own.
+#[derive(Debug)]
+pub struct ForkRequest {
+    /// The fork itself. Its content type must match the source's; its TTL and expiry are
+    /// the source's when `inherit_expiry` (the request named neither).
+    pub create: CreateRequest,
+    pub inherit_expiry: bool,
+    pub source: StreamName,
+    /// The source offset to fork at (`None`: the source's tail).
+    pub offset: Option<Offset>,
+    /// Units past `offset` to inherit too: messages in JSON mode, bytes otherwise.
+    pub sub_offset: u64,
+}
+
+/// Why a fork point is refused (400).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForkPointError {
+    /// The fork offset is past the source's tail.
+    PastTail,
+    /// The fork offset is not a message boundary of the source.
+    NotBoundary,
+    /// The sub-offset names a position past the source's next message (bytes) or past its
+    /// tail (JSON messages).
+    SubOffsetPastData,
+    /// The source is already a fork this many levels deep.
+    TooDeep,
 }
 
 /// How a create went.
@@ -113,6 +143,16 @@ pub enum OpError {
     InsufficientStorage,
     /// As many streams exist as may (`DS_LIMITS__MAX_STREAMS`).
     TooManyStreams,
+    /// The stream was deleted while forks still read its data (410 Gone).
+    Gone,
+    /// The name belongs to a deleted stream whose forks still read its data (PUT: 409).
+    NameHeld,
+    /// A fork's source was deleted (its forks still read it; no new ones).
+    SourceDeleted,
+    /// A fork point the source cannot give.
+    ForkPoint(ForkPointError),
+    /// This storage mode does not store forks.
+    ForksUnsupported,
 }
 
 impl std::fmt::Display for OpError {
@@ -146,6 +186,26 @@ impl std::fmt::Display for OpError {
                 f.write_str("the disk is full: writes are refused until space comes back (reads go on)")
             }
             OpError::TooManyStreams => f.write_str("the server holds as many streams as it may"),
+            OpError::Gone => f.write_str("the stream was deleted; its forks still read its data"),
+            OpError::NameHeld => {
+                f.write_str("the name belongs to a deleted stream whose forks still read its data")
+            }
+            OpError::SourceDeleted => f.write_str("the fork's source was deleted"),
+            OpError::ForkPoint(ForkPointError::PastTail) => {
+                f.write_str("the fork offset is past the source's tail")
+            }
+            OpError::ForkPoint(ForkPointError::NotBoundary) => {
+                f.write_str("the fork offset is not a message boundary of the source")
+            }
+            OpError::ForkPoint(ForkPointError::SubOffsetPastData) => {
+                f.write_str("the fork sub-offset is past the source's data")
+            }
+            OpError::ForkPoint(ForkPointError::TooDeep) => write!(
+                f,
+                "the source is a fork {} levels deep, the most a fork chain may be",
+                crate::stream::fork::FORK_DEPTH_MAX
+            ),
+            OpError::ForksUnsupported => f.write_str("forks are not available in this storage mode"),
         }
     }
 }
@@ -156,7 +216,14 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, OpError>>;
 
 /// One message to a shard.
 pub(crate) enum Op {
-    Create(CreateRequest, Reply<CreateOutcome>),
+    /// Create a stream, a fork when it carries a base.
+    Create(CreateRequest, Option<ForkBase>, Reply<CreateOutcome>),
+    /// Count a new fork of stream `id` (refused once the stream is deleted).
+    Pin {
+        name: std::sync::Arc<str>,
+        id: StreamId,
+        reply: Reply<()>,
+    },
     Append(AppendRequest, Reply<AppendOutcome>),
     Delete(StreamName, Reply<()>),
     /// A reader found stream `id` expired: remove it if it still is.

@@ -25,8 +25,7 @@ use crate::http::response::{finish, Body};
 use crate::metrics::{Metrics, Route};
 use crate::routes;
 
-/// Where stream names start in the path.
-pub const STREAM_PREFIX: &str = "/v1/stream/";
+use routes::STREAM_PREFIX;
 
 /// Answers one request (never fails: errors become problem responses). `link`: the
 /// connection's socket when it is plain TCP (an SSE response may write to it directly; no

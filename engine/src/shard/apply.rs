@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use crate::limits::{stream_charge, tag_bytes, APPEND_CHARGE_BYTES};
-use crate::offset::Offset;
 use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
 use crate::payload::Payload;
 use crate::producer::producer_charge;
@@ -19,6 +18,7 @@ use crate::storage::record::codec::HEADER_BYTES;
 use crate::storage::record::encode::record_bytes_max;
 use crate::storage::record::Record;
 use crate::storage::{NoRoom, Purpose, Unprepared};
+use crate::stream::fork::ForkBase;
 use crate::stream::{Stream, StreamData, StreamState};
 
 use super::{Batch, Pending, Shard};
@@ -29,9 +29,13 @@ pub const PRODUCERS_PER_STREAM_MAX: usize = 65_536;
 impl Shard {
     pub(super) fn apply(&mut self, batch: &mut Batch, op: Op) {
         match op {
-            Op::Create(request, reply) => {
-                let result = self.apply_create(batch, request);
+            Op::Create(request, fork, reply) => {
+                let result = self.apply_create(batch, request, fork);
                 batch.replies.push(Pending::Create(reply, result));
+            }
+            Op::Pin { name, id, reply } => {
+                let result = self.apply_pin(batch, &name, id);
+                batch.replies.push(Pending::Pin(reply, result));
             }
             Op::Append(request, reply) => {
                 let result = self.apply_append(batch, request);
@@ -39,6 +43,7 @@ impl Shard {
             }
             Op::Delete(name, reply) => {
                 let result = match self.live_stream(batch, name.as_str()) {
+                    Some(stream) if stream.read_state().writer.deleted => Err(OpError::Gone),
                     Some(stream) => self.remove(batch, &stream, false),
                     None => Err(OpError::NotFound),
                 };
@@ -56,10 +61,22 @@ impl Shard {
         }
     }
 
-    fn apply_create(&mut self, batch: &mut Batch, request: CreateRequest) -> Result<CreateOutcome, OpError> {
+    fn apply_create(
+        &mut self,
+        batch: &mut Batch,
+        request: CreateRequest,
+        fork: Option<ForkBase>,
+    ) -> Result<CreateOutcome, OpError> {
         if let Some(existing) = self.live_stream(batch, request.name.as_str()) {
             let state = existing.read_state();
-            let same = existing.config.same_as(&request.config) && state.writer.closed == request.closed;
+            if state.writer.deleted {
+                return Err(OpError::NameHeld);
+            }
+            let same_origin =
+                existing.fork.as_ref().map(|base| &base.origin) == fork.as_ref().map(|base| &base.origin);
+            let same = existing.config.same_as(&request.config)
+                && state.writer.closed == request.closed
+                && same_origin;
             return match same {
                 true => Ok(CreateOutcome {
                     created: false,
@@ -87,11 +104,15 @@ impl Shard {
         let name: Arc<str> = Arc::from(request.name.into_boxed_str());
         let id = self.next_stream_id();
         let data = StreamData::new(self.in_memory);
-        let stream = Arc::new(Stream::new(id, Arc::clone(&name), config.clone(), batch.now_ms, data));
+        let mut stream = Stream::new(id, Arc::clone(&name), config.clone(), batch.now_ms, data);
+        if let Some(base) = fork {
+            stream = stream.with_fork(base);
+        }
+        let stream = Arc::new(stream);
         let tail = {
             let mut state = stream.write_state();
             if let Some(payload) = &initial {
-                state.writer.tail = Offset::ZERO.advance(payload.message_count(), payload.stored_len());
+                state.writer.tail = state.writer.tail.advance(payload.message_count(), payload.stored_len());
             }
             state.writer.closed = request.closed;
             state.writer.charged = charged;
@@ -177,6 +198,9 @@ impl Shard {
         has_data: bool,
     ) -> Result<Arc<Stream>, OpError> {
         let stream = self.live_stream(batch, request.name.as_str()).ok_or(OpError::NotFound)?;
+        if stream.read_state().writer.deleted {
+            return Err(OpError::Gone);
+        }
         if let Some(damage) = stream.damage() {
             return Err(OpError::StreamDamaged { at: damage.at });
         }
@@ -207,7 +231,7 @@ impl Shard {
         let new_producer =
             request.producer.as_ref().filter(|tag| state.writer.producers.get(&tag.id).is_none());
         let extra = APPEND_CHARGE_BYTES + tags + new_producer.map_or(0, |tag| producer_charge(&tag.id));
-        state.writer.charged += self.charge(state.writer.tail.bytes, stored_bytes, extra)?;
+        state.writer.charged += self.charge(stream.own_bytes(state.writer.tail), stored_bytes, extra)?;
         state.writer.tag_bytes += tags;
         Ok(())
     }
@@ -287,11 +311,42 @@ impl Shard {
     fn live_stream(&mut self, batch: &mut Batch, name: &str) -> Option<Arc<Stream>> {
         let stream = self.lookup(batch, name)?;
         if stream.is_expired(batch.now_ms) {
-            // Without room for the delete it goes later; it is absent either way.
+            // Without room for the delete it goes later; it is absent either way. One that
+            // forks still read stays, soft-deleted, and holds its name.
             let _ = self.remove(batch, &stream, true);
-            return None;
+            let deleted = stream.read_state().writer.deleted;
+            return deleted.then_some(stream);
         }
         Some(stream)
+    }
+
+    /// Counts a new fork of stream `id`, unless it is gone or deleted.
+    fn apply_pin(&mut self, batch: &mut Batch, name: &str, id: crate::ids::StreamId) -> Result<(), OpError> {
+        let stream = self.live_stream(batch, name).filter(|s| s.id == id).ok_or(OpError::NotFound)?;
+        let mut state = stream.write_state();
+        if state.writer.deleted {
+            return Err(OpError::SourceDeleted);
+        }
+        state.writer.forks += 1;
+        Ok(())
+    }
+
+    /// One fork of stream `id` fewer; a deleted stream that no fork reads any more goes
+    /// for good (and gives back its own source's count: the cascade).
+    pub(super) fn apply_release(&mut self, batch: &mut Batch, name: &str, id: crate::ids::StreamId) {
+        let Some(stream) = self.lookup(batch, name).filter(|s| s.id == id) else {
+            debug_assert!(false, "a stream with forks stays in its directory");
+            return;
+        };
+        let mut state = stream.write_state();
+        assert!(state.writer.forks > 0, "a fork is released once");
+        state.writer.forks -= 1;
+        let remove = state.writer.forks == 0 && state.writer.deleted;
+        drop(state);
+        if remove {
+            // Memory needs no room; in the disk modes a full disk leaves it soft-deleted.
+            let _ = self.remove(batch, &stream, false);
+        }
     }
 
     /// Compaction: moves a stream found in a mostly-dead segment (if it is still the stream
@@ -330,13 +385,28 @@ impl Shard {
 
     /// Deletes a stream: its bytes go back to the budget, its name becomes free. Refused
     /// only when not even a delete fits in the log (the disk is full).
+    /// A stream that forks still read is only soft-deleted: it keeps its bytes and its name
+    /// until the last fork goes.
     fn remove(&mut self, batch: &mut Batch, stream: &Arc<Stream>, expired: bool) -> Result<(), OpError> {
+        {
+            let mut state = stream.write_state();
+            if state.writer.forks > 0 {
+                if !state.writer.deleted {
+                    state.writer.deleted = true;
+                    mark_touched(batch, stream, &mut state);
+                }
+                return Ok(());
+            }
+        }
         self.room(batch, HEADER_BYTES as u64, Purpose::Delete)?;
         let mut state = stream.write_state();
         debug_assert!(!state.writer.gone, "a stream is removed once");
         state.writer.gone = true;
         self.budget.release(state.writer.charged);
-        self.budget.note_stored(state.writer.tail.bytes, false);
+        self.budget.note_stored(stream.own_bytes(state.writer.tail), false);
+        if stream.fork.is_some() {
+            batch.released_forks.push(Arc::clone(stream));
+        }
         self.budget.remove_stream();
         if stream.damage().is_some() {
             self.shared.counters.damage.damaged_streams.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);

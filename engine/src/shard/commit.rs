@@ -65,8 +65,12 @@ impl Shard {
             let mut state = stream.write_state();
             debug_assert!(state.published.tail <= state.writer.tail, "the published tail never moves back");
             state.data.publish();
-            state.published =
-                Published { tail: state.writer.tail, closed: state.writer.closed, gone: state.writer.gone };
+            state.published = Published {
+                tail: state.writer.tail,
+                closed: state.writer.closed,
+                gone: state.writer.gone,
+                deleted: state.writer.deleted,
+            };
             batch.published.push((stream.id, state.published));
         }
         self.shared.directory.apply(&mut batch.overlay);
@@ -77,6 +81,11 @@ impl Shard {
             reply.send();
         }
         self.shared.live.wake(batch.published.drain(..));
+        for fork in batch.released_forks.drain(..) {
+            if let Some(base) = &fork.fork {
+                base.source.release_fork();
+            }
+        }
     }
 
     /// Hands the shard's state to its log as a checkpoint, if the log takes them (acid).

@@ -60,6 +60,9 @@ pub(crate) struct ShardShared {
     /// How readers reach stored bytes in the disk modes.
     pub log: Option<Arc<dyn LogStore>>,
     ops: Sender<Op>,
+    /// Forks of this shard's streams that are gone. Unbounded, but never longer than the
+    /// number of forks: each fork gives its count back once.
+    releases: Sender<(Arc<str>, StreamId)>,
     doorbell: Arc<Doorbell>,
     /// A reader renewed a TTL window since the shard last saved renewals (`renewals`).
     renewed_by_read: AtomicBool,
@@ -116,6 +119,12 @@ impl StreamOwner for ShardShared {
     fn request_expiry(&self, name: Arc<str>, id: StreamId) {
         self.request(Op::Expire { name, id });
     }
+
+    fn release_fork(&self, name: Arc<str>, id: StreamId) {
+        if self.releases.send((name, id)).is_ok() {
+            wake_batch::ring(&self.doorbell);
+        }
+    }
 }
 
 /// What a shard has done, for statistics (relaxed atomics, written once per batch).
@@ -148,6 +157,7 @@ pub(crate) struct ShardSettings {
 pub(crate) struct Shard {
     shared: Arc<ShardShared>,
     ops: Receiver<Op>,
+    releases: Receiver<(Arc<str>, StreamId)>,
     budget: Arc<ByteBudget>,
     settings: ShardSettings,
     persist: Box<dyn Persist>,
@@ -180,6 +190,8 @@ pub(crate) struct Batch {
     move_owners: Vec<Arc<Stream>>,
     /// Where each record, then each move, went, once committed.
     places: Vec<Place>,
+    /// Forks removed in this batch: their sources are told once it is committed.
+    released_forks: Vec<Arc<Stream>>,
     touched: Vec<Arc<Stream>>,
     /// The touched streams' new published states, for the live readers' wake.
     published: Vec<(StreamId, Published)>,
@@ -193,6 +205,7 @@ enum Pending {
     Create(Reply<CreateOutcome>, Result<CreateOutcome, OpError>),
     Append(Reply<AppendOutcome>, Result<AppendOutcome, OpError>),
     Delete(Reply<()>, Result<(), OpError>),
+    Pin(Reply<()>, Result<(), OpError>),
 }
 
 impl Pending {
@@ -202,6 +215,7 @@ impl Pending {
             Pending::Create(reply, result) => reply.send(result).is_ok(),
             Pending::Append(reply, result) => reply.send(result).is_ok(),
             Pending::Delete(reply, result) => reply.send(result).is_ok(),
+            Pending::Pin(reply, result) => reply.send(result).is_ok(),
         };
     }
 }
@@ -216,7 +230,9 @@ impl Shard {
         opened: OpenedShard,
     ) -> (Shard, Arc<ShardShared>) {
         let (sender, receiver) = crossbeam_channel::bounded(queue_capacity);
+        let (releases, released) = crossbeam_channel::unbounded();
         let shared = Arc::new(ShardShared {
+            releases,
             directory: Directory::default(),
             live: Arc::new(LiveRegistry::default()),
             ops: sender,
@@ -229,6 +245,7 @@ impl Shard {
             in_memory: shared.log.is_none(),
             shared: Arc::clone(&shared),
             ops: receiver,
+            releases: released,
             budget,
             settings,
             persist: opened.persist,
@@ -292,8 +309,10 @@ impl Shard {
                     let now_ms = self.settings.clock.now_ms();
                     let idle_ms = if self.moves.is_empty() { IDLE_WAKE_MS_MAX } else { 1 };
                     let wait_ms = self.expiry.wait_ms(now_ms).unwrap_or(idle_ms).min(idle_ms);
-                    let queue = &self.ops;
-                    self.shared.doorbell.sleep(Duration::from_millis(wait_ms.max(1)), || queue.is_empty());
+                    let (queue, releases) = (&self.ops, &self.releases);
+                    self.shared.doorbell.sleep(Duration::from_millis(wait_ms.max(1)), || {
+                        queue.is_empty() && releases.is_empty()
+                    });
                     self.ops.try_recv().ok()
                 }
             };
@@ -341,6 +360,9 @@ impl Shard {
         batch.number = self.batch_number;
         batch.now_ms = self.settings.clock.now_ms();
         batch.payload_bytes = 0;
+        while let Ok((name, id)) = self.releases.try_recv() {
+            self.apply_release(&mut batch, &name, id);
+        }
         let mut keep_running = true;
         let mut next = first;
         while let Some(op) = next.take() {
@@ -426,7 +448,7 @@ mod tests {
         };
         let request =
             CreateRequest { name: StreamName::new(name).unwrap(), config, initial: None, closed: false };
-        (Op::Create(request, reply), answer)
+        (Op::Create(request, None, reply), answer)
     }
 
     fn append(name: &str, body: &'static [u8]) -> (Op, oneshot::Receiver<Result<AppendOutcome, OpError>>) {

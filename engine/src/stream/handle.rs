@@ -13,6 +13,7 @@ use crate::offset::{Offset, StartAt};
 use crate::storage::chunk::{Chunk, Message, ReadError};
 use crate::storage::memory::MemLog;
 use crate::storage::{LogStore, LogView};
+use crate::stream::fork::{ForkBase, ForkSource};
 use crate::stream::live::{LiveRegistry, Subscription};
 use crate::stream::{DamageCounter, Published, Stream, StreamData};
 use crate::time::Clock;
@@ -30,6 +31,8 @@ pub(crate) trait StreamOwner: Send + Sync {
     fn note_read_renewal(&self);
     /// The stream `name` (incarnation `id`) has expired: remove it when convenient.
     fn request_expiry(&self, name: Arc<str>, id: StreamId);
+    /// A fork of stream `id` is gone (or was never created): one fork fewer reads it.
+    fn release_fork(&self, name: Arc<str>, id: StreamId);
 }
 
 /// A reader's handle on one stream incarnation.
@@ -123,71 +126,99 @@ impl StreamHandle {
     /// Reads whole messages from `start`, at most about `bytes_max` stored bytes (always at
     /// least one message when one exists). Renews the TTL. `None` once the stream is gone.
     pub fn read(&self, start: StartAt, bytes_max: usize) -> Result<Option<ReadResult>, ReadError> {
-        let read = self.read_published(start, |data, view, from| match data {
-            PublishedData::Memory(log) => log.read(from, view.until, bytes_max),
-            PublishedData::Log(log) => log.chunk(view, from, bytes_max),
-        })?;
-        let Some((from, published, chunk)) = read else {
+        let Some(published) = self.status() else {
             return Ok(None);
         };
+        let from = resolve(start, published.tail);
+        let chunk = self.read_below(from, published.tail, bytes_max)?;
         self.touch();
         Ok(Some(ReadResult { start: from, chunk, tail: published.tail, closed: published.closed }))
     }
 
     /// Reads single messages from `from` (for SSE), at most about `bytes_max` stored bytes.
     pub fn read_messages(&self, from: Offset, bytes_max: usize) -> Result<Option<MessagesResult>, ReadError> {
-        let read = self.read_published(StartAt::At(from), |data, view, from| match data {
-            PublishedData::Memory(log) => log.read_messages(from, view.until, bytes_max),
-            PublishedData::Log(log) => log.messages(view, from, bytes_max),
-        })?;
-        Ok(read.map(|(_, published, messages)| MessagesResult {
-            messages,
-            tail: published.tail,
-            closed: published.closed,
-        }))
+        let Some(published) = self.status() else {
+            return Ok(None);
+        };
+        let messages = self.messages_below(from, published.tail, bytes_max)?;
+        Ok(Some(MessagesResult { messages, tail: published.tail, closed: published.closed }))
     }
 
-    /// Runs `read` against the published view from `start` (resolved against it). Memory
-    /// reads run under the stream's read lock; log reads after it, and a log read that finds
-    /// damage runs once more if compaction moved the stream's records meanwhile. Damage that
-    /// stays is noted on the stream (logged once, counted, writes refused).
-    fn read_published<T>(
+    /// Whole messages from `from` up to `cap` (a boundary, or past the published tail: then
+    /// up to the tail), inherited ones first for a fork. No liveness check and no renewal:
+    /// forks read their source's prefix through this, whatever became of the source.
+    pub(crate) fn read_below(&self, from: Offset, cap: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
+        let Some(fork) = self.fork_below(from) else {
+            return self.read_own(from, cap, |data, view, from| match data {
+                PublishedData::Memory(log) => log.read(from, view.until, bytes_max),
+                PublishedData::Log(log) => log.chunk(view, from, bytes_max),
+            });
+        };
+        let mut chunk = fork.read(from, cap, bytes_max)?;
+        let start = fork.start();
+        if chunk.next == start && cap > start && chunk.len() < bytes_max {
+            let own = self.read_below(start, cap, bytes_max - chunk.len())?;
+            chunk.messages += own.messages;
+            chunk.next = own.next;
+            chunk.slices.extend(own.slices);
+        }
+        Ok(chunk)
+    }
+
+    /// Single messages from `from` up to `cap`, as [`StreamHandle::read_below`].
+    pub(crate) fn messages_below(
         &self,
-        start: StartAt,
+        from: Offset,
+        cap: Offset,
+        bytes_max: usize,
+    ) -> Result<Vec<Message>, ReadError> {
+        let Some(fork) = self.fork_below(from) else {
+            return self.read_own(from, cap, |data, view, from| match data {
+                PublishedData::Memory(log) => log.read_messages(from, view.until, bytes_max),
+                PublishedData::Log(log) => log.messages(view, from, bytes_max),
+            });
+        };
+        let mut messages = fork.messages(from, cap, bytes_max)?;
+        let start = fork.start();
+        let taken: usize = messages.iter().map(|m| m.stored.len()).sum();
+        let reached = messages.last().is_some_and(|m| m.next == start);
+        if reached && cap > start && taken < bytes_max {
+            messages.extend(self.messages_below(start, cap, bytes_max - taken)?);
+        }
+        Ok(messages)
+    }
+
+    /// The fork base that serves `from`, if the stream is a fork and `from` is inherited.
+    fn fork_below(&self, from: Offset) -> Option<&ForkBase> {
+        self.stream.fork.as_ref().filter(|fork| from < fork.start())
+    }
+
+    /// Runs `read` against the stream's own published data from `from`, up to `cap` or the
+    /// published tail. Memory reads run under the stream's read lock; log reads after it,
+    /// and a log read that finds damage runs once more if compaction moved the stream's
+    /// records meanwhile. Damage that stays is noted on the stream (logged once, counted,
+    /// writes refused).
+    fn read_own<T>(
+        &self,
+        from: Offset,
+        cap: Offset,
         read: impl Fn(PublishedData<'_>, LogView, Offset) -> Result<T, ReadError>,
-    ) -> Result<Option<(Offset, Published, T)>, ReadError> {
+    ) -> Result<T, ReadError> {
         let mut moved_once = false;
         loop {
             let state = self.stream.read_state();
-            let published = state.published;
-            if !self.alive(published) {
-                return Ok(None);
-            }
-            let from = match start {
-                StartAt::Beginning => Offset::ZERO,
-                StartAt::Tail => published.tail,
-                StartAt::At(offset) => offset,
-            };
+            let until = state.published.tail.min(cap);
             let (tail_location, tail_n) = match &state.data {
                 StreamData::Memory(log) => {
-                    let value = read(
-                        PublishedData::Memory(log),
-                        self.view(Location::default(), 0, published.tail),
-                        from,
-                    )?;
-                    return Ok(Some((from, published, value)));
+                    return read(PublishedData::Memory(log), self.view(Location::default(), 0, until), from);
                 }
                 StreamData::Log { tail, n, .. } => (*tail, *n),
             };
             drop(state);
             let log = self.shard.log().ok_or(ReadError::Storage)?;
-            match read(PublishedData::Log(log), self.view(tail_location, tail_n, published.tail), from) {
-                Ok(value) => return Ok(Some((from, published, value))),
+            match read(PublishedData::Log(log), self.view(tail_location, tail_n, until), from) {
                 Err(ReadError::Damaged) => {
                     let state = self.stream.read_state();
-                    if state.published.gone {
-                        return Ok(None);
-                    }
                     let moved = matches!(state.data, StreamData::Log { tail, .. } if tail != tail_location);
                     drop(state);
                     if moved && !moved_once {
@@ -201,7 +232,7 @@ impl StreamHandle {
                     );
                     return Err(ReadError::Damaged);
                 }
-                Err(error) => return Err(error),
+                result => return result,
             }
         }
     }
@@ -226,6 +257,16 @@ impl StreamHandle {
         self.stream.config.content_type.is_json()
     }
 
+    /// Gives back the fork count this stream's shard took for a fork of it.
+    pub(crate) fn release_fork(&self) {
+        self.shard.release_fork(Arc::clone(&self.stream.name), self.stream.id);
+    }
+
+    /// The stream's fork base, if it is a fork.
+    pub fn fork(&self) -> Option<&ForkBase> {
+        self.stream.fork.as_ref()
+    }
+
     fn alive(&self, published: Published) -> bool {
         if published.gone {
             return false;
@@ -235,5 +276,28 @@ impl StreamHandle {
             return false;
         }
         true
+    }
+}
+
+impl ForkSource for StreamHandle {
+    fn read_below(&self, from: Offset, cap: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
+        StreamHandle::read_below(self, from, cap, bytes_max)
+    }
+
+    fn messages_below(&self, from: Offset, cap: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
+        StreamHandle::messages_below(self, from, cap, bytes_max)
+    }
+
+    fn release_fork(&self) {
+        StreamHandle::release_fork(self);
+    }
+}
+
+/// Where `start` is on a stream whose published tail is `tail`.
+fn resolve(start: StartAt, tail: Offset) -> Offset {
+    match start {
+        StartAt::Beginning => Offset::ZERO,
+        StartAt::Tail => tail,
+        StartAt::At(offset) => offset,
     }
 }

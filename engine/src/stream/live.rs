@@ -149,7 +149,7 @@ mod tests {
     use std::pin::pin;
 
     fn published(messages: u64, closed: bool) -> Published {
-        Published { tail: Offset { messages, bytes: messages * 10 }, closed, gone: false }
+        Published { tail: Offset { messages, bytes: messages * 10 }, closed, gone: false, deleted: false }
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! delete before it is durable in the mode's sense, and they never wait for a commit: the
 //! shard holds the lock for microseconds, never across I/O.
 
+pub mod fork;
 pub mod handle;
 pub mod live;
 
@@ -20,6 +21,7 @@ use crate::producer::ProducerTable;
 use crate::storage::memory::MemLog;
 use crate::storage::record::Record;
 use crate::storage::Place;
+use fork::ForkBase;
 
 /// How many streams of a shard are known to be damaged (a gauge: deleting one lowers it).
 #[derive(Default)]
@@ -39,6 +41,8 @@ pub struct Stream {
     pub(crate) state: RwLock<StreamState>,
     /// Damage found in the stream's stored bytes (set once, by recovery or a read).
     damage: OnceLock<StreamDamage>,
+    /// The source prefix a fork inherits (`None`: the stream's bytes are all its own).
+    pub(crate) fork: Option<ForkBase>,
 }
 
 pub(crate) struct StreamState {
@@ -79,15 +83,16 @@ impl StreamData {
     /// Makes a committed record's data part of the stream, not yet visible: readers see it
     /// once [`StreamData::publish`] runs with the new tail, under the same lock.
     pub fn apply(&mut self, record: &Record, place: Place) {
+        // A create's messages start where the stream does (a fork's after its inherited ones).
         let (offset, payload) = match record {
-            Record::Create { initial, .. } => (Offset::ZERO, initial.as_ref()),
-            Record::Append { offset, payload, .. } => (*offset, payload.as_ref()),
+            Record::Create { initial, .. } => (None, initial.as_ref()),
+            Record::Append { offset, payload, .. } => (Some(*offset), payload.as_ref()),
             Record::Delete { .. } => return,
         };
         match self {
             StreamData::Memory(log) => {
                 if let Some(payload) = payload {
-                    log.append(offset, payload);
+                    log.append(offset.unwrap_or(log.base()), payload);
                 }
             }
             StreamData::Log { committed_tail, committed_n, .. } => {
@@ -138,6 +143,9 @@ pub struct Published {
     pub closed: bool,
     /// Deleted or expired: the name may already belong to a new stream.
     pub gone: bool,
+    /// Deleted while forks still read its bytes (soft-deleted): clients get 410 Gone and
+    /// the name stays taken until the last fork goes.
+    pub deleted: bool,
 }
 
 /// What the shard knows, including ops applied but not yet committed.
@@ -155,6 +163,10 @@ pub(crate) struct WriterState {
     pub charged: u64,
     /// Producer tag and `Stream-Seq` bytes its appends carried.
     pub tag_bytes: u64,
+    /// Live forks whose inherited prefix is read from this stream.
+    pub forks: u64,
+    /// Soft-deleted: see [`Published::deleted`].
+    pub deleted: bool,
 }
 
 impl Stream {
@@ -176,7 +188,21 @@ impl Stream {
                 data,
             }),
             damage: OnceLock::new(),
+            fork: None,
         }
+    }
+
+    /// The same stream as a fork of `base`: its own messages start at the fork's start.
+    pub(crate) fn with_fork(mut self, base: ForkBase) -> Stream {
+        let start = base.start();
+        let state = self.state.get_mut().expect("stream lock is never poisoned: holders do not panic");
+        if let StreamData::Memory(log) = &mut state.data {
+            *log = MemLog::starting_at(start);
+        }
+        state.writer.tail = start;
+        state.published.tail = start;
+        self.fork = Some(base);
+        self
     }
 
     /// A recovered stream, published as its snapshot says.
@@ -185,7 +211,8 @@ impl Stream {
         for (id, state) in &snapshot.producers {
             producers.insert(id, *state);
         }
-        let published = Published { tail: snapshot.tail, closed: snapshot.closed, gone: false };
+        let published =
+            Published { tail: snapshot.tail, closed: snapshot.closed, gone: false, deleted: false };
         let writer = WriterState {
             tail: snapshot.tail,
             closed: snapshot.closed,
@@ -195,6 +222,8 @@ impl Stream {
             batch: 0,
             charged: 0,
             tag_bytes: snapshot.tag_bytes,
+            forks: 0,
+            deleted: false,
         };
         let data = StreamData::log_at(snapshot.chain_tail, snapshot.chain_n);
         let damage = OnceLock::new();
@@ -208,6 +237,7 @@ impl Stream {
             last_access_ms: AtomicU64::new(snapshot.last_access_ms),
             state: RwLock::new(StreamState { published, writer, data }),
             damage,
+            fork: None,
         }
     }
 
@@ -229,6 +259,13 @@ impl Stream {
             tag_bytes: state.writer.tag_bytes,
             damage: self.damage.get().cloned(),
         }
+    }
+
+    /// The bytes before `tail` that are the stream's own (a fork's inherited ones are its
+    /// source's, charged there).
+    pub fn own_bytes(&self, tail: Offset) -> u64 {
+        let start = self.fork.as_ref().map_or(0, |base| base.start().bytes);
+        tail.bytes - start
     }
 
     /// Damage found in the stream's stored bytes, if any.

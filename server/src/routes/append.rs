@@ -84,7 +84,7 @@ fn refuse_before_the_body(
     headers: &hyper::HeaderMap,
     content_type: Option<&ds_engine::ContentType>,
 ) -> Result<(), Problem> {
-    let handle = app.engine.open(name).ok_or_else(Problem::not_found)?;
+    let handle = super::open_stream(app, name)?;
     if let Some(damage) = handle.damage() {
         return Err(op_problem(ds_engine::OpError::StreamDamaged { at: damage.at }));
     }

@@ -1,11 +1,16 @@
-//! PUT /v1/stream/{name}: create a stream, or confirm an identical one exists.
+//! PUT /v1/stream/{name}: create a stream or a fork, or confirm an identical one exists.
 //!
 //! 201 with `Location` when created, 200 when a stream with the same content type, TTL,
-//! expiry and closed state exists, 409 when one exists with anything else. An optional body
-//! becomes the first messages (for JSON streams `[]` means none).
+//! expiry, closed state and fork origin exists, 409 when one exists with anything else. An
+//! optional body becomes the first messages (for JSON streams `[]` means none).
+//!
+//! With `Stream-Forked-From: /v1/stream/{source}` the stream is a fork: it starts with the
+//! source's messages up to `Stream-Fork-Offset` (default: the source's tail) plus
+//! `Stream-Fork-Sub-Offset` units (messages in JSON mode, bytes otherwise). Its content type,
+//! when omitted, is the source's; its TTL and expiry, when both are omitted, too.
 
 use ds_engine::ContentType;
-use ds_engine::{CreateRequest, StreamConfig, StreamName};
+use ds_engine::{CreateRequest, ForkRequest, Offset, StreamConfig, StreamName};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HOST, LOCATION};
 use hyper::{Request, Response, StatusCode};
@@ -24,15 +29,27 @@ pub async fn create(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Problem> {
     let (parts, body) = request.into_parts();
-    let (config, closed) = match judge_head(&parts.headers) {
+    let head = judge_head(&parts.headers).and_then(|(config, closed)| {
+        let fork = judge_fork(&parts.headers)?;
+        Ok((inherit_content_type(app, config, fork.as_ref(), &parts.headers)?, closed, fork))
+    });
+    let (config, closed, fork) = match head {
         Ok(head) => head,
         Err(problem) => return Err(request_body::refuse_unread(body, &parts.headers, problem).await),
     };
     let (body, _held) = request_body::read(body, &parts.headers, &app.body).await?;
     let body_bytes = body.len() as u64;
     let initial = payload_of(&config.content_type, body, true)?;
-    let request = CreateRequest { name, config, initial, closed };
-    let outcome = app.engine.create(request).await.map_err(op_problem)?;
+    let create = CreateRequest { name, config, initial, closed };
+    let outcome = match fork {
+        None => app.engine.create(create).await,
+        Some(fork) => {
+            let inherit_expiry = create.config.ttl_secs.is_none() && create.config.expires_at_ms.is_none();
+            let ForkHead { source, offset, sub_offset } = fork;
+            app.engine.fork(ForkRequest { create, inherit_expiry, source, offset, sub_offset }).await
+        }
+    }
+    .map_err(op_problem)?;
 
     if outcome.created {
         Metrics::add(&app.metrics.append_bytes, body_bytes);
@@ -63,6 +80,83 @@ fn judge_head(headers: &hyper::HeaderMap) -> Result<(StreamConfig, bool), Proble
     }
     let closed = headers::stream_closed(headers)?;
     Ok((StreamConfig { content_type, ttl_secs, expires_at_ms }, closed))
+}
+
+/// What the fork headers ask for.
+struct ForkHead {
+    source: StreamName,
+    offset: Option<Offset>,
+    sub_offset: u64,
+}
+
+/// The fork headers, if the request is for a fork; 400 for any of them malformed, or given
+/// without what they refine.
+fn judge_fork(headers: &hyper::HeaderMap) -> Result<Option<ForkHead>, Problem> {
+    let text = |name: hyper::header::HeaderName| {
+        headers.get(&name).map(|value: &hyper::header::HeaderValue| {
+            value.to_str().map_err(|_| Problem::bad_request("invalid-fork", format!("{name} is not text")))
+        })
+    };
+    let source = text(headers::STREAM_FORKED_FROM).transpose()?;
+    let offset = text(headers::STREAM_FORK_OFFSET).transpose()?;
+    let sub_offset = text(headers::STREAM_FORK_SUB_OFFSET).transpose()?;
+    let Some(source) = source else {
+        return match offset.is_some() || sub_offset.is_some() {
+            true => Err(Problem::bad_request("invalid-fork", "fork offsets need Stream-Forked-From")),
+            false => Ok(None),
+        };
+    };
+    let source = source
+        .strip_prefix(super::STREAM_PREFIX)
+        .ok_or_else(|| {
+            Problem::bad_request("invalid-fork", "Stream-Forked-From must be a path under /v1/stream/")
+        })
+        .and_then(|raw| {
+            StreamName::from_path(raw)
+                .map_err(|error| Problem::bad_request("invalid-fork", error.to_string()))
+        })?;
+    let offset = offset
+        .map(|text| {
+            Offset::parse(text)
+                .map_err(|error| Problem::bad_request("invalid-fork", format!("Stream-Fork-Offset: {error}")))
+        })
+        .transpose()?;
+    let sub_offset = sub_offset.map(parse_sub_offset).transpose()?.unwrap_or(0);
+    if sub_offset > 0 && offset.is_none() {
+        return Err(Problem::bad_request("invalid-fork", "Stream-Fork-Sub-Offset needs Stream-Fork-Offset"));
+    }
+    Ok(Some(ForkHead { source, offset, sub_offset }))
+}
+
+/// A non-negative decimal integer without sign or leading zeros, at most 2^53 - 1.
+fn parse_sub_offset(text: &str) -> Result<u64, Problem> {
+    let canonical = !text.is_empty()
+        && text.len() <= 16
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    let value = canonical.then(|| text.parse::<u64>().ok()).flatten().filter(|n| *n < 1 << 53);
+    value.ok_or_else(|| {
+        Problem::bad_request("invalid-fork", "Stream-Fork-Sub-Offset must be a non-negative integer")
+    })
+}
+
+/// A fork's content type when the request names none: its source's (a missing source is
+/// left to the engine's 404).
+fn inherit_content_type(
+    app: &App,
+    mut config: StreamConfig,
+    fork: Option<&ForkHead>,
+    headers: &hyper::HeaderMap,
+) -> Result<StreamConfig, Problem> {
+    let Some(fork) = fork else {
+        return Ok(config);
+    };
+    if headers.get(CONTENT_TYPE).is_none() {
+        if let Some(source) = app.engine.open(&fork.source) {
+            config.content_type = source.config().content_type.clone();
+        }
+    }
+    Ok(config)
 }
 
 /// Whether `host` is a plain `host[:port]` (a name, an IPv4 or a bracketed IPv6 address):

@@ -14,7 +14,7 @@ use crate::http::problem::Problem;
 use crate::http::response::{response, set, Body};
 
 pub fn head(app: &App, name: &StreamName) -> Result<Response<Body>, Problem> {
-    let handle = app.engine.open(name).ok_or_else(Problem::not_found)?;
+    let handle = super::open_stream(app, name)?;
     let status = handle.status().ok_or_else(Problem::not_found)?;
     let mut reply = response(StatusCode::OK, Body::Empty);
     let headers = reply.headers_mut();

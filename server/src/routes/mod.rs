@@ -23,6 +23,9 @@ use hyper::StatusCode;
 use crate::http::headers::{self, STREAM_CLOSED, STREAM_NEXT_OFFSET};
 use crate::http::problem::Problem;
 
+/// Where stream names start in a path (request paths and `Stream-Forked-From`).
+pub const STREAM_PREFIX: &str = "/v1/stream/";
+
 /// The HTTP answer to an engine refusal.
 pub fn op_problem(error: OpError) -> Problem {
     let detail = error.to_string();
@@ -62,6 +65,25 @@ pub fn op_problem(error: OpError) -> Problem {
         OpError::InsufficientStorage => Problem::new(StatusCode::INSUFFICIENT_STORAGE, "disk-full", detail)
             .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("5")),
         OpError::TooManyStreams => Problem::new(StatusCode::INSUFFICIENT_STORAGE, "too-many-streams", detail),
+        OpError::Gone => Problem::new(StatusCode::GONE, "stream-deleted", detail),
+        OpError::NameHeld => Problem::new(StatusCode::CONFLICT, "name-held-by-deleted-stream", detail),
+        OpError::SourceDeleted => Problem::new(StatusCode::CONFLICT, "fork-source-deleted", detail),
+        OpError::ForkPoint(_) => Problem::bad_request("invalid-fork-point", detail),
+        OpError::ForksUnsupported => Problem::new(StatusCode::NOT_IMPLEMENTED, "forks-unsupported", detail),
+    }
+}
+
+/// A handle on the stream called `name` for a client request: 404 when there is none, 410
+/// when it was deleted while forks still read it.
+pub fn open_stream(
+    app: &crate::app::App,
+    name: &ds_engine::StreamName,
+) -> Result<ds_engine::StreamHandle, Problem> {
+    let handle = app.engine.open(name).ok_or_else(Problem::not_found)?;
+    match handle.status() {
+        Some(status) if status.deleted => Err(op_problem(OpError::Gone)),
+        Some(_) => Ok(handle),
+        None => Err(Problem::not_found()),
     }
 }
 

@@ -31,7 +31,7 @@ pub async fn read(
     let query = ReadQuery::parse(request.uri().query())?;
     let start = ReadStart::resolve(&query, request.headers())?;
     let if_none_match = request.headers().get(IF_NONE_MATCH).cloned();
-    let handle = app.engine.open(&name).ok_or_else(Problem::not_found)?;
+    let handle = super::open_stream(app, &name)?;
     match query.live {
         Live::No => {
             let result = read_once(&handle, &start, app.read_bytes_max)?;

@@ -26,6 +26,8 @@ pub const BLOCK_BYTES_MAX: usize = 64 * 1024;
 #[derive(Default)]
 pub struct MemLog {
     blocks: Vec<MemBlock>,
+    /// Where the log's first message starts (a fork's own messages follow its inherited ones).
+    base: Offset,
 }
 
 struct MemBlock {
@@ -64,6 +66,16 @@ struct Position {
 }
 
 impl MemLog {
+    /// An empty log whose first message will start at `base`.
+    pub fn starting_at(base: Offset) -> MemLog {
+        MemLog { blocks: Vec::new(), base }
+    }
+
+    /// Where the log's first message starts.
+    pub fn base(&self) -> Offset {
+        self.base
+    }
+
     /// Stores `payload` after `tail` (the writer's tail) and returns the new tail. The bytes
     /// stay invisible to readers until the caller publishes the new tail.
     pub fn append(&mut self, tail: Offset, payload: &Payload) -> Offset {
@@ -184,8 +196,11 @@ impl MemLog {
         if at.messages > until.messages || at.bytes > until.bytes {
             return Err(ReadError::NotBoundary);
         }
+        if at.bytes < self.base.bytes || at.messages < self.base.messages {
+            return Err(ReadError::NotBoundary);
+        }
         if self.blocks.is_empty() {
-            return if at == Offset::ZERO {
+            return if at == self.base {
                 Ok(Position { block: 0, message: 0 })
             } else {
                 Err(ReadError::NotBoundary)
