@@ -60,15 +60,7 @@ impl FileSource {
         }
         let chain =
             decode_chain(&raw[HEADER_BYTES..HEADER_BYTES + chain_len]).map_err(|_| ReadError::Damaged)?;
-        let node = Node {
-            location,
-            n: chain.n,
-            stream: header.stream,
-            start: header.offset,
-            end: header.end_offset(),
-            jumps: chain.jumps,
-            len: header.record_len() as u64,
-        };
+        let node = header.chain_node(location, chain);
         Ok(FileHead { header, node })
     }
 }

@@ -25,7 +25,7 @@ use crate::ids::{Location, StreamId};
 use crate::meta::StreamConfig;
 use crate::offset::Offset;
 use crate::producer::ProducerTag;
-use crate::storage::chain::{jump_count, Chain};
+use crate::storage::chain::{jump_count, Chain, Node};
 
 pub const HEADER_BYTES: usize = 64;
 /// Magic and format version: "DSR1".
@@ -194,6 +194,19 @@ impl Header {
     /// The stream's offset after this record.
     pub fn end_offset(&self) -> Offset {
         self.offset.advance(u64::from(self.messages), u64::from(self.data_len()))
+    }
+
+    /// The chain node of this record, found at `location` with chain part `chain`.
+    pub fn chain_node(&self, location: Location, chain: Chain) -> Node {
+        Node {
+            location,
+            n: chain.n,
+            stream: self.stream,
+            start: self.offset,
+            end: self.end_offset(),
+            jumps: chain.jumps,
+            len: self.record_len() as u64,
+        }
     }
 
     pub fn has(&self, flag: u8) -> bool {

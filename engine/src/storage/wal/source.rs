@@ -72,19 +72,7 @@ impl WalSource {
     pub fn head(&self, location: Location) -> Result<RecordHead, ReadError> {
         let (header, chain, _) = self.read_head(location, true)?;
         let chain = chain.ok_or(ReadError::Damaged)?;
-        Ok(RecordHead { node: node_of(location, &header, chain), header })
-    }
-}
-
-fn node_of(location: Location, header: &Header, chain: Chain) -> Node {
-    Node {
-        location,
-        n: chain.n,
-        stream: header.stream,
-        start: header.offset,
-        end: header.end_offset(),
-        jumps: chain.jumps,
-        len: header.record_len() as u64,
+        Ok(RecordHead { node: header.chain_node(location, chain), header })
     }
 }
 
@@ -289,7 +277,7 @@ impl WalSource {
             let step = match slot(&segment, position, true) {
                 Slot::Record(header, _) if header.kind == Kind::Seal => None,
                 Slot::Record(header, Some(chain)) => {
-                    let node = node_of(location(ordinal, position), &header, chain);
+                    let node = header.chain_node(location(ordinal, position), chain);
                     match visit(&node) {
                         Walk::Found => return Ok(Some(node)),
                         Walk::Damaged => return Err(ReadError::Damaged),
