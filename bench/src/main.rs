@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use ds_bench::compare::Comparison;
 use ds_bench::report::Report;
 use ds_bench::run::Settings;
-use ds_bench::scenario::{append, fanout, healthz, longpoll, mixed, read, streams};
+use ds_bench::scenario::{append, fanout, fork, healthz, longpoll, mixed, read, streams};
 use ds_bench::target::Target;
 
 #[derive(Parser)]
@@ -146,6 +146,27 @@ enum Scenario {
         #[arg(long, default_value_t = 16)]
         connections: usize,
     },
+    /// Fork creation against plain creation, and catch-up of a fork against its source
+    Fork {
+        #[command(flatten)]
+        common: Common,
+        /// Bytes the source holds (each fork inherits all of them; within the server's
+        /// stream limit, 10 MiB by default)
+        #[arg(long, default_value_t = 8 << 20)]
+        fill_bytes: u64,
+        /// Size of the appends that fill the source
+        #[arg(long, default_value_t = 64 << 10)]
+        append_bytes: usize,
+        /// Streams of each kind created per turn
+        #[arg(long, default_value_t = 2000)]
+        creates: usize,
+        /// Connections creating streams in a closed loop
+        #[arg(long, default_value_t = 16)]
+        connections: usize,
+        /// Turns of each kind, alternating plain and fork
+        #[arg(long, default_value_t = 5)]
+        turns: usize,
+    },
     /// Writers, catch-up readers and live (SSE) readers together
     Mixed {
         #[command(flatten)]
@@ -184,6 +205,7 @@ impl Scenario {
             | Scenario::Fanout { common, .. }
             | Scenario::Longpoll { common, .. }
             | Scenario::Streams { common, .. }
+            | Scenario::Fork { common, .. }
             | Scenario::Mixed { common, .. }
             | Scenario::Healthz { common, .. } => common,
         }
@@ -220,6 +242,10 @@ async fn run(scenario: &Scenario, settings: &Settings) -> Result<Report, String>
         }
         Scenario::Streams { count, bytes, connections, .. } => {
             streams::run(settings, &streams::StreamsOptions { count, bytes, connections }).await
+        }
+        Scenario::Fork { fill_bytes, append_bytes, creates, connections, turns, .. } => {
+            let options = fork::ForkOptions { fill_bytes, append_bytes, creates, connections, turns };
+            fork::run(settings, &options).await
         }
         Scenario::Mixed { writers, catchup_readers, live_readers, streams, bytes, .. } => {
             let options = mixed::MixedOptions { writers, catchup_readers, live_readers, streams, bytes };

@@ -45,7 +45,11 @@ impl Report {
         let mut out = format!("{}\n", self.scenario);
         for (name, value, unit) in &self.figures {
             let shown = match value {
-                Value::Number(n) if n.is_f64() => format!("{:.1}", n.as_f64().unwrap_or_default()),
+                // Ratios and other small figures keep two decimals.
+                Value::Number(n) if n.is_f64() => match n.as_f64().unwrap_or_default() {
+                    small if small.abs() < 10.0 => format!("{small:.2}"),
+                    large => format!("{large:.1}"),
+                },
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };

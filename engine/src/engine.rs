@@ -25,10 +25,11 @@ use crate::limits::ByteBudget;
 use crate::name::StreamName;
 use crate::op::{AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, ForkRequest, Op, OpError};
 use crate::producer::PRODUCER_IDLE_MS_MAX;
-use crate::shard::{Shard, ShardSettings, ShardShared};
+use crate::shard::{self, Shard, ShardSettings, ShardShared};
 use crate::storage::open::{self, OpenError, OpenedStore, StoreSettings};
 use crate::storage::RecoveryReport;
 use crate::storage::StorageMode;
+use crate::stream::fork::Unpinned;
 use crate::stream::handle::{StreamHandle, StreamOwner};
 
 /// A running engine. Clones share it; the last one to go stops the shards.
@@ -113,12 +114,15 @@ impl Engine {
         let recovery = opened.iter().filter_map(|shard| shard.report.clone()).collect();
         let mut shareds = Vec::with_capacity(opened.len());
         let mut shards = Vec::with_capacity(opened.len());
-        for opened in opened {
+        let mut recovered = Vec::with_capacity(opened.len());
+        for mut opened in opened {
+            recovered.push(std::mem::take(&mut opened.streams));
             let (shard, shared) =
                 Shard::new(config.queue_capacity, Arc::clone(&budget), settings.clone(), opened);
             shareds.push(shared);
             shards.push(shard);
         }
+        shard::install_recovered(&mut shards, recovered, &config.clock);
         let runners = match config.threading {
             Threading::Manual => Runners::Manual { shards, lock },
             Threading::Threads => Runners::Threads { shards: spawn_shards(shards)?, housekeeper, lock },
@@ -179,12 +183,10 @@ impl Engine {
     }
 
     /// Creates a fork of `request.source` (or confirms an identical one exists). The source
-    /// counts the fork before it is created, so the source cannot go while the fork may
-    /// still come to be; a fork that is not created gives its count back.
+    /// counts the fork before it is created (under its stream's lock, without a trip to its
+    /// shard), so the source cannot go while the fork may still come to be; a fork that is
+    /// not created gives its count back.
     pub async fn fork(&self, request: ForkRequest) -> Result<CreateOutcome, OpError> {
-        if self.inner.config.mode != StorageMode::Memory {
-            return Err(OpError::ForksUnsupported);
-        }
         let ForkRequest { mut create, inherit_expiry, source, offset, sub_offset } = request;
         let source = self.open(&source).ok_or(OpError::NotFound)?;
         let base = fork_point::resolve(&source, offset, sub_offset)?;
@@ -195,10 +197,10 @@ impl Engine {
             create.config.ttl_secs = source.config().ttl_secs;
             create.config.expires_at_ms = source.config().expires_at_ms;
         }
-        let (reply, answer) = oneshot::channel();
-        let pin = Op::Pin { name: Arc::from(source.name()), id: source.id(), reply };
-        self.shard(source.name()).submit(pin)?;
-        answer.await.unwrap_or(Err(OpError::ShuttingDown))?;
+        source.pin_fork().map_err(|unpinned| match unpinned {
+            Unpinned::Gone => OpError::NotFound,
+            Unpinned::Deleted => OpError::SourceDeleted,
+        })?;
         let (reply, answer) = oneshot::channel();
         let created = match self.shard(create.name.as_str()).submit(Op::Create(create, Some(base), reply)) {
             Ok(()) => answer.await.unwrap_or(Err(OpError::ShuttingDown)),

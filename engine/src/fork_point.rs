@@ -11,7 +11,8 @@ use crate::op::{ForkPointError, OpError};
 use crate::storage::chunk::ReadError;
 use std::sync::Arc;
 
-use crate::stream::fork::{ForkBase, ForkOrigin, ForkSource, FORK_DEPTH_MAX};
+use crate::meta::{ForkOrigin, ForkRef};
+use crate::stream::fork::{ForkBase, ForkSource, FORK_DEPTH_MAX};
 use crate::stream::handle::StreamHandle;
 
 /// Bytes read at a time while counting a JSON sub-offset's messages.
@@ -41,9 +42,7 @@ pub(crate) fn resolve(
     let reader: Arc<dyn ForkSource> = Arc::new(source.clone());
     let base = |until: Offset, partial_bytes: u64| ForkBase {
         source: Arc::clone(&reader),
-        origin: origin.clone(),
-        until,
-        partial_bytes,
+        reference: ForkRef { origin: origin.clone(), source_id: source.id(), until, partial_bytes },
         depth,
     };
     // A read of nothing checks that the anchor is a boundary.

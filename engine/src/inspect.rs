@@ -22,6 +22,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::meta::ForkRef;
 use crate::offset::Offset;
 use crate::storage::chain::read::{LogRead, RecordSource};
 use crate::storage::chain::NodeSource;
@@ -130,10 +131,13 @@ pub struct StreamFile {
     source: Option<FileSource>,
 }
 
-/// A stream found by name, ready to read.
+/// A stream found by name, ready to read (a fork's inherited messages through its source).
 pub struct StreamReader {
     pub snapshot: StreamSnapshot,
     source: Source,
+    /// A fork's source, found by the name and id its reference holds (`None`: not a fork,
+    /// or its source is gone and its inherited messages read as damaged).
+    inherited: Option<Box<StreamReader>>,
 }
 
 enum Source {
@@ -198,14 +202,40 @@ impl Store {
         Ok(StreamFile { path: path.to_path_buf(), suffix, bytes, analysis, source })
     }
 
-    /// The stream called `name`, if the directory holds it.
+    /// The stream called `name`, if the directory holds it; a fork is opened with its
+    /// sources (at most [`crate::FORK_DEPTH_MAX`] of them).
     pub fn open_stream(&self, name: &str) -> io::Result<Option<StreamReader>> {
+        let Some(asked) = self.open_own(name)? else {
+            return Ok(None);
+        };
+        // The stream, then its source, its source's source… up to a plain stream, or a fork
+        // whose source is gone (its inherited messages then read as damaged).
+        let mut chain = vec![asked];
+        while let Some(reference) = chain.last().and_then(|last| last.snapshot.fork.clone()) {
+            let source =
+                self.open_own(&reference.origin.source)?.filter(|s| s.snapshot.id == reference.source_id);
+            match source {
+                Some(source) if chain.len() <= crate::FORK_DEPTH_MAX as usize => chain.push(source),
+                _ => break,
+            }
+        }
+        let mut reader = chain.pop().expect("the stream asked for is there");
+        while let Some(mut fork) = chain.pop() {
+            fork.inherited = Some(Box::new(reader));
+            reader = fork;
+        }
+        Ok(Some(reader))
+    }
+
+    /// The stream called `name` alone, without its sources.
+    fn open_own(&self, name: &str) -> io::Result<Option<StreamReader>> {
+        let reader = |snapshot: StreamSnapshot, source| StreamReader { snapshot, source, inherited: None };
         if self.mode() == StorageMode::Acid {
             let log = self.shard(self.shard_of(name))?;
             let Some(snapshot) = log.analysis.streams().find(|s| &*s.name == name).cloned() else {
                 return Ok(None);
             };
-            return Ok(Some(StreamReader { snapshot, source: Source::Wal(log.source) }));
+            return Ok(Some(reader(snapshot, Source::Wal(log.source))));
         }
         for suffix in 0..=SUFFIX_MAX {
             let path = stream_path(&self.dir, name, suffix);
@@ -215,7 +245,7 @@ impl Store {
             let file = self.stream_file(&path, suffix)?;
             if let (Some(snapshot), Some(source)) = (file.analysis.snapshot, file.source) {
                 if &*snapshot.name == name {
-                    return Ok(Some(StreamReader { snapshot, source: Source::File(source) }));
+                    return Ok(Some(reader(snapshot, Source::File(source))));
                 }
             }
         }
@@ -233,29 +263,75 @@ impl ShardLog {
 }
 
 impl StreamReader {
-    /// Whole messages from `from`, about `bytes_max` stored bytes at most (at least one).
+    /// Whole messages from `from`, about `bytes_max` stored bytes at most (at least one);
+    /// a fork's inherited ones come alone, read from its source.
     pub fn chunk(&self, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
-        match &self.source {
-            Source::Wal(source) => self.read(source).chunk(from, bytes_max),
-            Source::File(source) => self.read(source).chunk(from, bytes_max),
-        }
+        self.chunk_until(from, self.snapshot.tail, bytes_max)
     }
 
     /// Single messages from `from`, about `bytes_max` stored bytes at most (at least one).
     pub fn messages(&self, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
+        self.messages_until(from, self.snapshot.tail, bytes_max)
+    }
+
+    fn chunk_until(&self, from: Offset, cap: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
+        if let Some(reference) = self.fork_below(from) {
+            let messages = self.inherited_messages(reference, from, bytes_max)?;
+            let next = messages.last().map_or(from, |message| message.next);
+            let slices = messages.into_iter().map(|message| message.stored).collect();
+            return Ok(Chunk { next, messages: next.messages - from.messages, slices });
+        }
         match &self.source {
-            Source::Wal(source) => self.read(source).messages(from, bytes_max),
-            Source::File(source) => self.read(source).messages(from, bytes_max),
+            Source::Wal(source) => self.read(source, cap).chunk(from, bytes_max),
+            Source::File(source) => self.read(source, cap).chunk(from, bytes_max),
         }
     }
 
-    fn read<'a, S: RecordSource>(&self, source: &'a S) -> LogRead<'a, S> {
+    fn messages_until(&self, from: Offset, cap: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
+        if let Some(reference) = self.fork_below(from) {
+            return self.inherited_messages(reference, from, bytes_max);
+        }
+        match &self.source {
+            Source::Wal(source) => self.read(source, cap).messages(from, bytes_max),
+            Source::File(source) => self.read(source, cap).messages(from, bytes_max),
+        }
+    }
+
+    /// The fork reference that serves `from`, if the stream is a fork and `from` inherited.
+    fn fork_below(&self, from: Offset) -> Option<&ForkRef> {
+        self.snapshot.fork.as_ref().filter(|reference| from < reference.start())
+    }
+
+    /// Inherited messages from `from`: the source's whole ones up to the fork point, then
+    /// the cut one of a binary sub-offset.
+    fn inherited_messages(
+        &self,
+        reference: &ForkRef,
+        from: Offset,
+        bytes_max: usize,
+    ) -> Result<Vec<Message>, ReadError> {
+        let source = self.inherited.as_deref().ok_or(ReadError::Damaged)?;
+        if from < reference.until {
+            return source.messages_until(from, reference.until, bytes_max);
+        }
+        let whole = source.messages_until(reference.until, source.snapshot.tail, 1)?;
+        let first = whole.into_iter().next().ok_or(ReadError::Damaged)?;
+        let cut = reference.partial_bytes as usize;
+        if from != reference.until || first.stored.len() < cut {
+            return Err(ReadError::Damaged);
+        }
+        Ok(vec![Message { stored: first.stored.slice(..cut), next: reference.start() }])
+    }
+
+    fn read<'a, S: RecordSource>(&self, source: &'a S, cap: Offset) -> LogRead<'a, S> {
         LogRead {
             source,
             stream: self.snapshot.id,
+            start: self.snapshot.fork.as_ref().map_or(Offset::ZERO, ForkRef::start),
             tail_location: self.snapshot.chain_tail,
             tail_n: self.snapshot.chain_n,
-            until: self.snapshot.tail,
+            tail_end: self.snapshot.tail,
+            until: cap.min(self.snapshot.tail),
             json: self.snapshot.config.content_type.is_json(),
         }
     }

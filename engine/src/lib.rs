@@ -84,7 +84,7 @@ pub use engine::{Engine, EngineStats, ShardStats};
 pub use histogram::HistogramSnapshot;
 pub use ids::{Location, StreamId};
 pub use limits::{Limits, STREAM_SEQ_BYTES_MAX};
-pub use meta::{StreamConfig, StreamDamage};
+pub use meta::{ForkOrigin, ForkRef, StreamConfig, StreamDamage};
 pub use name::StreamName;
 pub use offset::{Offset, StartAt};
 pub use op::{
@@ -97,7 +97,7 @@ pub use shard::wake_batch;
 pub use storage::chunk::{json_array, Chunk, Message, ReadError};
 pub use storage::renewals::SAVE_INTERVAL_MS as RENEWALS_SAVE_INTERVAL_MS;
 pub use storage::{Damage, RecoveryReport, StorageMode};
-pub use stream::fork::{ForkBase, ForkOrigin, FORK_DEPTH_MAX};
+pub use stream::fork::{ForkBase, FORK_DEPTH_MAX};
 pub use stream::handle::{MessagesResult, ReadResult, StreamHandle};
 pub use stream::live::{LiveTail, Subscription};
 pub use time::{format_rfc3339_ms, parse_rfc3339_ms, Clock};

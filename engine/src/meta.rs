@@ -1,6 +1,7 @@
 //! What is known of a stream besides its bytes, in every layer: its configuration
 //! ([`StreamConfig`]), its durable state ([`StreamSnapshot`]: what recovery rebuilds and a
-//! checkpoint stores) and damage found in it ([`StreamDamage`]).
+//! checkpoint stores), damage found in it ([`StreamDamage`]) and, for a fork, where its
+//! inherited bytes come from ([`ForkRef`]).
 //!
 //! Requests carry a configuration, storage rebuilds and saves snapshots, shards install
 //! them: so this module depends on none of those, only on the leaf types.
@@ -39,6 +40,41 @@ pub struct StreamDamage {
     pub reason: Box<str>,
 }
 
+/// What a fork was created from, as the client named it (for idempotent re-creation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkOrigin {
+    /// The source stream's name.
+    pub source: Box<str>,
+    /// The source offset asked for (the source's tail when omitted).
+    pub offset: Offset,
+    /// Units past `offset`: messages in JSON mode, bytes otherwise (0: none).
+    pub sub_offset: u64,
+}
+
+/// A fork's durable reference to its source's immutable prefix: which incarnation of the
+/// source, and where inheritance ends. Its create record carries it; recovery links the
+/// fork to its source again by it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkRef {
+    pub origin: ForkOrigin,
+    /// The source incarnation (its shard is the one its name hashes to).
+    pub source_id: StreamId,
+    /// Whole source messages before this offset are inherited.
+    pub until: Offset,
+    /// Bytes of the source's message at `until` inherited too (binary sub-offsets).
+    pub partial_bytes: u64,
+}
+
+impl ForkRef {
+    /// The offset after the inherited bytes: where the fork's own messages begin.
+    pub fn start(&self) -> Offset {
+        match self.partial_bytes {
+            0 => self.until,
+            bytes => self.until.advance(1, bytes),
+        }
+    }
+}
+
 /// A stream's durable state: what recovery rebuilds and a checkpoint stores.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamSnapshot {
@@ -58,6 +94,10 @@ pub struct StreamSnapshot {
     pub tag_bytes: u64,
     /// Damage found in its stored bytes, if any.
     pub damage: Option<StreamDamage>,
+    /// Where a fork's inherited bytes come from (`None`: all its bytes are its own).
+    pub fork: Option<ForkRef>,
+    /// Soft-deleted: gone for clients, kept for the forks that still read it.
+    pub deleted: bool,
 }
 
 #[cfg(test)]

@@ -151,8 +151,6 @@ pub enum OpError {
     SourceDeleted,
     /// A fork point the source cannot give.
     ForkPoint(ForkPointError),
-    /// This storage mode does not store forks.
-    ForksUnsupported,
 }
 
 impl std::fmt::Display for OpError {
@@ -205,7 +203,6 @@ impl std::fmt::Display for OpError {
                 "the source is a fork {} levels deep, the most a fork chain may be",
                 crate::stream::fork::FORK_DEPTH_MAX
             ),
-            OpError::ForksUnsupported => f.write_str("forks are not available in this storage mode"),
         }
     }
 }
@@ -218,12 +215,6 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, OpError>>;
 pub(crate) enum Op {
     /// Create a stream, a fork when it carries a base.
     Create(CreateRequest, Option<ForkBase>, Reply<CreateOutcome>),
-    /// Count a new fork of stream `id` (refused once the stream is deleted).
-    Pin {
-        name: std::sync::Arc<str>,
-        id: StreamId,
-        reply: Reply<()>,
-    },
     Append(AppendRequest, Reply<AppendOutcome>),
     Delete(StreamName, Reply<()>),
     /// A reader found stream `id` expired: remove it if it still is.

@@ -1,9 +1,8 @@
 //! The public conformance suite (`@durable-streams/server-conformance-tests`, pinned in
 //! `tests/conformance/package-lock.json`) against the built `ds-server`.
 //!
-//! Every group runs in memory mode, forks included. The disk modes do not store forks yet
-//! (a fork request gets 501 there), so their runs exclude the `Fork - …` groups by name.
-//! The suite runs against memory mode, acid and file-durable (file-fast writes the same
+//! Every group runs, forks included, in each of memory mode, acid and file-durable
+//! (file-fast writes the same
 //! files as file-durable, only without syncing them). The memory-mode server runs on a
 //! single CPU, as in the benchmarks, where the front holds shard wake-ups back until its
 //! worker goes idle (`ds_engine::wake_batch`); the other two run unpinned.
@@ -17,8 +16,6 @@ use std::sync::{Mutex, OnceLock};
 use ds_tests::prerequisites::tool;
 use ds_tests::Server;
 
-/// vitest name filter: every test whose top-level group does not start with `Fork - `.
-const WITHOUT_FORK_GROUPS: &str = "^(?!Fork - )";
 /// vitest name filter: every test.
 const EVERY_GROUP: &str = ".";
 /// What ds-server logs when it holds shard wake-ups back (it has one CPU).
@@ -73,10 +70,10 @@ fn conformance_suite_passes_in_memory_mode_on_one_cpu() {
 
 #[test]
 fn conformance_suite_passes_in_acid_mode() {
-    run_suite("acid", false, WITHOUT_FORK_GROUPS);
+    run_suite("acid", false, EVERY_GROUP);
 }
 
 #[test]
 fn conformance_suite_passes_in_file_durable_mode() {
-    run_suite("file-durable", false, WITHOUT_FORK_GROUPS);
+    run_suite("file-durable", false, EVERY_GROUP);
 }

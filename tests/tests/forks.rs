@@ -1,7 +1,8 @@
 //! Forks on the real process, where the conformance suite leaves things loose: sub-offsets
 //! in both content modes read back through catch-up, SSE and small reads; forks of forks of
 //! a soft-deleted source; a fork whose source expires; forks across shards; the byte budget
-//! given back once a cascade ends; and the disk modes refusing forks they cannot store.
+//! given back once a cascade ends; all of it in memory mode and the disk modes, and forks,
+//! soft deletes and cascades across a kill -9 and a restart.
 
 use std::time::{Duration, Instant};
 
@@ -34,9 +35,18 @@ fn read_in_steps(server: &Server, path: &str) -> (String, usize) {
     }
 }
 
+/// The storage modes forks are tested in.
+const MODES: [&str; 3] = ["memory", "acid", "file-durable"];
+
 #[test]
 fn sub_offsets_cut_a_message_in_both_content_modes() {
-    let server = Server::start(&[]);
+    for mode in MODES {
+        sub_offsets_cut_a_message(mode);
+    }
+}
+
+fn sub_offsets_cut_a_message(mode: &str) {
+    let server = Server::start_in(mode, &[]);
     let client = server.client();
     assert_eq!(client.put("/v1/stream/bin", "text/plain", b"hello").status, 201);
     let second = client.post("/v1/stream/bin", "text/plain", b"world");
@@ -95,7 +105,13 @@ fn sub_offsets_cut_a_message_in_both_content_modes() {
 
 #[test]
 fn a_chain_of_forks_reads_through_a_soft_deleted_middle_and_cascades_away() {
-    let server = Server::start(&[]);
+    for mode in MODES {
+        chain_of_forks(mode);
+    }
+}
+
+fn chain_of_forks(mode: &str) {
+    let server = Server::start_in(mode, &[]);
     let client = server.client();
     let memory_before = server.metric("ds_charged_bytes");
     assert_eq!(client.put("/v1/stream/root", "text/plain", b"A").status, 201);
@@ -163,14 +179,47 @@ fn a_fork_outlives_its_expiring_source() {
 }
 
 #[test]
-fn the_disk_modes_refuse_forks_they_cannot_store() {
+fn forks_soft_deletes_and_cascades_survive_a_kill_and_a_restart() {
     for mode in ["acid", "file-durable"] {
-        let server = Server::start_in(mode, &[]);
+        let mut server = Server::start_in(mode, &[]);
         let client = server.client();
-        assert_eq!(client.put("/v1/stream/s", "text/plain", b"x").status, 201);
-        let refused = fork(&client, "/v1/stream/f", &[("Stream-Forked-From", "/v1/stream/s")]);
-        assert_eq!(refused.status, 501, "{mode}: {}", refused.text());
-        assert_eq!(client.head("/v1/stream/f").status, 404, "{mode}: nothing was created");
-        assert_eq!(client.delete("/v1/stream/s").status, 204, "{mode}: no fork holds the source");
+        assert_eq!(client.put("/v1/stream/src", "text/plain", b"hello").status, 201);
+        assert_eq!(client.post("/v1/stream/src", "text/plain", b"world").status, 204);
+        let headers = [("Stream-Forked-From", "/v1/stream/src"), ("Stream-Fork-Sub-Offset", "0")];
+        assert_eq!(fork(&client, "/v1/stream/whole", &headers).status, 201);
+        let cut = [
+            ("Stream-Forked-From", "/v1/stream/src"),
+            ("Stream-Fork-Offset", "0000000000000001_0000000000000005"),
+            ("Stream-Fork-Sub-Offset", "3"),
+        ];
+        assert_eq!(fork(&client, "/v1/stream/cut", &cut).status, 201);
+        assert_eq!(client.post("/v1/stream/cut", "text/plain", b"!").status, 204);
+        server.kill();
+        server.restart();
+        let client = server.client();
+        // Idempotent re-creation of a fork is recognised after a restart.
+        assert_eq!(fork(&client, "/v1/stream/cut", &cut).status, 200, "{mode}");
+        assert_eq!(client.delete("/v1/stream/src").status, 204);
+        server.kill();
+        server.restart();
+        let client = server.client();
+        assert_eq!(read_all(&client, "/v1/stream/whole"), "helloworld", "{mode}");
+        assert_eq!(read_all(&client, "/v1/stream/cut"), "hellowor!", "{mode}");
+        assert_eq!(client.head("/v1/stream/src").status, 410, "{mode}: still soft-deleted");
+        assert_eq!(client.put("/v1/stream/src", "text/plain", b"").status, 409, "{mode}: name held");
+        assert_eq!(client.delete("/v1/stream/whole").status, 204);
+        assert_eq!(client.delete("/v1/stream/cut").status, 204);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while client.head("/v1/stream/src").status != 404 {
+            assert!(Instant::now() < deadline, "{mode}: the source goes with its last fork");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(server.terminate().code(), Some(0));
+        server.restart();
+        let client = server.client();
+        for path in ["/v1/stream/src", "/v1/stream/whole", "/v1/stream/cut"] {
+            assert_eq!(client.head(path).status, 404, "{mode}: {path} stays gone");
+        }
+        assert_eq!(client.put("/v1/stream/src", "text/plain", b"").status, 201, "{mode}: the name is free");
     }
 }

@@ -5,11 +5,14 @@
 //! - `fanout`: many SSE subscribers on one stream, delivery latency and losses.
 //! - `longpoll`: long-polling readers following a writer, wake latency and losses.
 //! - `streams`: stream creation rate and server memory per stream.
+//! - `fork`: fork creation rate against plain creation, and catch-up of a fork against its
+//!   source.
 //! - `mixed`: writers, catch-up readers and live readers at once.
 //! - `healthz`: the generator's own ceiling against a trivial endpoint.
 
 pub mod append;
 pub mod fanout;
+pub mod fork;
 pub mod healthz;
 pub mod longpoll;
 pub mod mixed;

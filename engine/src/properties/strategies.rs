@@ -8,7 +8,7 @@ use proptest::sample::Index;
 
 use crate::content_type::ContentType;
 use crate::ids::{Location, StreamId};
-use crate::meta::{StreamConfig, StreamDamage, StreamSnapshot};
+use crate::meta::{ForkOrigin, ForkRef, StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::{ProducerState, ProducerTag};
 use crate::storage::chain::jump_count;
@@ -59,11 +59,11 @@ pub(super) struct RecordParts {
 pub(super) fn record_parts() -> impl Strategy<Value = RecordParts> {
     let numbers = (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), 1u32..1000);
     let chain = (1..u64::MAX, prop::collection::vec(any::<u64>(), JUMPS_MAX));
-    let create = (text(40), config());
+    let create = (text(40), config(), prop::option::of(fork_ref()));
     let tags = (prop::option::of(producer_tag()), prop::option::of(text(64)));
     let data = prop::collection::vec(any::<u8>(), 0..200);
     (0usize..4, numbers, chain, create, tags, data, any::<u8>()).prop_map(
-        |(kind, numbers, (n, jumps), (name, config), (producer, stream_seq), data, bits)| {
+        |(kind, numbers, (n, jumps), (name, config, fork), (producer, stream_seq), data, bits)| {
             let (lsn, stream, messages_before, bytes_before, time_ms, messages) = numbers;
             let kind = [Kind::Create, Kind::Append, Kind::Delete, Kind::Seal][kind];
             let mut meta = Meta::default();
@@ -71,8 +71,9 @@ pub(super) fn record_parts() -> impl Strategy<Value = RecordParts> {
             match kind {
                 Kind::Create => {
                     meta.chain = Some(Chain { n: 0, jumps: Vec::new() });
-                    meta.create = Some(CreateMeta { name: name.into(), config });
                     record_flags = bits & (flags::CLOSE | flags::JSON);
+                    record_flags |= if fork.is_some() { flags::FORK } else { 0 };
+                    meta.create = Some(CreateMeta { name: name.into(), config, fork });
                 }
                 Kind::Append => {
                     let jumps = jumps[..jump_count(n)].to_vec();
@@ -87,7 +88,7 @@ pub(super) fn record_parts() -> impl Strategy<Value = RecordParts> {
                     meta.producer = producer;
                     meta.stream_seq = stream_seq.map(String::into_boxed_str);
                 }
-                Kind::Delete => record_flags = bits & flags::EXPIRED,
+                Kind::Delete => record_flags = bits & (flags::EXPIRED | flags::SOFT),
                 Kind::Seal => {}
             }
             let data = if matches!(kind, Kind::Create | Kind::Append) { data } else { Vec::new() };
@@ -116,6 +117,7 @@ pub(super) fn encode_record(parts: &RecordParts) -> (Vec<u8>, usize) {
         let meta_ref = MetaRef {
             chain: parts.meta.chain.as_ref(),
             create,
+            fork: parts.meta.create.as_ref().and_then(|c| c.fork.as_ref()),
             producer: parts.meta.producer.as_ref(),
             stream_seq: parts.meta.stream_seq.as_deref(),
         };
@@ -140,9 +142,10 @@ pub(super) fn snapshot() -> impl Strategy<Value = StreamSnapshot> {
     let producers = prop::collection::vec(producer, 0..3);
     let damage = prop::option::of((any::<u64>(), any::<u64>(), text(40)));
     let numbers = (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>());
-    let rest = (any::<u64>(), any::<bool>(), prop::option::of(text(32)));
-    (text(40), config(), numbers, rest, producers, damage).prop_map(
-        |(name, config, numbers, (id, closed, stream_seq), producers, damage)| {
+    let rest = (any::<u64>(), any::<bool>(), prop::option::of(text(32)), any::<bool>());
+    let fork = prop::option::of(fork_ref());
+    (text(40), config(), numbers, rest, producers, (damage, fork)).prop_map(
+        |(name, config, numbers, (id, closed, stream_seq, deleted), producers, (damage, fork))| {
             let (last_access_ms, messages, bytes, chain_tail, chain_n, tag_bytes) = numbers;
             StreamSnapshot {
                 id: StreamId::from_raw(id),
@@ -165,6 +168,8 @@ pub(super) fn snapshot() -> impl Strategy<Value = StreamSnapshot> {
                     at: Offset { messages, bytes },
                     reason: reason.into(),
                 }),
+                fork,
+                deleted,
             }
         },
     )
@@ -203,4 +208,21 @@ pub(super) fn checkpoint() -> impl Strategy<Value = Checkpoint> {
 /// The index of a flipped byte among `len`, and a mask that changes it.
 pub(super) fn flip() -> impl Strategy<Value = (Index, u8)> {
     (any::<Index>(), 1u8..=255)
+}
+
+/// A fork reference as the engine makes them: inheritance ends at or after the offset asked
+/// for.
+pub(super) fn fork_ref() -> impl Strategy<Value = ForkRef> {
+    let numbers = (0..1u64 << 50, 0..u64::MAX >> 2, 0..1u64 << 20, 0..1u64 << 20, any::<u64>(), any::<u64>());
+    (text(40), numbers, 0..1u64 << 20).prop_map(
+        |(source, (messages, bytes, more_messages, more_bytes, sub_offset, id), partial_bytes)| {
+            let offset = Offset { messages, bytes };
+            ForkRef {
+                origin: ForkOrigin { source: source.into(), offset, sub_offset },
+                source_id: StreamId::from_raw(id),
+                until: offset.advance(more_messages, more_bytes),
+                partial_bytes,
+            }
+        },
+    )
 }

@@ -31,7 +31,7 @@ fn stream_file(appends: &[Vec<u8>], suffix: u8) -> (Vec<u8>, Vec<std::ops::Range
                 ttl_secs: None,
                 expires_at_ms: None,
             };
-            meta.create = Some(CreateMeta { name: "s".into(), config });
+            meta.create = Some(CreateMeta { name: "s".into(), config, fork: None });
         }
         let header = Header {
             kind: if n == 0 { Kind::Create } else { Kind::Append },

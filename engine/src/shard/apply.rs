@@ -6,7 +6,7 @@
 //! close; `Stream-Seq` must increase; the byte limits must hold. Only then is anything
 //! written, and the op becomes one record.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLockWriteGuard};
 
 use crate::limits::{stream_charge, tag_bytes, APPEND_CHARGE_BYTES};
 use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
@@ -32,10 +32,6 @@ impl Shard {
             Op::Create(request, fork, reply) => {
                 let result = self.apply_create(batch, request, fork);
                 batch.replies.push(Pending::Create(reply, result));
-            }
-            Op::Pin { name, id, reply } => {
-                let result = self.apply_pin(batch, &name, id);
-                batch.replies.push(Pending::Pin(reply, result));
             }
             Op::Append(request, reply) => {
                 let result = self.apply_append(batch, request);
@@ -72,8 +68,8 @@ impl Shard {
             if state.writer.deleted {
                 return Err(OpError::NameHeld);
             }
-            let same_origin =
-                existing.fork.as_ref().map(|base| &base.origin) == fork.as_ref().map(|base| &base.origin);
+            let same_origin = existing.fork.as_ref().map(|base| &base.reference.origin)
+                == fork.as_ref().map(|base| &base.reference.origin);
             let same = existing.config.same_as(&request.config)
                 && state.writer.closed == request.closed
                 && same_origin;
@@ -89,8 +85,13 @@ impl Shard {
         }
         let initial = request.initial.filter(|payload| !payload.is_empty());
         let initial_bytes = initial.as_ref().map_or(0, Payload::stored_len);
-        let meta_bytes =
-            2 + request.name.as_str().len() + 2 + request.config.content_type.as_str().len() + 16;
+        let fork_bytes = fork.as_ref().map_or(0, |base| 2 + base.reference.origin.source.len() + 8 * 7);
+        let meta_bytes = 2
+            + request.name.as_str().len()
+            + 2
+            + request.config.content_type.as_str().len()
+            + 16
+            + fork_bytes;
         self.room(batch, record_bytes_max(meta_bytes, initial_bytes), Purpose::Write)?;
         if !self.budget.try_add_stream() {
             return Err(OpError::TooManyStreams);
@@ -105,6 +106,7 @@ impl Shard {
         let id = self.next_stream_id();
         let data = StreamData::new(self.in_memory);
         let mut stream = Stream::new(id, Arc::clone(&name), config.clone(), batch.now_ms, data);
+        let reference = fork.as_ref().map(|base| base.reference.clone());
         if let Some(base) = fork {
             stream = stream.with_fork(base);
         }
@@ -125,7 +127,8 @@ impl Shard {
         batch.payload_bytes += initial_bytes as usize;
         batch.overlay.create(Arc::clone(&stream));
         let content_type = config.content_type.clone();
-        batch.records.push(Record::Create { stream: id, name, config, initial, closed: request.closed });
+        let closed = request.closed;
+        batch.records.push(Record::Create { stream: id, name, config, initial, closed, fork: reference });
         batch.owners.push(stream);
         Ok(CreateOutcome { created: true, tail, closed: request.closed, content_type })
     }
@@ -320,17 +323,6 @@ impl Shard {
         Some(stream)
     }
 
-    /// Counts a new fork of stream `id`, unless it is gone or deleted.
-    fn apply_pin(&mut self, batch: &mut Batch, name: &str, id: crate::ids::StreamId) -> Result<(), OpError> {
-        let stream = self.live_stream(batch, name).filter(|s| s.id == id).ok_or(OpError::NotFound)?;
-        let mut state = stream.write_state();
-        if state.writer.deleted {
-            return Err(OpError::SourceDeleted);
-        }
-        state.writer.forks += 1;
-        Ok(())
-    }
-
     /// One fork of stream `id` fewer; a deleted stream that no fork reads any more goes
     /// for good (and gives back its own source's count: the cascade).
     pub(super) fn apply_release(&mut self, batch: &mut Batch, name: &str, id: crate::ids::StreamId) {
@@ -388,18 +380,20 @@ impl Shard {
     /// A stream that forks still read is only soft-deleted: it keeps its bytes and its name
     /// until the last fork goes.
     fn remove(&mut self, batch: &mut Batch, stream: &Arc<Stream>, expired: bool) -> Result<(), OpError> {
-        {
-            let mut state = stream.write_state();
-            if state.writer.forks > 0 {
-                if !state.writer.deleted {
-                    state.writer.deleted = true;
-                    mark_touched(batch, stream, &mut state);
-                }
-                return Ok(());
-            }
+        let soft_deleted = {
+            let state = stream.read_state();
+            state.writer.forks > 0 && state.writer.deleted
+        };
+        if soft_deleted {
+            return Ok(());
         }
         self.room(batch, HEADER_BYTES as u64, Purpose::Delete)?;
+        // Soft or hard is decided under the lock new forks are counted under.
         let mut state = stream.write_state();
+        if state.writer.forks > 0 {
+            soft_delete(batch, stream, state, expired);
+            return Ok(());
+        }
         debug_assert!(!state.writer.gone, "a stream is removed once");
         state.writer.gone = true;
         self.budget.release(state.writer.charged);
@@ -411,17 +405,8 @@ impl Shard {
         if stream.damage().is_some() {
             self.shared.counters.damage.damaged_streams.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         }
-        mark_touched(batch, stream, &mut state);
-        let chain_tail = state.data.chain().0;
-        drop(state);
         batch.overlay.delete(Arc::clone(&stream.name));
-        batch.records.push(Record::Delete {
-            stream: stream.id,
-            name: Arc::clone(&stream.name),
-            expired,
-            chain_tail,
-        });
-        batch.owners.push(Arc::clone(stream));
+        push_delete(batch, stream, state, expired, false);
         Ok(())
     }
 
@@ -441,6 +426,35 @@ impl Shard {
             }
         }
     }
+}
+
+/// Deletes a stream that forks still read (its room is reserved; `state` is its locked
+/// state): clients see it gone, its bytes, charge and name stay until the last fork goes.
+fn soft_delete(
+    batch: &mut Batch,
+    stream: &Arc<Stream>,
+    mut state: RwLockWriteGuard<'_, StreamState>,
+    expired: bool,
+) {
+    debug_assert!(state.writer.forks > 0 && !state.writer.deleted, "soft-deleted once, while forked");
+    state.writer.deleted = true;
+    push_delete(batch, stream, state, expired, true);
+}
+
+/// Marks `stream` (its state locked, its delete decided) touched and adds its delete record.
+fn push_delete(
+    batch: &mut Batch,
+    stream: &Arc<Stream>,
+    mut state: RwLockWriteGuard<'_, StreamState>,
+    expired: bool,
+    soft: bool,
+) {
+    mark_touched(batch, stream, &mut state);
+    let chain_tail = state.data.chain().0;
+    drop(state);
+    let name = Arc::clone(&stream.name);
+    batch.records.push(Record::Delete { stream: stream.id, name, expired, soft, chain_tail });
+    batch.owners.push(Arc::clone(stream));
 }
 
 /// Marks a stream for publication at the end of the batch (once per batch).

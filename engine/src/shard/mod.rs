@@ -17,8 +17,11 @@ mod commit;
 pub(crate) mod directory;
 mod doorbell;
 mod expiry;
+mod install;
 mod renewals;
 pub mod wake_batch;
+
+pub(crate) use install::install_recovered;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -31,10 +34,8 @@ use crate::config::IoErrorPolicy;
 use crate::content_type::ContentType;
 use crate::histogram::Histogram;
 use crate::ids::StreamId;
-use crate::limits::{stream_charge, ByteBudget, Limits, APPEND_CHARGE_BYTES};
-use crate::meta::StreamSnapshot;
+use crate::limits::{ByteBudget, Limits};
 use crate::op::{AppendOutcome, CreateOutcome, Op, OpError, Reply};
-use crate::producer::producer_charge;
 use crate::storage::maintenance::{CheckpointKind, Move, Resident};
 use crate::storage::open::OpenedShard;
 use crate::storage::record::Record;
@@ -205,7 +206,6 @@ enum Pending {
     Create(Reply<CreateOutcome>, Result<CreateOutcome, OpError>),
     Append(Reply<AppendOutcome>, Result<AppendOutcome, OpError>),
     Delete(Reply<()>, Result<(), OpError>),
-    Pin(Reply<()>, Result<(), OpError>),
 }
 
 impl Pending {
@@ -215,14 +215,13 @@ impl Pending {
             Pending::Create(reply, result) => reply.send(result).is_ok(),
             Pending::Append(reply, result) => reply.send(result).is_ok(),
             Pending::Delete(reply, result) => reply.send(result).is_ok(),
-            Pending::Pin(reply, result) => reply.send(result).is_ok(),
         };
     }
 }
 
 impl Shard {
-    /// Builds a shard over its opened storage (installing its recovered streams) and the
-    /// handle other threads use to reach it.
+    /// Builds a shard over its opened storage and the handle other threads use to reach it;
+    /// its recovered streams are installed next, across all shards ([`install_recovered`]).
     pub fn new(
         queue_capacity: usize,
         budget: Arc<ByteBudget>,
@@ -241,7 +240,7 @@ impl Shard {
             log: opened.log,
             renewed_by_read: AtomicBool::new(false),
         });
-        let mut shard = Shard {
+        let shard = Shard {
             in_memory: shared.log.is_none(),
             shared: Arc::clone(&shared),
             ops: receiver,
@@ -258,43 +257,7 @@ impl Shard {
             moves: VecDeque::new(),
             renewals_due_ms: 0,
         };
-        shard.install(opened.streams);
         (shard, shared)
-    }
-
-    /// Makes recovered streams readable and writable, charging them to the budget what
-    /// they were charged when written (producers forgotten since are not charged again).
-    fn install(&mut self, streams: Vec<StreamSnapshot>) {
-        let mut overlay = Overlay::default();
-        for snapshot in streams {
-            let charged = recovered_charge(&snapshot);
-            self.budget.charge_unchecked(charged);
-            self.budget.note_stored(snapshot.tail.bytes, true);
-            self.budget.add_stream_unchecked();
-            self.stream_id_next = self.stream_id_next.max(snapshot.id.next());
-            let mut config = snapshot.config.clone();
-            self.share_content_type(&mut config.content_type);
-            let stream = Arc::new(Stream::from_snapshot(StreamSnapshot { config, ..snapshot }));
-            stream.write_state().writer.charged = charged;
-            if let Some(damage) = stream.damage() {
-                tracing::error!(
-                    stream = %stream.name,
-                    offset = %damage.at,
-                    reason = %damage.reason,
-                    "stream damaged: it is served up to the damage and refuses writes"
-                );
-                self.shared
-                    .counters
-                    .damage
-                    .damaged_streams
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            if let Some(deadline) = stream.deadline_ms() {
-                self.expiry.push(deadline, stream.id, Arc::clone(&stream.name));
-            }
-            overlay.create(stream);
-        }
-        self.shared.directory.apply(&mut overlay);
     }
 
     /// Runs the loop until asked to stop. Never returns early on an error: errors that
@@ -402,17 +365,6 @@ impl Shard {
             self.content_types.push(content_type.clone());
         }
     }
-}
-
-/// What a recovered stream is charged: itself, its data, an append per record of its chain
-/// with the tags they carried, and its producers.
-fn recovered_charge(snapshot: &StreamSnapshot) -> u64 {
-    let producers: u64 = snapshot.producers.iter().map(|(id, _)| producer_charge(id)).sum();
-    stream_charge(&snapshot.name, snapshot.config.content_type.as_str())
-        + snapshot.tail.bytes
-        + snapshot.chain_n * APPEND_CHARGE_BYTES
-        + snapshot.tag_bytes
-        + producers
 }
 
 #[cfg(test)]

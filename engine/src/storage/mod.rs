@@ -180,13 +180,18 @@ impl Persist for MemoryPersist {
 }
 
 /// Which stream a log read is for: its id and name (the file modes find its file by them),
-/// its published tail record (location and chain index) and offset, and its framing.
+/// where its own records start (a fork's after its inherited bytes), its published tail
+/// record (location and chain index) and offset, where the read stops, and its framing.
 #[derive(Clone, Debug)]
 pub(crate) struct LogView {
     pub stream: StreamId,
     pub name: Arc<str>,
+    pub start: Offset,
     pub tail_location: Location,
     pub tail_n: u64,
+    /// The published tail (where the tail record ends).
+    pub tail_end: Offset,
+    /// Where the read stops: the published tail, or a boundary before it.
     pub until: Offset,
     pub json: bool,
 }
@@ -197,8 +202,10 @@ impl LogView {
         LogRead {
             source,
             stream: self.stream,
+            start: self.start,
             tail_location: self.tail_location,
             tail_n: self.tail_n,
+            tail_end: self.tail_end,
             until: self.until,
             json: self.json,
         }

@@ -175,6 +175,8 @@ mod tests {
             chain_n: 0,
             tag_bytes: 0,
             damage: None,
+            fork: None,
+            deleted: false,
         }
     }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::ids::Location;
 use crate::limits::tag_bytes;
-use crate::meta::{StreamDamage, StreamSnapshot};
+use crate::meta::{ForkRef, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::ProducerState;
 use crate::storage::record::codec::{flags, Header, Kind, Meta};
@@ -30,6 +30,9 @@ pub fn created(header: &Header, meta: &Meta, at: Location) -> Result<StreamSnaps
     if chain.n != 0 {
         return Err("create that is not the first record of its chain");
     }
+    if header.offset != create.fork.as_ref().map_or(Offset::ZERO, ForkRef::start) {
+        return Err("create that does not start where its stream does (a fork after its source's bytes)");
+    }
     Ok(StreamSnapshot {
         id: header.stream,
         name: Arc::from(&*create.name),
@@ -43,7 +46,20 @@ pub fn created(header: &Header, meta: &Meta, at: Location) -> Result<StreamSnaps
         chain_n: 0,
         tag_bytes: 0,
         damage: None,
+        fork: create.fork.clone(),
+        deleted: false,
     })
+}
+
+/// Applies a delete record (`header`): a soft one keeps the stream, marked deleted; whether
+/// the stream is gone for good.
+pub fn deleted(stream: &mut StreamSnapshot, header: &Header) -> bool {
+    debug_assert_eq!(header.kind, Kind::Delete);
+    if header.has(flags::SOFT) {
+        stream.deleted = true;
+        return false;
+    }
+    true
 }
 
 /// Notes damage at `at` (the first note stays).

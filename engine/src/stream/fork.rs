@@ -9,6 +9,7 @@
 //! the fork point; the source keeps its bytes as long as a fork references it, because its
 //! shard counts its live forks and turns a delete into a soft delete while any remain.
 
+use crate::meta::ForkRef;
 use crate::offset::Offset;
 use crate::storage::chunk::{Chunk, Message, ReadError};
 use std::sync::Arc;
@@ -19,6 +20,15 @@ pub const FORK_DEPTH_MAX: u32 = 16;
 
 /// A cap past every tail: read up to the source's published tail.
 const NO_CAP: Offset = Offset { messages: u64::MAX, bytes: u64::MAX };
+
+/// Why a stream cannot take a new fork.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unpinned {
+    /// Deleted (or being deleted) for good.
+    Gone,
+    /// Soft-deleted: its forks still read it, new ones may not.
+    Deleted,
+}
 
 /// What a fork reads its inherited bytes from: its source's handle (`stream::handle`
 /// implements it; the trait keeps this module from depending on the reader's API).
@@ -32,27 +42,14 @@ pub(crate) trait ForkSource: Send + Sync {
     fn release_fork(&self);
 }
 
-/// What a fork was created from, as the client named it (for idempotent re-creation).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ForkOrigin {
-    /// The source stream's name.
-    pub source: Box<str>,
-    /// The source offset asked for (the source's tail when omitted).
-    pub offset: Offset,
-    /// Units past `offset`: messages in JSON mode, bytes otherwise (0: none).
-    pub sub_offset: u64,
-}
-
-/// A fork's reference to its source's bytes.
+/// A fork's live reference to its source's bytes: the durable [`ForkRef`] and the source
+/// incarnation's handle it names.
 #[derive(Clone)]
 pub struct ForkBase {
     /// The source incarnation, read without its liveness checks.
     pub(crate) source: Arc<dyn ForkSource>,
-    pub origin: ForkOrigin,
-    /// Whole source messages before this offset are inherited.
-    pub until: Offset,
-    /// Bytes of the source's message at `until` inherited too (binary sub-offsets).
-    pub partial_bytes: u64,
+    /// Where inheritance ends, as stored.
+    pub reference: ForkRef,
     /// 1 for a fork of a plain stream, one more per fork in the chain.
     pub depth: u32,
 }
@@ -60,10 +57,17 @@ pub struct ForkBase {
 impl ForkBase {
     /// The offset after the inherited bytes: where the fork's own messages begin.
     pub fn start(&self) -> Offset {
-        match self.partial_bytes {
-            0 => self.until,
-            bytes => self.until.advance(1, bytes),
-        }
+        self.reference.start()
+    }
+
+    /// Whole source messages before this offset are inherited.
+    fn until(&self) -> Offset {
+        self.reference.until
+    }
+
+    /// Bytes of the source's message at `until` inherited too.
+    fn partial_bytes(&self) -> u64 {
+        self.reference.partial_bytes
     }
 
     /// Inherited whole messages from `from` (below [`ForkBase::start`]), at most about
@@ -72,10 +76,10 @@ impl ForkBase {
     pub(crate) fn read(&self, from: Offset, cap: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
         debug_assert!(from < self.start(), "the fork's own messages are read from its own data");
         let mut chunk = Chunk { next: from, messages: 0, slices: Vec::new() };
-        if from < self.until {
-            chunk = self.source.read_below(from, self.until.min(cap), bytes_max)?;
+        if from < self.until() {
+            chunk = self.source.read_below(from, self.until().min(cap), bytes_max)?;
             let room = chunk.len() < bytes_max;
-            if chunk.next < self.until || self.partial_bytes == 0 || cap < self.start() || !room {
+            if chunk.next < self.until() || self.partial_bytes() == 0 || cap < self.start() || !room {
                 return Ok(chunk);
             }
         }
@@ -95,11 +99,11 @@ impl ForkBase {
     ) -> Result<Vec<Message>, ReadError> {
         let mut messages = Vec::new();
         let mut at = from;
-        if from < self.until {
-            messages = self.source.messages_below(from, self.until.min(cap), bytes_max)?;
+        if from < self.until() {
+            messages = self.source.messages_below(from, self.until().min(cap), bytes_max)?;
             at = messages.last().map_or(from, |message| message.next);
             let taken: usize = messages.iter().map(|message| message.stored.len()).sum();
-            if at < self.until || self.partial_bytes == 0 || cap < self.start() || taken >= bytes_max {
+            if at < self.until() || self.partial_bytes() == 0 || cap < self.start() || taken >= bytes_max {
                 return Ok(messages);
             }
         }
@@ -109,16 +113,16 @@ impl ForkBase {
 
     /// The cut message at `until`: the first `partial_bytes` of the source's message there.
     fn partial(&self, from: Offset) -> Result<Message, ReadError> {
-        if from != self.until || self.partial_bytes == 0 {
+        if from != self.until() || self.partial_bytes() == 0 {
             return Err(ReadError::NotBoundary);
         }
-        let source_tail = self.until.advance(1, self.partial_bytes);
-        let whole = self.source.messages_below(self.until, NO_CAP, self.partial_bytes as usize)?;
+        let source_tail = self.until().advance(1, self.partial_bytes());
+        let whole = self.source.messages_below(self.until(), NO_CAP, self.partial_bytes() as usize)?;
         let first = whole.into_iter().next().filter(|m| m.next.messages == source_tail.messages);
         let first = first.ok_or(ReadError::Damaged)?;
-        if (first.stored.len() as u64) < self.partial_bytes {
+        if (first.stored.len() as u64) < self.partial_bytes() {
             return Err(ReadError::Damaged);
         }
-        Ok(Message { stored: first.stored.slice(..self.partial_bytes as usize), next: self.start() })
+        Ok(Message { stored: first.stored.slice(..self.partial_bytes() as usize), next: self.start() })
     }
 }

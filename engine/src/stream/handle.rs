@@ -13,7 +13,7 @@ use crate::offset::{Offset, StartAt};
 use crate::storage::chunk::{Chunk, Message, ReadError};
 use crate::storage::memory::MemLog;
 use crate::storage::{LogStore, LogView};
-use crate::stream::fork::{ForkBase, ForkSource};
+use crate::stream::fork::{ForkBase, ForkSource, Unpinned};
 use crate::stream::live::{LiveRegistry, Subscription};
 use crate::stream::{DamageCounter, Published, Stream, StreamData};
 use crate::time::Clock;
@@ -207,16 +207,18 @@ impl StreamHandle {
         let mut moved_once = false;
         loop {
             let state = self.stream.read_state();
-            let until = state.published.tail.min(cap);
+            let tail_end = state.published.tail;
+            let until = tail_end.min(cap);
             let (tail_location, tail_n) = match &state.data {
                 StreamData::Memory(log) => {
-                    return read(PublishedData::Memory(log), self.view(Location::default(), 0, until), from);
+                    let view = self.view((Location::default(), 0, tail_end), until);
+                    return read(PublishedData::Memory(log), view, from);
                 }
                 StreamData::Log { tail, n, .. } => (*tail, *n),
             };
             drop(state);
             let log = self.shard.log().ok_or(ReadError::Storage)?;
-            match read(PublishedData::Log(log), self.view(tail_location, tail_n, until), from) {
+            match read(PublishedData::Log(log), self.view((tail_location, tail_n, tail_end), until), from) {
                 Err(ReadError::Damaged) => {
                     let state = self.stream.read_state();
                     let moved = matches!(state.data, StreamData::Log { tail, .. } if tail != tail_location);
@@ -242,12 +244,15 @@ impl StreamHandle {
         self.shard.live().subscribe(self.stream.id, || self.stream.read_state().published)
     }
 
-    fn view(&self, tail_location: Location, tail_n: u64, until: Offset) -> LogView {
+    /// A view of the published tail record (location, chain index, end) read up to `until`.
+    fn view(&self, (tail_location, tail_n, tail_end): (Location, u64, Offset), until: Offset) -> LogView {
         LogView {
             stream: self.stream.id,
             name: Arc::clone(&self.stream.name),
+            start: self.stream.fork.as_ref().map_or(Offset::ZERO, ForkBase::start),
             tail_location,
             tail_n,
+            tail_end,
             until,
             json: self.is_json(),
         }
@@ -255,6 +260,22 @@ impl StreamHandle {
 
     fn is_json(&self) -> bool {
         self.stream.config.content_type.is_json()
+    }
+
+    /// Counts a new fork of this stream, unless its writer state says it is gone or
+    /// soft-deleted (a delete applied in a batch not yet committed counts). The shard decides
+    /// between a soft and a hard delete under the same lock, so a counted fork always finds
+    /// its source kept; the count is given back through the shard ([`Self::release_fork`]).
+    pub(crate) fn pin_fork(&self) -> Result<(), Unpinned> {
+        let mut state = self.stream.write_state();
+        if state.writer.gone {
+            return Err(Unpinned::Gone);
+        }
+        if state.writer.deleted {
+            return Err(Unpinned::Deleted);
+        }
+        state.writer.forks += 1;
+        Ok(())
     }
 
     /// Gives back the fork count this stream's shard took for a fork of it.

@@ -163,7 +163,10 @@ pub(crate) struct WriterState {
     pub charged: u64,
     /// Producer tag and `Stream-Seq` bytes its appends carried.
     pub tag_bytes: u64,
-    /// Live forks whose inherited prefix is read from this stream.
+    /// Live forks whose inherited prefix is read from this stream. The one field not only
+    /// the shard writes: a new fork is counted by its creator under this lock
+    /// (`StreamHandle::pin_fork`); the shard gives counts back and decides soft or hard
+    /// deletes under the same lock.
     pub forks: u64,
     /// Soft-deleted: see [`Published::deleted`].
     pub deleted: bool,
@@ -205,14 +208,20 @@ impl Stream {
         self
     }
 
-    /// A recovered stream, published as its snapshot says.
-    pub(crate) fn from_snapshot(snapshot: StreamSnapshot) -> Stream {
+    /// A recovered stream, published as its snapshot says; a fork reads its inherited
+    /// bytes through `fork` (linked to its recovered source).
+    pub(crate) fn from_snapshot(snapshot: StreamSnapshot, fork: Option<ForkBase>) -> Stream {
+        debug_assert_eq!(
+            snapshot.fork.as_ref(),
+            fork.as_ref().map(|base| &base.reference),
+            "a recovered fork is linked by its own reference"
+        );
         let mut producers = ProducerTable::default();
         for (id, state) in &snapshot.producers {
             producers.insert(id, *state);
         }
-        let published =
-            Published { tail: snapshot.tail, closed: snapshot.closed, gone: false, deleted: false };
+        let deleted = snapshot.deleted;
+        let published = Published { tail: snapshot.tail, closed: snapshot.closed, gone: false, deleted };
         let writer = WriterState {
             tail: snapshot.tail,
             closed: snapshot.closed,
@@ -223,7 +232,7 @@ impl Stream {
             charged: 0,
             tag_bytes: snapshot.tag_bytes,
             forks: 0,
-            deleted: false,
+            deleted,
         };
         let data = StreamData::log_at(snapshot.chain_tail, snapshot.chain_n);
         let damage = OnceLock::new();
@@ -237,7 +246,7 @@ impl Stream {
             last_access_ms: AtomicU64::new(snapshot.last_access_ms),
             state: RwLock::new(StreamState { published, writer, data }),
             damage,
-            fork: None,
+            fork,
         }
     }
 
@@ -258,6 +267,8 @@ impl Stream {
             chain_n,
             tag_bytes: state.writer.tag_bytes,
             damage: self.damage.get().cloned(),
+            fork: self.fork.as_ref().map(|base| base.reference.clone()),
+            deleted: state.writer.deleted,
         }
     }
 

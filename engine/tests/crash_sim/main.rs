@@ -5,7 +5,8 @@
 //! an fsync did not cover, with its shards driven by this test (manual threading) and a
 //! manual clock, so one seed always produces the same run. Each seed plays rounds of random
 //! operations (creates, appends with and without producers and `Stream-Seq`, closes,
-//! deletes); some rounds make the disk fail part-way (the failing shard stops, as the
+//! forks, deletes, soft deletes of streams forks read, and the cascades when their last
+//! fork goes); some rounds make the disk fail part-way (the failing shard stops, as the
 //! process would), some crash between rounds, some restart cleanly, and now and then time
 //! passes beyond every TTL (the streams that have one expire). Memory mode keeps nothing
 //! over a restart or crash, and the model says so. After every crash the
@@ -36,11 +37,13 @@ use ds_engine::testing::{SimRng, SimVfs};
 use ds_engine::Clock;
 use ds_engine::Limits;
 use ds_engine::{
-    AppendKind, AppendRequest, ContentType, CreateRequest, Engine, EngineConfig, OpError, StartAt,
-    StorageMode, StreamConfig, StreamName,
+    AppendKind, AppendRequest, ContentType, CreateRequest, Engine, EngineConfig, ForkRequest, OpError,
+    StartAt, StorageMode, StreamConfig, StreamName,
 };
 use ds_engine::{IoErrorPolicy, Threading};
-use model::{is_json_name, payload, predict, ttl_of_name, Observed, SimOp, State};
+use model::{
+    collect_cascades, forks_of, is_json_name, payload, predict, ttl_of_name, Observed, SimOp, State,
+};
 
 const T0: u64 = 1_700_000_000_000;
 /// The TTL of the streams that have one (see `model::ttl_of_name`).
@@ -52,6 +55,9 @@ const ROUNDS: usize = 60;
 const SEEDS_DEFAULT: u64 = 48;
 /// Most disk operations a failing round lets through before the disk stops.
 const FAIL_AFTER_MAX: u64 = 60;
+/// Batches every shard runs after a round or a restart, so that cascades (which hop from
+/// shard to shard, one batch each) finish: more than the longest chain of forks.
+const CASCADE_STEPS: usize = 2 * workload::NAMES.len() + 2;
 const MODES: [StorageMode; 4] =
     [StorageMode::Memory, StorageMode::Acid, StorageMode::FileDurable, StorageMode::FileFast];
 
@@ -87,14 +93,20 @@ fn submit(engine: &Engine, op: &SimOp) -> Pending {
     let json = is_json_name(op.name());
     match op.clone() {
         SimOp::Create { initial, .. } => {
-            let config = StreamConfig {
-                content_type: content_type(name.as_str()),
-                ttl_secs: ttl_of_name(name.as_str()),
-                expires_at_ms: None,
-            };
             let initial = initial.map(|body| payload(json, &body));
-            let request = CreateRequest { name, config, initial, closed: false };
+            let request = CreateRequest { config: config_of(&name), name, initial, closed: false };
             Box::pin(async move { classify(engine.create(request).await, |_| false) })
+        }
+        SimOp::Fork { source, at_zero, .. } => {
+            let create = CreateRequest { config: config_of(&name), name, initial: None, closed: false };
+            let request = ForkRequest {
+                create,
+                inherit_expiry: false,
+                source: StreamName::new(&source).expect("workload names are valid"),
+                offset: at_zero.then_some(ds_engine::Offset::ZERO),
+                sub_offset: 0,
+            };
+            Box::pin(async move { classify(engine.fork(request).await, |_| false) })
         }
         SimOp::Append { body, close, producer, stream_seq, .. } => {
             let request = AppendRequest {
@@ -117,6 +129,15 @@ fn submit(engine: &Engine, op: &SimOp) -> Pending {
     }
 }
 
+/// The configuration the workload gives `name` (see `model`).
+fn config_of(name: &StreamName) -> StreamConfig {
+    StreamConfig {
+        content_type: content_type(name.as_str()),
+        ttl_secs: ttl_of_name(name.as_str()),
+        expires_at_ms: None,
+    }
+}
+
 fn poll(pending: &mut Pending) -> Option<Answer> {
     match pending.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(answer) => Some(answer),
@@ -127,6 +148,7 @@ fn poll(pending: &mut Pending) -> Option<Answer> {
 /// What the engine shows of `name`: config, every stored byte, tail and closed flag.
 fn observe(engine: &Engine, name: &str) -> Option<Observed> {
     let handle = engine.open(&StreamName::new(name).unwrap())?;
+    // A soft-deleted stream still reads (its forks read it this way).
     let status = handle.status()?;
     let mut data = Vec::new();
     let mut at = ds_engine::Offset::ZERO;
@@ -144,6 +166,7 @@ fn observe(engine: &Engine, name: &str) -> Option<Observed> {
         data,
         messages: status.tail.messages,
         closed: status.closed,
+        deleted: status.deleted,
     })
 }
 
@@ -164,6 +187,10 @@ struct Coverage {
     moves: u64,
     /// Streams that expired when time passed beyond their TTL.
     expiries: u64,
+    /// Acknowledged forks and soft deletes, and soft-deleted streams removed by a cascade.
+    forks: u64,
+    soft_deletes: u64,
+    cascades: u64,
 }
 
 struct Sim {
@@ -220,6 +247,10 @@ impl Sim {
         let engine = Engine::start(self.config()).unwrap_or_else(|error| {
             panic!("seed {} round {}: recovery failed: {error}", self.seed, self.round)
         });
+        // Cascades a crash interrupted finish in the first batches.
+        for _ in 0..CASCADE_STEPS {
+            engine.run_pending();
+        }
         for report in engine.recovery_reports() {
             self.coverage.torn_recoveries += u64::from(!report.damage.is_empty() || report.stale_bytes > 0);
             self.coverage.from_checkpoint += u64::from(report.checkpoint_lsn.is_some());
@@ -278,18 +309,26 @@ impl Sim {
     fn execute(&mut self, ops: &[SimOp], fail_after: Option<u64>) -> Vec<Answer> {
         let engine = self.engine().clone();
         let mut pending: Vec<Pending> = ops.iter().map(|op| submit(&engine, op)).collect();
-        for future in &mut pending {
-            assert_eq!(poll(future), None, "nothing is answered before its shard runs");
+        let mut answers: Vec<Option<Answer>> = vec![None; ops.len()];
+        for ((future, answer), op) in pending.iter_mut().zip(&mut answers).zip(ops) {
+            *answer = poll(future);
+            // Only a fork can be answered before its shard runs (its source is checked first).
+            assert!(answer.is_none() || matches!(op, SimOp::Fork { .. }), "{op:?} answered early");
         }
         if let Some(operations) = fail_after {
             self.disk.fail_after(operations);
         }
-        for _ in 0..ops.len() + 8 {
-            if !engine.run_pending() {
-                break;
+        // A fork takes two trips (its source's shard counts it, then its own creates it),
+        // and a cascade one batch per stream: run the shards until both are done.
+        for _ in 0..ops.len() + CASCADE_STEPS {
+            engine.run_pending();
+            for (future, answer) in pending.iter_mut().zip(&mut answers) {
+                if answer.is_none() {
+                    *answer = poll(future);
+                }
             }
         }
-        pending.iter_mut().map(|future| poll(future).unwrap_or(Answer::Lost)).collect()
+        answers.into_iter().map(|answer| answer.unwrap_or(Answer::Lost)).collect()
     }
 
     /// A crash: the engine stops without its clean shutdown, the disk keeps what an fsync
@@ -319,21 +358,41 @@ impl Sim {
     fn run_out_ttls(&mut self) {
         self.clock.advance_ms(2 * TTL_SECS * 1000);
         self.engine().run_pending();
+        for _ in 0..CASCADE_STEPS {
+            self.engine().run_pending();
+        }
         for (name, state) in &mut self.model {
             if ttl_of_name(name).is_some() && state.take().is_some() {
                 self.coverage.expiries += 1;
             }
         }
+        self.collect_cascades();
+    }
+
+    /// Soft-deleted streams that no fork reads any more go, in the model as in the engine.
+    fn collect_cascades(&mut self) {
+        let before = self.model.values().flatten().count();
+        collect_cascades(&mut self.model);
+        self.coverage.cascades += (before - self.model.values().flatten().count()) as u64;
     }
 
     /// Checks each stream against the answers and, after a crash, picks the state it
     /// recovered to among those its unacknowledged operations allow.
+    /// A soft-deleted candidate also matches a stream that is gone: a cascade may have
+    /// removed it (whether it should have, the exact check after the round tells).
     fn settle(&mut self, ops: &[SimOp], answers: &[Answer]) {
+        if std::env::var("DS_SIM_TRACE").is_ok() {
+            for (op, answer) in ops.iter().zip(answers) {
+                eprintln!("TRACE {} round {}: {op:?} -> {answer:?}", self.mode, self.round);
+            }
+        }
+        let forks: BTreeMap<&str, u64> =
+            workload::NAMES.iter().map(|name| (*name, forks_of(&self.model, name))).collect();
         for name in workload::NAMES {
             let mut state = self.model[name].clone();
             let mut candidates = vec![state.clone()];
             for (op, answer) in ops.iter().zip(answers).filter(|(op, _)| op.name() == name) {
-                let prediction = predict(&state, op, STREAM_BYTES_MAX);
+                let prediction = predict(&state, op, STREAM_BYTES_MAX, forks[name]);
                 if *answer == Answer::Lost {
                     if let Some(after) = prediction.written {
                         state = after;
@@ -358,16 +417,24 @@ impl Sim {
                 };
                 assert!(
                     agrees,
-                    "{}: {op:?} was answered {answer:?}, the model predicted {prediction:?}",
-                    self.context(name)
+                    "{}: {op:?} was answered {answer:?}, the model predicted {prediction:?} of {:?}",
+                    self.context(name),
+                    state.as_ref().map(|s| (s.observed(), &s.parent))
                 );
+                if let (Answer::Ok { .. }, Some(after)) = (answer, &prediction.written) {
+                    self.coverage.forks += u64::from(matches!(op, SimOp::Fork { .. }));
+                    self.coverage.soft_deletes += u64::from(after.as_ref().is_some_and(|s| s.deleted));
+                }
                 if let Some(after) = prediction.written {
                     state = after;
                     candidates = vec![state.clone()];
                 }
             }
             let observed = observe(self.engine(), name);
-            let matched = candidates.iter().position(|c| c.as_ref().map(|s| s.observed()) == observed);
+            let matched = candidates.iter().position(|candidate| match candidate {
+                Some(stream) if stream.deleted && observed.is_none() => true,
+                candidate => candidate.as_ref().map(|s| s.observed()) == observed,
+            });
             let Some(matched) = matched else {
                 panic!(
                     "{}: recovered {observed:?}, which no sequence of acknowledged and unacknowledged writes explains: {:?}",
@@ -377,8 +444,12 @@ impl Sim {
             };
             self.coverage.lost_writes_kept += matched as u64;
             self.coverage.lost_writes_dropped += (candidates.len() - 1 - matched) as u64;
-            self.model.insert(name.to_string(), candidates.swap_remove(matched));
+            let settled = candidates.swap_remove(matched);
+            self.coverage.cascades += u64::from(settled.is_some() && observed.is_none());
+            let settled = settled.filter(|_| observed.is_some());
+            self.model.insert(name.to_string(), settled);
         }
+        self.collect_cascades();
     }
 
     /// Every stream shows exactly what the model holds.
@@ -418,6 +489,9 @@ fn acknowledged_operations_survive_every_simulated_crash() {
                 total.records_replayed += coverage.records_replayed;
                 total.moves += coverage.moves;
                 total.expiries += coverage.expiries;
+                total.forks += coverage.forks;
+                total.soft_deletes += coverage.soft_deletes;
+                total.cascades += coverage.cascades;
             }
             Err(panic) => {
                 eprintln!("crash simulation failed in {mode}; reproduce with: DS_SIM_SEED={seed} cargo test -p ds-engine --test crash_sim");
@@ -436,6 +510,9 @@ fn acknowledged_operations_survive_every_simulated_crash() {
             total.records_replayed,
             total.moves,
             total.expiries,
+            total.forks,
+            total.soft_deletes,
+            total.cascades,
         ];
         assert!(
             covered.iter().all(|count| *count > 0),

@@ -3,9 +3,10 @@
 //! The model follows the protocol's rules for the operations the workload sends (creates
 //! with a fixed configuration per name, plain and JSON appends, producer appends that are in
 //! sequence, retried or start a new epoch, `Stream-Seq`s that rise or regress, closes,
-//! deletes, and TTLs running out) and predicts, for each one,
-//! whether it succeeds and whether it writes a record. The simulation checks every
-//! acknowledged answer against the prediction.
+//! forks, deletes — soft while forks read the stream —, and TTLs running out) and predicts,
+//! for each one, whether it succeeds and whether it writes a record. The simulation checks
+//! every acknowledged answer against the prediction. A soft-deleted stream that no fork
+//! reads any more goes for good ([`collect_cascades`]), as the engine's cascade does.
 
 use std::collections::BTreeMap;
 
@@ -27,6 +28,11 @@ pub struct ModelStream {
     pub producers: BTreeMap<String, ProducerState>,
     /// The last accepted `Stream-Seq`.
     pub stream_seq: Option<String>,
+    /// The stream a fork was forked from, and how many of its bytes it inherited.
+    pub parent: Option<String>,
+    pub inherited_bytes: u64,
+    /// Soft-deleted: forks still read it.
+    pub deleted: bool,
 }
 
 /// A stream's state: absent, or present.
@@ -49,13 +55,43 @@ pub enum SimOp {
     Delete {
         name: String,
     },
+    /// A fork of `source` at its tail (or at its start, `at_zero`); `inherited` is what the
+    /// source held when the round began (`None`: it was absent or soft-deleted).
+    Fork {
+        name: String,
+        source: String,
+        at_zero: bool,
+        inherited: Option<(Vec<u8>, u64)>,
+    },
 }
 
 impl SimOp {
     pub fn name(&self) -> &str {
         match self {
-            SimOp::Create { name, .. } | SimOp::Append { name, .. } | SimOp::Delete { name } => name,
+            SimOp::Create { name, .. }
+            | SimOp::Append { name, .. }
+            | SimOp::Delete { name }
+            | SimOp::Fork { name, .. } => name,
         }
+    }
+}
+
+/// How many streams of `model` (soft-deleted ones too) were forked from `name`.
+pub fn forks_of(model: &BTreeMap<String, State>, name: &str) -> u64 {
+    model.values().flatten().filter(|stream| stream.parent.as_deref() == Some(name)).count() as u64
+}
+
+/// Removes every soft-deleted stream that no fork reads any more, up the chains.
+pub fn collect_cascades(model: &mut BTreeMap<String, State>) {
+    loop {
+        let unread = model.iter().find_map(|(name, state)| {
+            let deleted = state.as_ref().is_some_and(|stream| stream.deleted);
+            (deleted && forks_of(model, name) == 0).then(|| name.clone())
+        });
+        match unread {
+            Some(name) => model.insert(name, None),
+            None => return,
+        };
     }
 }
 
@@ -117,11 +153,32 @@ fn stored_bytes(json: bool, body: &[u8]) -> (Vec<u8>, u64) {
     (stored, messages.len() as u64)
 }
 
-/// Predicts `op` against `state` with the stream byte limit `stream_bytes_max`.
-pub fn predict(state: &State, op: &SimOp, stream_bytes_max: u64) -> Prediction {
+/// Predicts `op` against `state` with the stream byte limit `stream_bytes_max`; `forks`:
+/// how many forks read the stream (a round never changes that and deletes the stream).
+pub fn predict(state: &State, op: &SimOp, stream_bytes_max: u64, forks: u64) -> Prediction {
+    if state.as_ref().is_some_and(|stream| stream.deleted) {
+        // Gone for clients, its name held for its forks.
+        return Prediction::refused();
+    }
     match op {
+        SimOp::Fork { name, source, inherited, .. } => match (state, inherited) {
+            (None, Some((data, messages))) => Prediction::accepted(Some(Some(ModelStream {
+                json: is_json_name(name),
+                ttl_secs: ttl_of_name(name),
+                data: data.clone(),
+                messages: *messages,
+                closed: false,
+                producers: BTreeMap::new(),
+                stream_seq: None,
+                parent: Some(source.clone()),
+                inherited_bytes: data.len() as u64,
+                deleted: false,
+            }))),
+            _ => Prediction::refused(),
+        },
         SimOp::Create { name, initial } => match state {
-            Some(stream) if stream.closed => Prediction::refused(),
+            // A create without a fork origin is not the fork's create.
+            Some(stream) if stream.closed || stream.parent.is_some() => Prediction::refused(),
             Some(_) => Prediction::accepted(None),
             None => {
                 let json = is_json_name(name);
@@ -135,11 +192,17 @@ pub fn predict(state: &State, op: &SimOp, stream_bytes_max: u64) -> Prediction {
                     closed: false,
                     producers: BTreeMap::new(),
                     stream_seq: None,
+                    parent: None,
+                    inherited_bytes: 0,
+                    deleted: false,
                 };
                 Prediction::accepted(Some(Some(created)))
             }
         },
         SimOp::Delete { .. } => match state {
+            Some(stream) if forks > 0 => {
+                Prediction::accepted(Some(Some(ModelStream { deleted: true, ..stream.clone() })))
+            }
             Some(_) => Prediction::accepted(Some(None)),
             None => Prediction::refused(),
         },
@@ -185,7 +248,8 @@ fn predict_append(
         }
     }
     let (stored, messages) = if body.is_empty() { (Vec::new(), 0) } else { stored_bytes(stream.json, body) };
-    if (stream.data.len() + stored.len()) as u64 > stream_bytes_max {
+    // The limit counts a stream's own bytes (a fork's inherited ones are its source's).
+    if stream.data.len() as u64 - stream.inherited_bytes + stored.len() as u64 > stream_bytes_max {
         return Prediction::refused();
     }
     let mut after = stream.clone();
@@ -210,6 +274,7 @@ pub struct Observed {
     pub data: Vec<u8>,
     pub messages: u64,
     pub closed: bool,
+    pub deleted: bool,
 }
 
 impl std::fmt::Debug for Observed {
@@ -217,13 +282,14 @@ impl std::fmt::Debug for Observed {
         let tail = &self.data[self.data.len().saturating_sub(12)..];
         write!(
             f,
-            "{{json {}, ttl {:?}, {} messages, {} bytes ending {:?}, closed {}}}",
+            "{{json {}, ttl {:?}, {} messages, {} bytes ending {:?}, closed {}, deleted {}}}",
             self.json,
             self.ttl_secs,
             self.messages,
             self.data.len(),
             String::from_utf8_lossy(tail),
-            self.closed
+            self.closed,
+            self.deleted
         )
     }
 }
@@ -236,6 +302,7 @@ impl ModelStream {
             data: self.data.clone(),
             messages: self.messages,
             closed: self.closed,
+            deleted: self.deleted,
         }
     }
 }

@@ -156,6 +156,31 @@ impl Harness {
         self.drive(self.engine().append(request))
     }
 
+    /// Forks `source` at its tail (or at `offset`) into `stream`, with `stream`'s own plain
+    /// configuration.
+    pub fn fork(
+        &self,
+        stream: &str,
+        source: &str,
+        offset: Option<ds_engine::Offset>,
+    ) -> Result<CreateOutcome, OpError> {
+        let create =
+            CreateRequest { name: name(stream), config: plain_config(), initial: None, closed: false };
+        let request = ds_engine::ForkRequest {
+            create,
+            inherit_expiry: false,
+            source: name(source),
+            offset,
+            sub_offset: 0,
+        };
+        self.drive(self.engine().fork(request))
+    }
+
+    /// Whether `stream` is there but soft-deleted (`None`: it is not there).
+    pub fn soft_deleted(&self, stream: &str) -> Option<bool> {
+        Some(self.engine().open(&name(stream))?.status()?.deleted)
+    }
+
     pub fn delete(&self, stream: &str) -> Result<(), OpError> {
         self.drive(self.engine().delete(name(stream)))
     }

@@ -69,7 +69,6 @@ pub fn op_problem(error: OpError) -> Problem {
         OpError::NameHeld => Problem::new(StatusCode::CONFLICT, "name-held-by-deleted-stream", detail),
         OpError::SourceDeleted => Problem::new(StatusCode::CONFLICT, "fork-source-deleted", detail),
         OpError::ForkPoint(_) => Problem::bad_request("invalid-fork-point", detail),
-        OpError::ForksUnsupported => Problem::new(StatusCode::NOT_IMPLEMENTED, "forks-unsupported", detail),
     }
 }
 

@@ -131,15 +131,15 @@ fn row(log: &str, record: &Scanned) -> Vec<Value> {
         if header.kind == RecordKind::Append { Value::from(header.offset.to_string()) } else { Value::Null },
         Value::from(header.messages),
         Value::from(header.data_len()),
-        Value::from(flags_text(header.flags)),
+        Value::from(flags_text(header.kind, header.flags)),
         producer.map_or(Value::Null, Value::from),
         Value::from("ok"),
     ]
 }
 
-/// The flags of a record, by name (`-` for none).
-pub fn flags_text(bits: u8) -> String {
-    let set = flag_names(bits);
+/// The flags of a record of `kind`, by name (`-` for none).
+pub fn flags_text(kind: RecordKind, bits: u8) -> String {
+    let set = flag_names(kind, bits);
     if set.is_empty() {
         "-".into()
     } else {

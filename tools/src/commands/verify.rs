@@ -6,14 +6,18 @@
 //! damage it would step over, streams it would mark damaged), plus every record a
 //! checkpoint covers (recovery does not replay those), and whether each stream's last
 //! record is where the checkpoint says. File modes: every stream file is read as recovery
-//! reads it.
+//! reads it. Every mode: each fork's reference points at its source's incarnation, and its
+//! fork point at bytes the source holds.
 
 use std::io::Write;
 
-use ds_engine::inspect::{next_header, RecordScan, ScanEnd, Segment, ShardLog, Store};
+use std::collections::HashMap;
+
+use ds_engine::inspect::{next_header, RecordScan, ScanEnd, Segment, ShardLog, Store, StreamSnapshot};
 use ds_engine::StorageMode;
 use serde_json::{json, Value};
 
+use super::for_each_stream;
 use super::records::relative;
 use crate::output::Format;
 use crate::{Outcome, ToolError};
@@ -43,6 +47,7 @@ pub fn run(store: &Store, format: Format, out: &mut dyn Write) -> Result<Outcome
     } else {
         verify_files(store, &mut findings)?;
     }
+    verify_fork_references(store, &mut findings)?;
     report(&findings, format, out)?;
     Ok(if findings.problems.is_empty() && findings.would_drop.is_empty() {
         Outcome::Clean
@@ -152,6 +157,36 @@ fn verify_files(store: &Store, findings: &mut Findings) -> std::io::Result<()> {
             Some(_) => format!("{name}: the {} bytes after {position}", file.bytes.len() as u64 - position),
             None => format!("{name}: the whole file (moved to dropped/)"),
         });
+    }
+    Ok(())
+}
+
+/// Checks that every fork's source is there (the incarnation its reference names) and holds
+/// the bytes the fork inherits.
+fn verify_fork_references(store: &Store, findings: &mut Findings) -> std::io::Result<()> {
+    let mut streams: HashMap<Box<str>, StreamSnapshot> = HashMap::new();
+    for_each_stream(store, |stream| {
+        streams.insert(stream.name.as_ref().into(), stream.clone());
+        Ok(())
+    })?;
+    for fork in streams.values() {
+        let Some(reference) = &fork.fork else { continue };
+        let source = streams.get(&reference.origin.source).filter(|s| s.id == reference.source_id);
+        let what = match source {
+            None => format!("fork {}: its source {} is not here", fork.name, reference.origin.source),
+            Some(source)
+                if reference.start() > source.tail || reference.start().bytes > source.tail.bytes =>
+            {
+                format!(
+                    "fork {}: it inherits up to {}, past its source's tail {}",
+                    fork.name,
+                    reference.start(),
+                    source.tail
+                )
+            }
+            Some(_) => continue,
+        };
+        findings.problems.push(Problem { log: "forks".into(), position: 0, what });
     }
     Ok(())
 }

@@ -81,9 +81,10 @@ pub fn hop<S: NodeSource>(source: &S, from: &Node, k: usize) -> Result<Node, S::
         return Err(Broken.into());
     }
     let target = source.node(location)?;
+    // (Where record 0 starts is the reader's to check: a fork's starts after its inherited
+    // bytes.)
     let ends_right = if k == 0 { target.end == from.start } else { target.end <= from.start };
-    let starts_right = n > 0 || target.start == Offset::ZERO;
-    if target.stream != from.stream || target.n != n || !ends_right || !starts_right {
+    if target.stream != from.stream || target.n != n || !ends_right {
         return Err(Broken.into());
     }
     Ok(target)

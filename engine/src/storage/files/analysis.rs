@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::location;
 use crate::meta::StreamSnapshot;
-use crate::storage::record::codec::{Header, Kind, HEADER_BYTES};
+use crate::storage::record::codec::{flags, Header, Kind, HEADER_BYTES};
 use crate::storage::record::scan::{
     could_be_torn, failed_record_len, next_header, RecordScan, ScanEnd, Scanned,
 };
@@ -101,6 +101,20 @@ impl Reading<'_> {
     fn apply(&mut self, record: &Scanned) {
         let at = location(self.suffix, record.position);
         let snapshot = &mut self.snapshot;
+        if record.header.kind == Kind::Delete {
+            // A soft delete, numbered as the next record but outside the chain, ends a file.
+            let soft = record.header.has(flags::SOFT) && record.header.stream == snapshot.id;
+            match soft && record.header.lsn == snapshot.chain_n + 1 && !snapshot.deleted {
+                true => snapshot.deleted = true,
+                false => self.damage.push((record.position, "a delete record out of place".into())),
+            }
+            self.valid_end = record.position + record.header.record_len() as u64;
+            self.records += 1;
+            return;
+        }
+        if snapshot.deleted {
+            self.damage.push((record.position, "a record after its stream's soft delete".into()));
+        }
         if snapshot.damage.is_none() {
             let applied = match record.header.lsn == snapshot.chain_n + 1 {
                 true => replay::append(snapshot, &record.header, &record.meta, at),

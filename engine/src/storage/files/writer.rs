@@ -106,18 +106,20 @@ impl FileWriter {
                 Ok(Place { location: location(suffix, 0), n: 0 })
             }
             Record::Append { stream, name, chain_tail, .. } => {
-                let mut open = match self.streams.remove(stream) {
-                    Some(open) => open,
-                    None => self.reopen(*stream, name, *chain_tail).map_err(|unprepared| {
-                        io::Error::other(format!("reopening a prepared stream: {unprepared:?}"))
-                    })?,
-                };
+                let mut open = self.open_stream(*stream, name, *chain_tail)?;
                 let chain = open.levels.next_chain();
                 let place = Place { location: location(open.suffix, open.end), n: chain.n };
                 let written = self.append_record(&mut open, record, chain, time_ms);
                 self.touched_files.push((*stream, Arc::clone(&open.file)));
                 self.streams.insert(*stream, open);
                 written.map(|()| place)
+            }
+            Record::Delete { stream, name, chain_tail, soft: true, .. } => {
+                let mut open = self.open_stream(*stream, name, *chain_tail)?;
+                let written = self.append_soft_delete(&mut open, record, time_ms);
+                self.touched_files.push((*stream, Arc::clone(&open.file)));
+                self.streams.insert(*stream, open);
+                written.map(|()| Place::default())
             }
             Record::Delete { stream, name, chain_tail, .. } => {
                 let suffix =
@@ -134,6 +136,29 @@ impl FileWriter {
                 Ok(Place::default())
             }
         }
+    }
+
+    /// The writer state of `stream`, taken out of the map (put it back after writing).
+    fn open_stream(&mut self, stream: StreamId, name: &str, chain_tail: Location) -> io::Result<OpenStream> {
+        match self.streams.remove(&stream) {
+            Some(open) => Ok(open),
+            None => self.reopen(stream, name, chain_tail).map_err(|unprepared| {
+                io::Error::other(format!("reopening a prepared stream: {unprepared:?}"))
+            }),
+        }
+    }
+
+    /// Appends a soft delete to `open`'s file, numbered as the next record but outside the
+    /// chain: nothing follows it until the stream goes for good.
+    fn append_soft_delete(&mut self, open: &mut OpenStream, record: &Record, time_ms: u64) -> io::Result<()> {
+        let prepared = encode::prepare(record, None, &mut self.meta)?;
+        self.staging.clear();
+        let index = open.levels.next_index();
+        let staged = encode::stage(&prepared, &self.meta, index, time_ms, &mut self.staging);
+        debug_assert!(staged.body.is_none(), "a delete carries no data");
+        open.file.write_all_at(open.end, &[&self.staging[staged.head], staged.padding])?;
+        open.end += prepared.record_len as u64;
+        Ok(())
     }
 
     /// Encodes `record` with `chain` and appends it to `open`'s file (one write).

@@ -16,13 +16,17 @@
 //!
 //! Meta of `Create` and `Append` starts with the record's place in its stream's chain
 //! (`n` u64, jump count u8, jump locations u64 each); `Create` then carries the name, content
-//! type, TTL and expiry; `Append` the producer tag and `Stream-Seq` when its flags say so.
+//! type, TTL and expiry, and a fork's reference to its source when flagged `FORK` (source
+//! name and id, the offset and sub-offset asked for, where inheritance ends, the bytes of a
+//! cut message); a fork's create record is at the fork's start offset, after the inherited
+//! bytes. `Append` carries the producer tag and `Stream-Seq` when its flags say so. A
+//! `Delete` flagged `SOFT` keeps the stream for the forks that read it.
 //! Every field is checked on decode: a zeroed, torn or foreign header never decodes, and the
 //! payload crc is always present, so a valid header over a zeroed payload fails too.
 
 use crate::content_type::ContentType;
 use crate::ids::{Location, StreamId};
-use crate::meta::StreamConfig;
+use crate::meta::{ForkOrigin, ForkRef, StreamConfig};
 use crate::offset::Offset;
 use crate::producer::ProducerTag;
 use crate::storage::chain::{jump_count, Chain, Node};
@@ -44,7 +48,9 @@ const _: () = {
     assert!(RECORD_ALIGN.is_power_of_two() && HEADER_BYTES.is_multiple_of(RECORD_ALIGN));
     assert!(META_BYTES_MAX <= u16::MAX as usize, "meta lengths are stored as u16");
     let chain = 9 + 8 * JUMPS_MAX;
-    let create = 2 + crate::name::NAME_BYTES_MAX + 2 + crate::content_type::CONTENT_TYPE_BYTES_MAX + 16;
+    let name = 2 + crate::name::NAME_BYTES_MAX;
+    let fork = name + 8 * 7;
+    let create = name + 2 + crate::content_type::CONTENT_TYPE_BYTES_MAX + 16 + fork;
     let append = 2 + crate::producer::PRODUCER_ID_BYTES_MAX + 16 + 2 + crate::limits::STREAM_SEQ_BYTES_MAX;
     assert!(chain + create <= META_BYTES_MAX && chain + append <= META_BYTES_MAX, "every meta fits");
     assert!((1u64 << (JUMPS_MAX - 1)) < u64::MAX >> 1, "chain indexes up to 2^62 fit");
@@ -98,12 +104,23 @@ pub mod flags {
     pub const MOVED: u8 = 32;
     /// The last copy of a move: from here on the copies are the stream's chain.
     pub const MOVE_END: u8 = 64;
-    pub const ALL: u8 = CLOSE | PRODUCER | STREAM_SEQ | EXPIRED | JSON | MOVED | MOVE_END;
+    /// Of a create: the meta carries a fork reference (the same bit as [`SOFT`]).
+    pub const FORK: u8 = 128;
+    /// Of a delete: a soft delete; the stream stays while forks read it (the same bit as
+    /// [`FORK`]).
+    pub const SOFT: u8 = 128;
+    /// Every bit has a meaning (which depends on the kind: see each kind's check).
+    pub const ALL: u8 = CLOSE | PRODUCER | STREAM_SEQ | EXPIRED | JSON | MOVED | MOVE_END | FORK;
+    const _: () = assert!(ALL == u8::MAX);
 }
 
-/// The names of the flags set in `bits`, in bit order (for listings).
-pub fn flag_names(bits: u8) -> Vec<&'static str> {
-    const NAMES: [(u8, &str); 7] = [
+/// The names of the flags set in `bits` of a record of `kind`, in bit order (for listings).
+pub fn flag_names(kind: Kind, bits: u8) -> Vec<&'static str> {
+    let last = match kind {
+        Kind::Delete => "soft",
+        _ => "fork",
+    };
+    let names: [(u8, &str); 8] = [
         (flags::CLOSE, "close"),
         (flags::PRODUCER, "producer"),
         (flags::STREAM_SEQ, "seq"),
@@ -111,8 +128,9 @@ pub fn flag_names(bits: u8) -> Vec<&'static str> {
         (flags::JSON, "json"),
         (flags::MOVED, "moved"),
         (flags::MOVE_END, "move-end"),
+        (flags::FORK, last),
     ];
-    NAMES.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, name)| *name).collect()
+    names.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, name)| *name).collect()
 }
 
 /// A decoded header.
@@ -263,12 +281,13 @@ impl Header {
 
     fn check(&self) -> Result<(), DecodeError> {
         let consistent = u32::from(self.meta_len) <= self.payload_len
-            && self.flags & !flags::ALL == 0
             && (self.messages == 0) == (self.data_len() == 0)
             && (self.flags & flags::MOVE_END == 0 || self.flags & flags::MOVED != 0)
             && match self.kind {
-                Kind::Create | Kind::Append => true,
-                Kind::Delete | Kind::Seal => self.payload_len == 0 && self.flags & flags::MOVED == 0,
+                Kind::Create => true,
+                Kind::Append => self.flags & flags::FORK == 0,
+                Kind::Delete => self.payload_len == 0 && self.flags & flags::MOVED == 0,
+                Kind::Seal => self.payload_len == 0 && self.flags == 0,
             };
         if consistent {
             Ok(())
@@ -283,6 +302,8 @@ impl Header {
 pub struct CreateMeta {
     pub name: Box<str>,
     pub config: StreamConfig,
+    /// A fork's reference to its source (flag `FORK`).
+    pub fork: Option<ForkRef>,
 }
 
 /// Everything a record's meta may hold.
@@ -300,6 +321,8 @@ pub struct MetaRef<'a> {
     pub chain: Option<&'a Chain>,
     /// Name and configuration (create records).
     pub create: Option<(&'a str, &'a StreamConfig)>,
+    /// A fork's reference to its source (create records of forks).
+    pub fork: Option<&'a ForkRef>,
     pub producer: Option<&'a ProducerTag>,
     pub stream_seq: Option<&'a str>,
 }
@@ -320,6 +343,21 @@ pub fn encode_meta(kind: Kind, meta: MetaRef<'_>, out: &mut Vec<u8>) {
         put_text(out, config.content_type.as_str());
         out.extend_from_slice(&config.ttl_secs.unwrap_or(u64::MAX).to_le_bytes());
         out.extend_from_slice(&config.expires_at_ms.unwrap_or(i64::MIN).to_le_bytes());
+        if let Some(fork) = meta.fork {
+            put_text(out, &fork.origin.source);
+            let fields = [
+                fork.source_id.raw(),
+                fork.origin.offset.messages,
+                fork.origin.offset.bytes,
+                fork.origin.sub_offset,
+                fork.until.messages,
+                fork.until.bytes,
+                fork.partial_bytes,
+            ];
+            for field in fields {
+                out.extend_from_slice(&field.to_le_bytes());
+            }
+        }
     }
     if let (Kind::Append, Some(producer)) = (kind, meta.producer) {
         put_text(out, &producer.id);
@@ -348,7 +386,8 @@ pub fn decode_meta(header: &Header, bytes: &[u8]) -> Result<Meta, DecodeError> {
             ttl_secs: (ttl != u64::MAX).then_some(ttl),
             expires_at_ms: (expires != i64::MIN).then_some(expires),
         };
-        meta.create = Some(CreateMeta { name, config });
+        let fork = if header.has(flags::FORK) { Some(reader.fork_ref()?) } else { None };
+        meta.create = Some(CreateMeta { name, config, fork });
     }
     if header.kind == Kind::Append && header.has(flags::PRODUCER) {
         let id = reader.text()?.into();
@@ -455,6 +494,24 @@ impl Reader<'_> {
         String::from_utf8(self.take(usize::from(len))?.to_vec()).map_err(|_| DecodeError::BadMeta)
     }
 
+    fn offset(&mut self) -> Result<Offset, DecodeError> {
+        Ok(Offset { messages: self.u64()?, bytes: self.u64()? })
+    }
+
+    fn fork_ref(&mut self) -> Result<ForkRef, DecodeError> {
+        let source = self.text()?.into();
+        let source_id = StreamId::from_raw(self.u64()?);
+        let origin = ForkOrigin { source, offset: self.offset()?, sub_offset: self.u64()? };
+        let (until, partial_bytes) = (self.offset()?, self.u64()?);
+        let whole = origin.offset.messages <= until.messages && origin.offset.bytes <= until.bytes;
+        let fits =
+            until.messages < crate::offset::MESSAGES_MAX && until.bytes.checked_add(partial_bytes).is_some();
+        if !whole || !fits {
+            return Err(DecodeError::BadMeta);
+        }
+        Ok(ForkRef { origin, source_id, until, partial_bytes })
+    }
+
     fn chain(&mut self) -> Result<Chain, DecodeError> {
         let n = self.u64()?;
         let count = usize::from(self.take(1)?[0]);
@@ -525,28 +582,48 @@ mod tests {
             expires_at_ms: None,
         };
         let chain = Chain { n: 0, jumps: vec![] };
-        let meta_ref =
-            MetaRef { chain: Some(&chain), create: Some(("tenant/orders", &config)), ..MetaRef::default() };
-        let mut bytes = Vec::new();
-        encode_meta(Kind::Create, meta_ref, &mut bytes);
-        let meta = Meta {
-            chain: Some(chain.clone()),
-            create: Some(CreateMeta { name: "tenant/orders".into(), config: config.clone() }),
-            ..Meta::default()
+        let fork = ForkRef {
+            origin: ForkOrigin {
+                source: "tenant/all".into(),
+                offset: Offset { messages: 3, bytes: 40 },
+                sub_offset: 2,
+            },
+            source_id: StreamId::from_raw(9),
+            until: Offset { messages: 5, bytes: 61 },
+            partial_bytes: 0,
         };
-        let header = Header {
-            kind: Kind::Create,
-            flags: 0,
-            meta_len: bytes.len() as u16,
-            payload_len: bytes.len() as u32,
-            payload_crc: 0,
-            lsn: 1,
-            stream: StreamId::from_raw(1),
-            offset: Offset::ZERO,
-            time_ms: 0,
-            messages: 0,
-        };
-        assert_eq!(decode_meta(&header, &bytes).unwrap(), meta);
+        for fork in [None, Some(fork)] {
+            let meta_ref = MetaRef {
+                chain: Some(&chain),
+                create: Some(("tenant/orders", &config)),
+                fork: fork.as_ref(),
+                ..MetaRef::default()
+            };
+            let mut bytes = Vec::new();
+            encode_meta(Kind::Create, meta_ref, &mut bytes);
+            let create =
+                CreateMeta { name: "tenant/orders".into(), config: config.clone(), fork: fork.clone() };
+            let meta = Meta { chain: Some(chain.clone()), create: Some(create), ..Meta::default() };
+            let header = Header {
+                kind: Kind::Create,
+                flags: if fork.is_some() { flags::FORK } else { 0 },
+                meta_len: bytes.len() as u16,
+                payload_len: bytes.len() as u32,
+                payload_crc: 0,
+                lsn: 1,
+                stream: StreamId::from_raw(1),
+                offset: fork.as_ref().map_or(Offset::ZERO, ForkRef::start),
+                time_ms: 0,
+                messages: 0,
+            };
+            assert_eq!(decode_meta(&header, &bytes).unwrap(), meta);
+            let unflagged = Header { flags: header.flags ^ flags::FORK, ..header };
+            assert_eq!(
+                decode_meta(&unflagged, &bytes).err(),
+                Some(DecodeError::BadMeta),
+                "flag and meta agree"
+            );
+        }
     }
 
     #[test]
@@ -584,8 +661,8 @@ mod tests {
             "data without messages"
         );
         header.messages = 1;
-        header.flags = 0x80;
-        assert_eq!(Header::decode(&header.encode()).err(), Some(DecodeError::Inconsistent), "unknown flag");
+        header.flags = flags::FORK;
+        assert_eq!(Header::decode(&header.encode()).err(), Some(DecodeError::Inconsistent), "fork append");
         header.flags = 0;
         header.kind = Kind::Delete;
         assert_eq!(

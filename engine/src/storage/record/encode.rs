@@ -110,8 +110,11 @@ pub fn stage<'r>(
 /// What a record looks like on disk, before its meta is encoded.
 fn layout(record: &Record) -> Prepared<'_> {
     let (kind, stream, offset, payload, mut record_flags) = match record {
-        Record::Create { stream, initial, closed, .. } => {
-            (Kind::Create, *stream, Offset::ZERO, initial, if *closed { flags::CLOSE } else { 0 })
+        Record::Create { stream, initial, closed, fork, .. } => {
+            let mut record_flags = if *closed { flags::CLOSE } else { 0 };
+            record_flags |= if fork.is_some() { flags::FORK } else { 0 };
+            let start = fork.as_ref().map_or(Offset::ZERO, |fork| fork.start());
+            (Kind::Create, *stream, start, initial, record_flags)
         }
         Record::Append { stream, offset, payload, producer, stream_seq, close, .. } => {
             let mut record_flags = if *close { flags::CLOSE } else { 0 };
@@ -119,8 +122,10 @@ fn layout(record: &Record) -> Prepared<'_> {
             record_flags |= if stream_seq.is_some() { flags::STREAM_SEQ } else { 0 };
             (Kind::Append, *stream, *offset, payload, record_flags)
         }
-        Record::Delete { stream, expired, .. } => {
-            (Kind::Delete, *stream, Offset::ZERO, &None, if *expired { flags::EXPIRED } else { 0 })
+        Record::Delete { stream, expired, soft, .. } => {
+            let mut record_flags = if *expired { flags::EXPIRED } else { 0 };
+            record_flags |= if *soft { flags::SOFT } else { 0 };
+            (Kind::Delete, *stream, Offset::ZERO, &None, record_flags)
         }
     };
     let (body, json) = match payload {
@@ -148,8 +153,8 @@ fn layout(record: &Record) -> Prepared<'_> {
 
 fn meta_of<'a>(record: &'a Record, chain: Option<&'a Chain>) -> MetaRef<'a> {
     match record {
-        Record::Create { name, config, .. } => {
-            MetaRef { chain, create: Some((name, config)), ..MetaRef::default() }
+        Record::Create { name, config, fork, .. } => {
+            MetaRef { chain, create: Some((name, config)), fork: fork.as_ref(), ..MetaRef::default() }
         }
         Record::Append { producer, stream_seq, .. } => MetaRef {
             chain,

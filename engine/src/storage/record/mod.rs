@@ -13,7 +13,7 @@ pub mod scan;
 use std::sync::Arc;
 
 use crate::ids::{Location, StreamId};
-use crate::meta::StreamConfig;
+use crate::meta::{ForkRef, StreamConfig};
 use crate::offset::Offset;
 use crate::payload::Payload;
 use crate::producer::ProducerTag;
@@ -21,8 +21,16 @@ use crate::producer::ProducerTag;
 /// One accepted mutation.
 #[derive(Debug)]
 pub enum Record {
-    /// A stream came to be, with its configuration and any initial messages.
-    Create { stream: StreamId, name: Arc<str>, config: StreamConfig, initial: Option<Payload>, closed: bool },
+    /// A stream came to be, with its configuration and any initial messages (a fork's after
+    /// the bytes it inherits through `fork`).
+    Create {
+        stream: StreamId,
+        name: Arc<str>,
+        config: StreamConfig,
+        initial: Option<Payload>,
+        closed: bool,
+        fork: Option<ForkRef>,
+    },
     /// Messages were stored at `offset` (and maybe the stream closed), by `producer` if tagged.
     Append {
         stream: StreamId,
@@ -36,6 +44,7 @@ pub enum Record {
         /// Location of the stream's last committed record (disk modes chain to it).
         chain_tail: Location,
     },
-    /// A stream and all its data are gone (deleted by a client or expired).
-    Delete { stream: StreamId, name: Arc<str>, expired: bool, chain_tail: Location },
+    /// A stream and all its data are gone (deleted by a client or expired); or, `soft`, it
+    /// is gone for clients but stays, bytes and name, while forks read it.
+    Delete { stream: StreamId, name: Arc<str>, expired: bool, soft: bool, chain_tail: Location },
 }

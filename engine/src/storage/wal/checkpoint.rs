@@ -8,6 +8,7 @@
 //! streams: id, name, config, last access, tail, closed, Stream-Seq, chain tail, producers,
 //!   damage found in the stream (version 2 on: where its intact data ends, and why),
 //!   producer tag and Stream-Seq bytes its appends carried (version 3 on, for its charge),
+//!   soft-deleted flag and a fork's reference to its source (version 4 on),
 //! crc32 of everything before it
 //! ```
 //!
@@ -21,15 +22,15 @@ use std::sync::Arc;
 use crate::binary::{DecodeFailure, Decoder, Encoder};
 use crate::content_type::ContentType;
 use crate::ids::{Location, StreamId};
-use crate::meta::{StreamConfig, StreamDamage, StreamSnapshot};
+use crate::meta::{ForkOrigin, ForkRef, StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::ProducerState;
 use crate::storage::wal::ledger::LedgerState;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"DSK1");
-/// The version written; versions 1 (without stream damage) and 2 (without tag bytes) are
-/// still read.
-const VERSION: u32 = 3;
+/// The version written; versions 1 (without stream damage), 2 (without tag bytes) and 3
+/// (without forks and soft deletes) are still read.
+const VERSION: u32 = 4;
 /// File name of a shard's checkpoint.
 pub const CHECKPOINT_NAME: &str = "checkpoint";
 /// The previous checkpoint, kept as a fallback.
@@ -148,6 +149,36 @@ fn encode_stream(out: &mut Encoder, stream: &StreamSnapshot) {
         }
     }
     out.u64(stream.tag_bytes);
+    out.u8(u8::from(stream.deleted));
+    match &stream.fork {
+        Some(fork) => {
+            out.u8(1).text(&fork.origin.source).u64(fork.source_id.raw());
+            out.u64(fork.origin.offset.messages).u64(fork.origin.offset.bytes).u64(fork.origin.sub_offset);
+            out.u64(fork.until.messages).u64(fork.until.bytes).u64(fork.partial_bytes);
+        }
+        None => {
+            out.u8(0);
+        }
+    }
+}
+
+/// A fork's reference as version 4 on writes it.
+fn decode_fork(input: &mut Decoder<'_>) -> Result<Option<ForkRef>, DecodeFailure> {
+    if input.u8()? == 0 {
+        return Ok(None);
+    }
+    let source = input.text()?.into_boxed_str();
+    let source_id = StreamId::from_raw(input.u64()?);
+    let offset = Offset { messages: input.u64()?, bytes: input.u64()? };
+    let origin = ForkOrigin { source, offset, sub_offset: input.u64()? };
+    let until = Offset { messages: input.u64()?, bytes: input.u64()? };
+    let partial_bytes = input.u64()?;
+    let fits =
+        until.messages < crate::offset::MESSAGES_MAX && until.bytes.checked_add(partial_bytes).is_some();
+    if !fits {
+        return Err(DecodeFailure);
+    }
+    Ok(Some(ForkRef { origin, source_id, until, partial_bytes }))
 }
 
 fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot, DecodeFailure> {
@@ -180,6 +211,10 @@ fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot
         },
     };
     let tag_bytes = if version >= 3 { input.u64()? } else { 0 };
+    let (deleted, fork) = match version {
+        1..=3 => (false, None),
+        _ => (bool_of(input.u8()?)?, decode_fork(input)?),
+    };
     Ok(StreamSnapshot {
         id,
         name,
@@ -193,7 +228,17 @@ fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot
         chain_n,
         tag_bytes,
         damage,
+        fork,
+        deleted,
     })
+}
+
+fn bool_of(byte: u8) -> Result<bool, DecodeFailure> {
+    match byte {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(DecodeFailure),
+    }
 }
 
 #[cfg(test)]
@@ -218,11 +263,29 @@ mod tests {
             chain_n: 3,
             tag_bytes: 300,
             damage: None,
+            fork: None,
+            deleted: false,
         };
         let damaged = StreamSnapshot {
             id: StreamId::from_raw(10),
             name: "c".into(),
             damage: Some(StreamDamage { at: Offset { messages: 1, bytes: 3 }, reason: "lost".into() }),
+            ..stream.clone()
+        };
+        let fork = StreamSnapshot {
+            id: StreamId::from_raw(11),
+            name: "d".into(),
+            fork: Some(ForkRef {
+                origin: ForkOrigin {
+                    source: "a/b".into(),
+                    offset: Offset { messages: 1, bytes: 20 },
+                    sub_offset: 5,
+                },
+                source_id: StreamId::from_raw(9),
+                until: Offset { messages: 1, bytes: 20 },
+                partial_bytes: 5,
+            }),
+            deleted: true,
             ..stream.clone()
         };
         Checkpoint {
@@ -238,7 +301,7 @@ mod tests {
                 live: std::collections::BTreeMap::from([(1, 0), (2, 512)]),
                 pending: std::collections::BTreeSet::from([Location::from_raw(0x0000_0001_0000_0100)]),
             },
-            streams: vec![stream, damaged],
+            streams: vec![stream, damaged, fork],
         }
     }
 
@@ -261,13 +324,15 @@ mod tests {
     }
 
     #[test]
-    fn versions_1_and_2_still_read() {
+    fn versions_1_to_3_still_read() {
         let mut checkpoint = sample();
         checkpoint.streams.truncate(1);
         checkpoint.streams[0].tag_bytes = 0;
-        // Version 2 lacks the tag bytes; version 1 the "no damage" byte too.
-        assert_eq!(Checkpoint::decode(&as_version(&checkpoint, 2, 8)).unwrap(), checkpoint);
-        assert_eq!(Checkpoint::decode(&as_version(&checkpoint, 1, 9)).unwrap(), checkpoint);
+        // Version 3 lacks the deleted and fork bytes; version 2 the tag bytes too; version 1
+        // the "no damage" byte too.
+        assert_eq!(Checkpoint::decode(&as_version(&checkpoint, 3, 2)).unwrap(), checkpoint);
+        assert_eq!(Checkpoint::decode(&as_version(&checkpoint, 2, 10)).unwrap(), checkpoint);
+        assert_eq!(Checkpoint::decode(&as_version(&checkpoint, 1, 11)).unwrap(), checkpoint);
     }
 
     #[test]

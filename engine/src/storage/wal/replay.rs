@@ -313,6 +313,10 @@ impl Replay {
                 }
             }
             Kind::Delete => {
+                let stream = self.streams.get_mut(&header.stream).expect("not an orphan");
+                if !replay::deleted(stream, header) {
+                    return Ok(());
+                }
                 let stream = self.streams.remove(&header.stream).expect("not an orphan");
                 self.names.remove(&stream.name);
                 self.ledger.pending.insert(stream.chain_tail);

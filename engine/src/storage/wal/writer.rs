@@ -200,6 +200,8 @@ impl WalWriter {
                 debug_assert_eq!(levels.next_index(), n);
                 levels.push(at);
             }
+            // A soft delete leaves the chain live: forks still read it.
+            Record::Delete { soft: true, .. } => return,
             Record::Delete { stream, chain_tail, .. } => {
                 let tail = self.chains.remove(stream).map_or(*chain_tail, |levels| levels.last());
                 self.deleted.push(tail);
@@ -370,7 +372,11 @@ impl Persist for WalWriter {
             places.push(self.stage_move(stream_move, batch.time_ms)?);
             self.sync_run_when_long()?;
         }
-        self.sync_run()?;
+        // A batch that wrote nothing (answers only: pins, refusals, duplicates) answers from
+        // state earlier commits made durable: nothing to sync.
+        if self.position != self.synced_to || !self.parts.is_empty() {
+            self.sync_run()?;
+        }
         self.request_spare_when_due();
         self.ledger.record_batch(&self.added, &self.deleted);
         self.added.clear();

@@ -29,13 +29,13 @@ pub(super) fn span<S: RecordSource>(
     let mut nodes = vec![first];
     while (nodes.len() as u64) < RECORDS_PER_READ_MAX {
         let last = nodes.last().expect("the first record is there");
-        if last.end == read.until {
+        if last.end >= read.until {
             break;
         }
         let Ok(Some(next)) = read.source.successor(last, read.tail_location, &mut scan_bytes) else {
             break;
         };
-        if next.start.bytes >= budget_end || next.end.bytes > budget_end {
+        if next.start.bytes >= budget_end || next.end.bytes > from.bytes.saturating_add(bytes_max as u64) {
             break;
         }
         nodes.push(next);
@@ -77,7 +77,7 @@ fn locate<S: RecordSource>(
 fn first_record<S: RecordSource>(read: &LogRead<'_, S>, scan_bytes: &mut u64) -> Result<Node, ReadError> {
     let first =
         read.source.first_record(read.stream, read.tail_location, scan_bytes)?.ok_or(ReadError::Damaged)?;
-    if first.stream != read.stream || first.n != 0 || first.start != Offset::ZERO {
+    if first.stream != read.stream || first.n != 0 || first.start != read.start {
         return Err(ReadError::Damaged);
     }
     Ok(first)

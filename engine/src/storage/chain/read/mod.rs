@@ -1,5 +1,9 @@
 //! Reading a stream from its chain of records, in either disk mode.
 //!
+//! A read may stop short of the published tail (`until` before `tail_end`): a fork reads its
+//! source's bytes only up to where it inherits them, which in JSON mode may be a message
+//! boundary inside a record; that record is then served cut at `until`.
+//!
 //! A stream in a disk mode is the chain of its records in a log (acid segments or its own
 //! file). A read starts from the published tail record, finds the record holding the start
 //! offset (checking it is a message boundary, inside a multi-message JSON record if need
@@ -69,13 +73,18 @@ pub trait RecordSource: NodeSource<Error = ReadError> {
     ) -> Result<Option<Node>, ReadError>;
 }
 
-/// Reads stored for one stream: its published last record (location and chain index) and
-/// its published tail offset `until`.
+/// Reads stored for one stream: its published last record (location and chain index),
+/// its published tail offset `until`, and where its first record starts (`start`: zero, or a
+/// fork's start after its inherited bytes, which are read from its source).
 pub struct LogRead<'a, S: RecordSource> {
     pub source: &'a S,
     pub stream: StreamId,
+    pub start: Offset,
     pub tail_location: Location,
     pub tail_n: u64,
+    /// Where the published tail record ends.
+    pub tail_end: Offset,
+    /// Where reads stop: the published tail, or a boundary before it.
     pub until: Offset,
     pub json: bool,
 }
@@ -102,6 +111,13 @@ impl<S: RecordSource> LogRead<'_, S> {
             let skip = if index == 0 { span.skip_bytes } else { 0 };
             let served = if node.start == node.end {
                 Ok(())
+            } else if node.end > self.until {
+                self.cut_data(node, skip).map(|data| {
+                    if !copied.is_empty() {
+                        slices.push(copied.split().freeze());
+                    }
+                    slices.push(data);
+                })
             } else if node.end.bytes - node.start.bytes < COPY_BELOW_BYTES {
                 self.source.copy_data(node, skip, &mut copied)
             } else {
@@ -113,7 +129,7 @@ impl<S: RecordSource> LogRead<'_, S> {
                 })
             };
             match served {
-                Ok(()) => next = node.end,
+                Ok(()) => next = node.end.min(self.until),
                 // Damage right at the start: nothing here can be served.
                 Err(error) if index == 0 => return Err(error),
                 // Damage further on: the intact records before it are the answer.
@@ -147,20 +163,24 @@ impl<S: RecordSource> LogRead<'_, S> {
             let mut start = 0;
             for end in ends {
                 next = next.advance(1, (end - start) as u64);
+                if next > self.until {
+                    break;
+                }
                 let skipped = index == 0 && next.messages <= node.start.messages + span.skip_messages;
                 if !skipped {
                     messages.push(Message { stored: data.slice(start..end), next });
                 }
                 start = end;
             }
-            debug_assert_eq!(next, node.end, "a record's messages end at its end offset");
+            debug_assert!(next == node.end || node.end > self.until, "a record's messages end at its end");
         }
         Ok(messages)
     }
 
     /// The records to read from `from`, or `None` when `from` is the published tail.
     fn span(&self, from: Offset, bytes_max: usize) -> Result<Option<Span>, ReadError> {
-        if from.messages > self.until.messages || from.bytes > self.until.bytes {
+        let inside = |bound: Offset| from.messages <= bound.messages && from.bytes <= bound.bytes;
+        if !inside(self.until) || (from != self.start && inside(self.start)) {
             return Err(ReadError::NotBoundary);
         }
         if from == self.until {
@@ -178,11 +198,16 @@ impl<S: RecordSource> LogRead<'_, S> {
     fn chained_span(&self, from: Offset, bytes_max: usize) -> Result<Span, ReadError> {
         let tail = self.tail()?;
         let first = find(self.source, &tail, from.bytes)?;
+        if first.n == 0 && first.start != self.start {
+            return Err(ReadError::Damaged);
+        }
         let (skip_bytes, skip_messages) = self.position_in(&first, from)?;
         let budget_end = self.budget_end(from, bytes_max);
         let mut last =
             find_last(self.source, &tail, |node| node.start.bytes < budget_end.max(from.bytes + 1))?;
-        if last.n > first.n && last.end.bytes > budget_end {
+        // A last record past the budget waits for the next read; one that `until` cuts is
+        // served cut.
+        if last.n > first.n && last.end.bytes > from.bytes.saturating_add(bytes_max as u64) {
             last = find_index(self.source, &last, last.n - 1)?;
         }
         if last.n - first.n >= RECORDS_PER_READ_MAX {
@@ -195,7 +220,8 @@ impl<S: RecordSource> LogRead<'_, S> {
     /// The published last record, checked to be the one the stream's view names.
     fn tail(&self) -> Result<Node, ReadError> {
         let tail = self.source.node(self.tail_location)?;
-        let named = tail.stream == self.stream && tail.n == self.tail_n && tail.end == self.until;
+        debug_assert!(self.until <= self.tail_end, "reads stop at the published tail at the latest");
+        let named = tail.stream == self.stream && tail.n == self.tail_n && tail.end == self.tail_end;
         if !named {
             return Err(ReadError::Damaged);
         }
@@ -205,6 +231,13 @@ impl<S: RecordSource> LogRead<'_, S> {
     /// Where a read from `from` of about `bytes_max` bytes ends at the latest.
     fn budget_end(&self, from: Offset, bytes_max: usize) -> u64 {
         from.bytes.saturating_add(bytes_max as u64).min(self.until.bytes)
+    }
+
+    /// The data of `node`, which `until` cuts, from byte `skip` up to `until` (checked to be a
+    /// message boundary).
+    fn cut_data(&self, node: &Node, skip: usize) -> Result<Bytes, ReadError> {
+        let (end, _) = self.position_in(node, self.until)?;
+        Ok(self.source.data(node)?.slice(skip..end))
     }
 
     /// How far into `node` (bytes, messages) the offset `at` is; it must be a boundary.
@@ -345,9 +378,11 @@ mod tests {
         let tail = log.nodes.last().unwrap();
         LogRead {
             source: log,
+            start: Offset::ZERO,
             stream: StreamId::from_raw(1),
             tail_location: tail.location,
             tail_n: tail.n,
+            tail_end: tail.end,
             until: tail.end,
             json,
         }
@@ -414,6 +449,24 @@ mod tests {
         assert_eq!(from_inner.last().unwrap().next, read.until);
         let not_boundary = Offset { messages: 1, bytes: 3 };
         assert_eq!(read.chunk(not_boundary, 10).err(), Some(ReadError::NotBoundary));
+    }
+
+    #[test]
+    fn reads_stop_at_a_boundary_inside_a_record() {
+        let batch = Payload::json(Bytes::from_static(b"[1,{\"a\":\",\"},[2,3]]"), false).unwrap();
+        let log = log(&[Payload::json(Bytes::from_static(b"0"), false).unwrap(), batch]);
+        let mut read = reader(&log, true);
+        // A fork inherits "0", "1" and {"a":","}: its source is read up to there.
+        read.until = Offset { messages: 3, bytes: 14 };
+        for budget in [1, 5, 1 << 20] {
+            assert_eq!(read_all(&read, Offset::ZERO, budget), ("0,1,{\"a\":\",\"},".to_string(), false));
+        }
+        let messages = read.messages(Offset::ZERO, 1 << 20).unwrap();
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages.last().unwrap().next, read.until);
+        assert!(read.chunk(read.until, 10).unwrap().is_empty());
+        read.until = Offset { messages: 3, bytes: 13 };
+        assert_eq!(read.chunk(Offset { messages: 1, bytes: 2 }, 100).err(), Some(ReadError::NotBoundary));
     }
 
     /// Reads from `from` to the end with reads of about `budget` bytes: what was served, and

@@ -134,6 +134,7 @@ impl WalWriter {
         let meta_ref = MetaRef {
             chain: Some(&chain),
             create: meta.create.as_ref().map(|create| (&*create.name, &create.config)),
+            fork: meta.create.as_ref().and_then(|create| create.fork.as_ref()),
             producer: meta.producer.as_ref(),
             stream_seq: meta.stream_seq.as_deref(),
         };

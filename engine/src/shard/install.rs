@@ -1,0 +1,179 @@
+//! Installing recovered streams in every shard at start, forks linked to their sources.
+//!
+//! A fork's source may live on any shard, and may itself be a fork, so streams are built
+//! across all shards at once, each source before its forks: a fork gets a reader's handle on
+//! the recovered source incarnation its reference names (name and id), and the source counts
+//! it, so the counts of live forks are rebuilt from the forks themselves, never stored. A
+//! fork whose source is missing (its records were lost to damage) is kept, marked damaged:
+//! its own bytes are served, its inherited ones read as damaged. A soft-deleted stream that
+//! no fork reads any more (a crash came between its last fork's delete and its own) is
+//! removed in its shard's first batch, finishing the cascade the crash interrupted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::directory::Overlay;
+use super::Shard;
+use crate::limits::{stream_charge, APPEND_CHARGE_BYTES};
+use crate::meta::{ForkRef, StreamDamage, StreamSnapshot};
+use crate::offset::Offset;
+use crate::producer::producer_charge;
+use crate::storage::chunk::{Chunk, Message, ReadError};
+use crate::stream::fork::{ForkBase, ForkSource, FORK_DEPTH_MAX};
+use crate::stream::handle::{StreamHandle, StreamOwner};
+use crate::stream::Stream;
+use crate::time::Clock;
+
+/// Installs each shard's recovered streams (`recovered[i]` belongs to `shards[i]`).
+pub(crate) fn install_recovered(shards: &mut [Shard], recovered: Vec<Vec<StreamSnapshot>>, clock: &Clock) {
+    assert_eq!(shards.len(), recovered.len(), "one list of recovered streams per shard");
+    let mut linker = Linker { shards, pending: HashMap::new(), built: HashMap::new(), clock };
+    let mut order = Vec::new();
+    for (index, snapshots) in recovered.into_iter().enumerate() {
+        for snapshot in snapshots {
+            order.push(Arc::clone(&snapshot.name));
+            let replaced = linker.pending.insert(Arc::clone(&snapshot.name), (index, snapshot));
+            assert!(replaced.is_none(), "a name belongs to one shard and one stream");
+        }
+    }
+    for name in &order {
+        linker.build(name, 0);
+    }
+    let mut overlays: Vec<Overlay> = linker.shards.iter().map(|_| Overlay::default()).collect();
+    for (index, stream) in linker.built.into_values() {
+        overlays[index].create(stream);
+    }
+    for (shard, mut overlay) in linker.shards.iter_mut().zip(overlays) {
+        shard.shared.directory.apply(&mut overlay);
+        shard.finish_interrupted_cascades();
+    }
+}
+
+/// Builds streams across shards, sources first.
+struct Linker<'a> {
+    shards: &'a mut [Shard],
+    /// Recovered streams not yet built, by name, with their shard.
+    pending: HashMap<Arc<str>, (usize, StreamSnapshot)>,
+    built: HashMap<Arc<str>, (usize, Arc<Stream>)>,
+    clock: &'a Clock,
+}
+
+impl Linker<'_> {
+    /// Builds the stream called `name` (and its sources first), `depth` forks below the
+    /// first one asked for. `None` if no such stream was recovered, or it is being built
+    /// (a cycle: damaged references).
+    fn build(&mut self, name: &str, depth: u32) -> Option<Arc<Stream>> {
+        if let Some((_, stream)) = self.built.get(name) {
+            return Some(Arc::clone(stream));
+        }
+        let (index, mut snapshot) = self.pending.remove(name)?;
+        let base = snapshot.fork.clone().map(|reference| self.link(reference, depth, &mut snapshot));
+        let stream = self.shards[index].install(snapshot, base);
+        self.built.insert(Arc::clone(&stream.name), (index, Arc::clone(&stream)));
+        Some(stream)
+    }
+
+    /// The fork base of a recovered fork: its source built and counting it, or, when the
+    /// source is gone, a base that reads as damaged (and the fork marked).
+    fn link(&mut self, reference: ForkRef, depth: u32, fork: &mut StreamSnapshot) -> ForkBase {
+        let source = match depth < FORK_DEPTH_MAX {
+            true => self.build(&reference.origin.source, depth + 1),
+            false => None,
+        };
+        let Some(source) = source.filter(|source| source.id == reference.source_id) else {
+            let reason = format!("the source it was forked from ({}) is gone", reference.origin.source);
+            fork.damage.get_or_insert(StreamDamage { at: Offset::ZERO, reason: reason.into() });
+            return ForkBase { source: Arc::new(LostSource), reference, depth: 1 };
+        };
+        source.write_state().writer.forks += 1;
+        let depth = source.fork.as_ref().map_or(0, |base| base.depth) + 1;
+        let (index, _) = self.built[&source.name];
+        let owner: Arc<dyn StreamOwner> = self.shards[index].shared.clone();
+        let handle = StreamHandle::new(source, owner, self.clock.clone());
+        ForkBase { source: Arc::new(handle), reference, depth }
+    }
+}
+
+/// The source of a fork whose source was lost: its inherited bytes read as damaged.
+struct LostSource;
+
+impl ForkSource for LostSource {
+    fn read_below(&self, _from: Offset, _cap: Offset, _bytes_max: usize) -> Result<Chunk, ReadError> {
+        Err(ReadError::Damaged)
+    }
+
+    fn messages_below(
+        &self,
+        _from: Offset,
+        _cap: Offset,
+        _bytes_max: usize,
+    ) -> Result<Vec<Message>, ReadError> {
+        Err(ReadError::Damaged)
+    }
+
+    fn release_fork(&self) {}
+}
+
+impl Shard {
+    /// Makes a recovered stream readable and writable (published once the directory takes
+    /// it), charging the budget what it was charged when written (producers forgotten since
+    /// are not charged again).
+    fn install(&mut self, snapshot: StreamSnapshot, fork: Option<ForkBase>) -> Arc<Stream> {
+        let charged = recovered_charge(&snapshot);
+        self.budget.charge_unchecked(charged);
+        self.budget.note_stored(own_bytes(&snapshot), true);
+        self.budget.add_stream_unchecked();
+        self.stream_id_next = self.stream_id_next.max(snapshot.id.next());
+        let mut config = snapshot.config.clone();
+        self.share_content_type(&mut config.content_type);
+        let stream = Arc::new(Stream::from_snapshot(StreamSnapshot { config, ..snapshot }, fork));
+        stream.write_state().writer.charged = charged;
+        if let Some(damage) = stream.damage() {
+            tracing::error!(
+                stream = %stream.name,
+                offset = %damage.at,
+                reason = %damage.reason,
+                "stream damaged: it is served up to the damage and refuses writes"
+            );
+            self.shared.counters.damage.damaged_streams.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(deadline) = stream.deadline_ms() {
+            self.expiry.push(deadline, stream.id, Arc::clone(&stream.name));
+        }
+        stream
+    }
+
+    /// Queues the removal of every soft-deleted stream no fork reads any more, as if its
+    /// last fork went now: the first batch removes it and releases its own source.
+    fn finish_interrupted_cascades(&mut self) {
+        let mut orphaned = Vec::new();
+        self.shared.directory.for_each(|stream| {
+            let mut state = stream.write_state();
+            if state.writer.deleted && state.writer.forks == 0 {
+                state.writer.forks = 1;
+                orphaned.push((Arc::clone(&stream.name), stream.id));
+            }
+        });
+        for (name, id) in orphaned {
+            tracing::info!(stream = %name, "removing a soft-deleted stream whose last fork went before a crash");
+            self.shared.release_fork(name, id);
+        }
+    }
+}
+
+/// The bytes a recovered stream holds of its own (a fork's inherited ones are its source's).
+fn own_bytes(snapshot: &StreamSnapshot) -> u64 {
+    let start = snapshot.fork.as_ref().map_or(Offset::ZERO, ForkRef::start);
+    snapshot.tail.bytes.saturating_sub(start.bytes)
+}
+
+/// What a recovered stream is charged: itself, its own data, an append per record of its
+/// chain with the tags they carried, and its producers.
+fn recovered_charge(snapshot: &StreamSnapshot) -> u64 {
+    let producers: u64 = snapshot.producers.iter().map(|(id, _)| producer_charge(id)).sum();
+    stream_charge(&snapshot.name, snapshot.config.content_type.as_str())
+        + own_bytes(snapshot)
+        + snapshot.chain_n * APPEND_CHARGE_BYTES
+        + snapshot.tag_bytes
+        + producers
+}
