@@ -28,7 +28,8 @@
 //! - `op`: the requests, outcomes and errors of mutations, and the messages shards take.
 //! - `fork_point`: where a new fork starts, checked against its source.
 //! - `shard`: one thread per shard, the single writer of its streams: batch → apply →
-//!   commit → publish. `shard::apply` holds every rule about mutations.
+//!   commit → publish. `shard::apply` holds every rule about mutations; `shard::install`
+//!   puts recovered streams in every shard at start, forks linked to their sources.
 //! - `config`, `engine`: the [`Engine`] handle — validates the configuration, opens the
 //!   storage, starts the shards, routes a name to its shard with xxh3.
 //! - [`inspect`]: read-only access to a data directory for offline tools (`ds-tool`).
