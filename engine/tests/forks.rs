@@ -1,7 +1,8 @@
 //! Forks survive restarts in every disk mode: a fork's reference to its source (inherited
 //! bytes read back across the restart, through soft-deleted sources), soft deletes (the name
 //! stays held, the bytes stay readable through the forks), the cascade when the last fork
-//! goes, and a cascade a crash interrupted, which recovery finishes.
+//! goes, and a cascade a crash interrupted, which recovery finishes; a fork whose source is
+//! lost is kept, damaged.
 
 mod support;
 
@@ -102,4 +103,34 @@ fn a_cascade_a_crash_interrupts_finishes_at_restart() {
         assert_eq!(harness.soft_deleted("source"), None, "{mode}: the first batch finished the cascade");
         harness.create("source", plain_config()).expect("the name is free again");
     }
+}
+
+#[test]
+fn a_fork_whose_source_is_lost_keeps_its_own_messages_and_fails_the_inherited_ones() {
+    use ds_engine::testing::Vfs;
+    let mut harness = Harness::with_mode(StorageMode::FileDurable, SEGMENT_BYTES);
+    harness.create("source", plain_config()).unwrap();
+    harness.append(append_request("source", "inherited")).unwrap();
+    harness.fork("fork", "source", None).unwrap();
+    harness.append(append_request("fork", "own")).unwrap();
+    harness.shutdown();
+    // The source's file is lost (an operator's mistake, a disk that lost it).
+    let source_file = harness.stream_file("source");
+    harness.disk.remove_file(&source_file).unwrap();
+    harness.start();
+    let damage = harness.damage("fork").expect("the fork is marked damaged");
+    assert!(damage.reason.contains("source"), "{damage:?}");
+    let (own, error) = harness.read_from("fork", Offset { messages: 1, bytes: 9 });
+    assert_eq!((own.as_str(), error), ("own", None), "its own messages are served");
+    let (inherited, error) = harness.read_from("fork", Offset::ZERO);
+    assert_eq!(
+        (inherited.as_str(), error),
+        ("", Some(ds_engine::ReadError::Damaged)),
+        "nothing damaged is served"
+    );
+    let refused = harness.append(append_request("fork", "more"));
+    assert!(
+        matches!(refused, Err(OpError::StreamDamaged { .. })),
+        "a damaged stream refuses writes: {refused:?}"
+    );
 }
