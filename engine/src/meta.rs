@@ -73,6 +73,16 @@ impl ForkRef {
             bytes => self.until.advance(1, bytes),
         }
     }
+
+    /// Whether a decoded reference can be one the engine made: inheritance ends at or after
+    /// the offset asked for, and its start is an offset (what decoders check).
+    pub fn is_consistent(&self) -> bool {
+        let (asked, until) = (self.origin.offset, self.until);
+        let whole = asked.messages <= until.messages && asked.bytes <= until.bytes;
+        let fits = until.messages < crate::offset::MESSAGES_MAX
+            && until.bytes.checked_add(self.partial_bytes).is_some();
+        whole && fits
+    }
 }
 
 /// A stream's durable state: what recovery rebuilds and a checkpoint stores.

@@ -503,13 +503,8 @@ impl Reader<'_> {
         let source_id = StreamId::from_raw(self.u64()?);
         let origin = ForkOrigin { source, offset: self.offset()?, sub_offset: self.u64()? };
         let (until, partial_bytes) = (self.offset()?, self.u64()?);
-        let whole = origin.offset.messages <= until.messages && origin.offset.bytes <= until.bytes;
-        let fits =
-            until.messages < crate::offset::MESSAGES_MAX && until.bytes.checked_add(partial_bytes).is_some();
-        if !whole || !fits {
-            return Err(DecodeError::BadMeta);
-        }
-        Ok(ForkRef { origin, source_id, until, partial_bytes })
+        let fork = ForkRef { origin, source_id, until, partial_bytes };
+        fork.is_consistent().then_some(fork).ok_or(DecodeError::BadMeta)
     }
 
     fn chain(&mut self) -> Result<Chain, DecodeError> {

@@ -172,13 +172,8 @@ fn decode_fork(input: &mut Decoder<'_>) -> Result<Option<ForkRef>, DecodeFailure
     let offset = Offset { messages: input.u64()?, bytes: input.u64()? };
     let origin = ForkOrigin { source, offset, sub_offset: input.u64()? };
     let until = Offset { messages: input.u64()?, bytes: input.u64()? };
-    let partial_bytes = input.u64()?;
-    let fits =
-        until.messages < crate::offset::MESSAGES_MAX && until.bytes.checked_add(partial_bytes).is_some();
-    if !fits {
-        return Err(DecodeFailure);
-    }
-    Ok(Some(ForkRef { origin, source_id, until, partial_bytes }))
+    let fork = ForkRef { origin, source_id, until, partial_bytes: input.u64()? };
+    fork.is_consistent().then_some(Some(fork)).ok_or(DecodeFailure)
 }
 
 fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot, DecodeFailure> {
