@@ -9,6 +9,8 @@
 //!   subscribers, so the generator's cost per delivery stays below the server's).
 //! - [`stats`]: latency histograms (HDR) and their summaries.
 //! - [`process`]: the server's resident memory and CPU time from `/proc` (`--server-pid`).
+//! - [`server_metrics`]: a ds server's device flushes over the measured phase, from its
+//!   `/metrics`.
 //! - [`run`]: what scenarios share — settings, the warm-up/measured clock, per-worker tallies,
 //!   the progress line, the server's CPU and memory over the measured phase.
 //! - [`scenario`]: one module per scenario; each returns a report of named figures.
@@ -24,6 +26,7 @@ pub mod process;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod server_metrics;
 pub mod sse;
 pub mod sse_stream;
 pub mod stats;

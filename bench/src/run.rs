@@ -15,6 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::process;
 use crate::report::Report;
+use crate::server_metrics::FlushCounters;
 use crate::stats::Latencies;
 use crate::target::Target;
 
@@ -205,21 +206,34 @@ fn progress_message(clock: &Clock, live: &Live) -> String {
 pub struct ServerProbe {
     pid: Option<u32>,
     cpu_at_start: tokio::task::JoinHandle<Option<f64>>,
+    target: Target,
+    flushes_at_start: tokio::task::JoinHandle<Option<FlushCounters>>,
 }
 
 impl ServerProbe {
-    /// Samples the server's CPU time when the measured phase begins.
-    pub fn start(pid: Option<u32>, clock: Clock) -> ServerProbe {
+    /// Samples the server's CPU time (and its flush counters) when the measured phase begins.
+    pub fn start(settings: &Settings, clock: Clock) -> ServerProbe {
+        let pid = settings.server_pid;
         let cpu_at_start = tokio::spawn(async move {
             tokio::time::sleep_until(clock.measure_from.into()).await;
             pid.and_then(process::cpu_seconds)
         });
-        ServerProbe { pid, cpu_at_start }
+        let target = settings.target.clone();
+        let probed = target.clone();
+        let flushes_at_start = tokio::spawn(async move {
+            tokio::time::sleep_until(clock.measure_from.into()).await;
+            FlushCounters::fetch(&probed).await
+        });
+        ServerProbe { pid, cpu_at_start, target, flushes_at_start }
     }
 
-    /// Adds the server's CPU seconds and share of one core over the measured phase, and its
-    /// peak and current resident memory.
+    /// Adds the server's device flushes over the measured phase (a ds server in acid mode),
+    /// its CPU seconds and share of one core, and its peak and current resident memory.
     pub async fn finish(self, clock: &Clock, report: &mut Report) {
+        let flushes_before = self.flushes_at_start.await.ok().flatten();
+        if let (Some(before), Some(after)) = (flushes_before, FlushCounters::fetch(&self.target).await) {
+            before.report(&after, clock.measured_secs(), report);
+        }
         let Some(pid) = self.pid else { return };
         let before = self.cpu_at_start.await.ok().flatten();
         if let (Some(before), Some(after)) = (before, process::cpu_seconds(pid)) {

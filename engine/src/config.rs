@@ -82,6 +82,9 @@ pub struct EngineConfig {
     pub limits: Limits,
     /// Size of each WAL segment (acid).
     pub segment_bytes: u64,
+    /// Shards on one file system share each device flush where the file system guarantees
+    /// it covers them all (acid; `false`: every commit flushes its own file).
+    pub shared_flush: bool,
     /// Stream files kept open across all shards (file modes).
     pub file_handles_max: usize,
     pub io_error_policy: IoErrorPolicy,
@@ -104,6 +107,7 @@ impl Default for EngineConfig {
             shard_count: 16,
             limits: Limits::default(),
             segment_bytes: SEGMENT_BYTES_DEFAULT,
+            shared_flush: true,
             file_handles_max: 1024,
             io_error_policy: IoErrorPolicy::Abort,
             threading: Threading::Threads,

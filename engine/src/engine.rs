@@ -26,6 +26,7 @@ use crate::name::StreamName;
 use crate::op::{AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, ForkRequest, Op, OpError};
 use crate::producer::PRODUCER_IDLE_MS_MAX;
 use crate::shard::{self, Shard, ShardSettings, ShardShared};
+use crate::storage::flush::{FlushGroup, FlushStats};
 use crate::storage::open::{self, OpenError, OpenedStore, StoreSettings};
 use crate::storage::RecoveryReport;
 use crate::storage::StorageMode;
@@ -44,6 +45,8 @@ struct EngineInner {
     runners: Mutex<Runners>,
     budget: Arc<ByteBudget>,
     recovery: Vec<RecoveryReport>,
+    /// How commits become durable (acid): one group per file system.
+    flush_groups: Vec<Arc<FlushGroup>>,
 }
 
 /// What runs the shards, and what must outlive them.
@@ -97,8 +100,8 @@ impl Engine {
     /// the shards.
     pub fn start(config: EngineConfig) -> Result<Engine, EngineError> {
         config.validate()?;
-        let OpenedStore { shards: opened, lock, housekeeper } = open::open(&store_settings(&config))
-            .map_err(|error| match error {
+        let OpenedStore { shards: opened, lock, housekeeper, flush_groups } =
+            open::open(&store_settings(&config)).map_err(|error| match error {
                 OpenError::Storage(detail) => EngineError::Storage(detail),
                 OpenError::Spawn(error) => EngineError::Spawn(error),
             })?;
@@ -127,7 +130,8 @@ impl Engine {
             Threading::Manual => Runners::Manual { shards, lock },
             Threading::Threads => Runners::Threads { shards: spawn_shards(shards)?, housekeeper, lock },
         };
-        let inner = EngineInner { config, shards: shareds, runners: Mutex::new(runners), budget, recovery };
+        let runners = Mutex::new(runners);
+        let inner = EngineInner { config, shards: shareds, runners, budget, recovery, flush_groups };
         release_freed_memory();
         Ok(Engine { inner: Arc::new(inner) })
     }
@@ -143,7 +147,10 @@ impl Engine {
         let mut runners = self.inner.runners.lock().expect("engine runners lock");
         match &mut *runners {
             Runners::Manual { shards, .. } => {
-                shards.iter_mut().fold(false, |took, shard| shard.step() | took)
+                // Every shard writes before any waits: one flush covers them all.
+                let took = shards.iter_mut().fold(false, |took, shard| shard.write_step() | took);
+                shards.iter_mut().for_each(Shard::settle_step);
+                took
             }
             _ => false,
         }
@@ -267,6 +274,15 @@ impl Engine {
             .collect()
     }
 
+    /// The device flushes that made commits durable (acid; empty in the other modes).
+    pub fn flush_stats(&self) -> FlushStats {
+        let mut total = FlushStats::default();
+        for group in &self.inner.flush_groups {
+            total.merge(&group.stats());
+        }
+        total
+    }
+
     /// Wakes every live reader of every stream, whether or not its stream moved (the
     /// front's shutdown: woken readers look at the front's signal and end).
     pub fn wake_live_readers(&self) {
@@ -331,6 +347,7 @@ fn store_settings(config: &EngineConfig) -> StoreSettings {
         inline: config.threading == Threading::Manual,
         vfs: Arc::clone(&config.vfs.0),
         now_ms: config.clock.now_ms(),
+        shared_flush: config.shared_flush,
     }
 }
 

@@ -66,6 +66,11 @@ pub struct Args {
     /// Size of each acid WAL segment in bytes [default: 32 MiB, or enough for the largest record]
     #[arg(long, env = "DS_STORAGE__SEGMENT_BYTES")]
     pub segment_bytes: Option<String>,
+    /// Shards on one file system share each device flush where the file system makes one
+    /// flush cover them all (ext4 without data=journal, XFS); `false`: each shard's commit
+    /// flushes its own log
+    #[arg(long, env = "DS_STORAGE__SHARED_FLUSH", default_value = "true")]
+    pub shared_flush: String,
     /// Most client connections served at once; more get a fast 503 with Retry-After
     #[arg(long, env = "DS_SERVER__MAX_CONNECTIONS", default_value = "10000")]
     pub max_connections: String,
@@ -222,6 +227,7 @@ impl Args {
             shard_count,
             limits: Limits { total_bytes_max, stream_bytes_max, streams_max },
             segment_bytes: self.segment_bytes(stream_bytes_max)?,
+            shared_flush: boolean("DS_STORAGE__SHARED_FLUSH", &self.shared_flush)?,
             ..EngineConfig::default()
         })
     }

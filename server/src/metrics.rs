@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use ds_engine::HistogramSnapshot;
-use ds_engine::{EngineStats, ShardStats};
+use ds_engine::{EngineStats, FlushStats, ShardStats};
 
 /// What a request was, for the `route` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,20 +175,50 @@ pub struct FrontGauges {
     pub body_held_bytes: u64,
 }
 
+/// What the engine reports, for one exposition.
+pub struct EngineView<'a> {
+    pub stats: &'a EngineStats,
+    pub shards: &'a [ShardStats],
+    /// A disk mode: commits write and sync.
+    pub disk: bool,
+    /// The device flushes that made commits durable (acid).
+    pub flushes: Option<&'a FlushStats>,
+}
+
 /// The whole exposition: the front's counters, then the engine's.
-pub fn render(
-    metrics: &Metrics,
-    front: FrontGauges,
-    engine: &EngineStats,
-    shards: &[ShardStats],
-    disk: bool,
-) -> String {
+pub fn render(metrics: &Metrics, front: FrontGauges, engine: EngineView<'_>) -> String {
     let mut out = String::with_capacity(8192);
     render_front(&mut out, metrics);
     let held_help = "Request body bytes held in memory (against DS_LIMITS__MAX_BODY_BUFFER_BYTES).";
     single(&mut out, "ds_request_body_held_bytes", "gauge", held_help, front.body_held_bytes);
-    render_engine(&mut out, engine, shards, disk);
+    render_engine(&mut out, engine.stats, engine.shards, engine.disk);
+    if let Some(flushes) = engine.flushes {
+        render_flushes(&mut out, flushes);
+    }
     out
+}
+
+/// The device flushes of acid's commits: how many, what each covered, how long each took.
+fn render_flushes(out: &mut String, flushes: &FlushStats) {
+    let shared_help = "1 when shards on one file system share each device flush (ext4 or XFS), 0 when each shard flushes its own log.";
+    single(out, "ds_flush_shared", "gauge", shared_help, u8::from(flushes.shared));
+    single(
+        out,
+        "ds_flushes_total",
+        "counter",
+        "Device flushes (fdatasync) that made commits durable.",
+        flushes.flushes,
+    );
+    let commits_help =
+        "Shard commits (batches) made durable by those flushes: more than one per flush when shared.";
+    single(out, "ds_flush_commits_total", "counter", commits_help, flushes.commits);
+    let records_help =
+        "Records (one per accepted create, append, close or delete) made durable by those flushes.";
+    single(out, "ds_flush_records_total", "counter", records_help, flushes.records);
+    header(out, "ds_flush_records", "histogram", "Records made durable per device flush.");
+    histogram(out, "ds_flush_records", &flushes.records_per_flush, 1.0);
+    header(out, "ds_flush_seconds", "histogram", "Time one device flush (fdatasync) took.");
+    histogram(out, "ds_flush_seconds", &flushes.flush_us, 1e-6);
 }
 
 fn render_front(out: &mut String, metrics: &Metrics) {
@@ -274,7 +304,7 @@ fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], 
             out,
             "ds_commit_seconds",
             "histogram",
-            "Time to make one batch durable: its write and fdatasync.",
+            "Time to make one batch durable: its write and the flush that covers it.",
         );
         histogram(out, "ds_commit_seconds", &commit_us, 1e-6);
     }
@@ -319,11 +349,12 @@ mod tests {
         metrics.request(Route::Append, 200);
         metrics.request(Route::Read, 404);
         metrics.request(Route::Other, 999);
-        let text = render(&metrics, FrontGauges::default(), &EngineStats::default(), &[], false);
+        let text = render(&metrics, FrontGauges::default(), memory(&EngineStats::default()));
         assert!(text.contains("ds_requests_total{route=\"append\",status=\"200\"} 2\n"), "{text}");
         assert!(text.contains("ds_requests_total{route=\"read\",status=\"404\"} 1\n"), "{text}");
         assert!(!text.contains("999"), "out-of-range statuses are not counted: {text}");
         assert!(!text.contains("ds_commit_seconds"), "no commit histogram in memory mode");
+        assert!(!text.contains("ds_flushes_total"), "no flushes in memory mode");
     }
 
     #[test]
@@ -333,7 +364,7 @@ mod tests {
         let _second = metrics.live_reader(true);
         drop(first);
         let _poll = metrics.live_reader(false);
-        let text = render(&metrics, FrontGauges::default(), &EngineStats::default(), &[], false);
+        let text = render(&metrics, FrontGauges::default(), memory(&EngineStats::default()));
         assert!(text.contains("ds_live_readers{kind=\"sse\"} 1\n"), "{text}");
         assert!(text.contains("ds_live_readers{kind=\"long-poll\"} 1\n"), "{text}");
     }
@@ -345,13 +376,33 @@ mod tests {
         histogram.record(1000);
         let shard =
             ShardStats { queue_depth: 2, batch_ops: histogram.snapshot(), commit_us: histogram.snapshot() };
-        let text =
-            render(&Metrics::default(), FrontGauges::default(), &EngineStats::default(), &[shard], true);
+        let flushes = ds_engine::FlushStats {
+            shared: true,
+            flushes: 2,
+            commits: 5,
+            records: 40,
+            records_per_flush: histogram.snapshot(),
+            flush_us: histogram.snapshot(),
+        };
+        let stats = EngineStats::default();
+        let shards = [shard];
+        let engine = EngineView { stats: &stats, shards: &shards, disk: true, flushes: Some(&flushes) };
+        let text = render(&Metrics::default(), FrontGauges::default(), engine);
         assert!(text.contains("ds_batch_ops_bucket{le=\"4\"} 1\n"), "{text}");
         assert!(text.contains("ds_batch_ops_bucket{le=\"1024\"} 2\n"), "{text}");
         assert!(text.contains("ds_batch_ops_bucket{le=\"+Inf\"} 2\n"), "{text}");
         assert!(text.contains("ds_batch_ops_count 2\n"), "{text}");
         assert!(text.contains("ds_commit_seconds_bucket{le=\"0.000004\"} 1\n"), "{text}");
         assert!(text.contains("ds_shard_queue_depth{shard=\"0\"} 2\n"), "{text}");
+        assert!(text.contains("ds_flush_shared 1\n"), "{text}");
+        assert!(
+            text.contains("ds_flushes_total 2\n") && text.contains("ds_flush_records_total 40\n"),
+            "{text}"
+        );
+        assert!(text.contains("ds_flush_seconds_bucket{le=\"0.000004\"} 1\n"), "{text}");
+    }
+
+    fn memory(stats: &EngineStats) -> EngineView<'_> {
+        EngineView { stats, shards: &[], disk: false, flushes: None }
     }
 }

@@ -34,7 +34,7 @@ pub async fn run(settings: &Settings, options: &AppendOptions) -> Result<Report,
     let clock = Clock::start(settings);
     let live = Arc::new(Live::default());
     let progress = Progress::start("append", settings, clock, Arc::clone(&live));
-    let probe = ServerProbe::start(settings.server_pid, clock);
+    let probe = ServerProbe::start(settings, clock);
     let body = Bytes::from(vec![b'x'; options.bytes]);
     let workers: Vec<_> = (0..options.connections.max(1))
         .map(|worker| {

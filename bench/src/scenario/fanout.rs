@@ -73,7 +73,7 @@ pub async fn run(settings: &Settings, options: &FanoutOptions) -> Result<Report,
     let clock = Clock::start(settings);
     let live = Arc::new(Live::default());
     let progress = Progress::start("fanout", settings, clock, Arc::clone(&live));
-    let probe = ServerProbe::start(settings.server_pid, clock);
+    let probe = ServerProbe::start(settings, clock);
     let (sent, errors) = write_events(&mut writer, &path, base, clock, &live, options).await;
     let _ = total_tx.send(Some(sent));
     let (mut received, mut reconnects) = (0u64, 0u64);

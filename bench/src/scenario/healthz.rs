@@ -17,7 +17,7 @@ pub async fn run(settings: &Settings, connections: usize) -> Result<Report, Stri
     let clock = Clock::start(settings);
     let live = Arc::new(Live::default());
     let progress = Progress::start("healthz", settings, clock, Arc::clone(&live));
-    let probe = ServerProbe::start(settings.server_pid, clock);
+    let probe = ServerProbe::start(settings, clock);
     let workers: Vec<_> = (0..connections.max(1))
         .map(|_| {
             let (settings, live) = (settings.clone(), Arc::clone(&live));

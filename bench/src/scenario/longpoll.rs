@@ -42,7 +42,7 @@ pub async fn run(settings: &Settings, options: &LongpollOptions) -> Result<Repor
     let clock = Clock::start(settings);
     let live = Arc::new(Live::default());
     let progress = Progress::start("longpoll", settings, clock, Arc::clone(&live));
-    let probe = ServerProbe::start(settings.server_pid, clock);
+    let probe = ServerProbe::start(settings, clock);
     let (total_tx, total_rx) = watch::channel(None::<u64>);
     let readers: Vec<_> = (0..options.readers.max(1))
         .map(|_| {

@@ -43,7 +43,7 @@ pub async fn run(settings: &Settings, options: &MixedOptions) -> Result<Report, 
     let clock = Clock::start(settings);
     let live = Arc::new(Live::default());
     let progress = Progress::start("mixed", settings, clock, Arc::clone(&live));
-    let probe = ServerProbe::start(settings.server_pid, clock);
+    let probe = ServerProbe::start(settings, clock);
     let spawn = |role: Role, index: usize| {
         let (settings, live, paths, bytes) =
             (settings.clone(), Arc::clone(&live), Arc::clone(&paths), options.bytes);

@@ -33,7 +33,7 @@ pub async fn run(settings: &Settings, options: &ReadOptions) -> Result<Report, S
     let clock = Clock::start(settings);
     let live = Arc::new(Live::default());
     let progress = Progress::start("read", settings, clock, Arc::clone(&live));
-    let probe = ServerProbe::start(settings.server_pid, clock);
+    let probe = ServerProbe::start(settings, clock);
     let passes = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..options.connections.max(1))
         .map(|_| {

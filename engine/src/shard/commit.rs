@@ -17,19 +17,40 @@ use crate::stream::Published;
 
 impl Shard {
     /// Steps 3 and 4: make the batch durable, then publish it.
-    pub(super) fn commit(&mut self, mut batch: Batch) {
-        if !batch.records.is_empty() || !batch.moves.is_empty() || !batch.replies.is_empty() {
-            batch.places.clear();
-            let started = Instant::now();
-            let committing =
-                Committing { records: &batch.records, moves: &batch.moves, time_ms: batch.now_ms };
-            if let Err(error) = self.persist.commit(committing, &mut batch.places) {
-                self.settings.io_error_policy.fatal("commit", &error);
-                self.failed = true;
+    pub(super) fn commit(&mut self, batch: Batch) {
+        if let Some(batch) = self.write(batch) {
+            self.settle(batch);
+        }
+    }
+
+    /// Step 3, first half: the batch's records are written (durable once `settle` has
+    /// waited for the flush). `None` when the write failed: nothing is published.
+    pub(super) fn write(&mut self, mut batch: Batch) -> Option<Batch> {
+        batch.written = !batch.records.is_empty() || !batch.moves.is_empty() || !batch.replies.is_empty();
+        if !batch.written {
+            return Some(batch);
+        }
+        batch.places.clear();
+        batch.started = Some(Instant::now());
+        let committing = Committing { records: &batch.records, moves: &batch.moves, time_ms: batch.now_ms };
+        if let Err(error) = self.persist.commit(committing, &mut batch.places) {
+            self.fail("commit", &error);
+            return None;
+        }
+        assert_eq!(batch.places.len(), batch.records.len() + batch.moves.len(), "one place each");
+        Some(batch)
+    }
+
+    /// Step 3, second half, and step 4: once the flush covers the batch, publish it; then
+    /// checkpoint, compaction and renewals when due, and keep the batch's buffers.
+    pub(super) fn settle(&mut self, mut batch: Batch) {
+        if batch.written {
+            if let Err(error) = self.persist.finish_commit() {
+                self.fail("flush", &error);
                 return;
             }
+            let started = batch.started.take().expect("a written batch has its start time");
             self.shared.counters.commit_us.record(started.elapsed().as_micros() as u64);
-            assert_eq!(batch.places.len(), batch.records.len() + batch.moves.len(), "one place each");
             self.publish(&mut batch);
             if self.persist.maintenance().is_some_and(|log| log.checkpoint_due()) {
                 self.checkpoint(CheckpointKind::Routine);
@@ -48,6 +69,13 @@ impl Shard {
         batch.move_owners.clear();
         batch.touched.clear();
         self.recycled = Some(batch);
+    }
+
+    /// A write or flush failed: under the policy the process stops; otherwise this shard
+    /// takes no more ops and answers nothing of the batch.
+    fn fail(&mut self, what: &str, error: &std::io::Error) {
+        self.settings.io_error_policy.fatal(what, error);
+        self.failed = true;
     }
 
     /// Step 4: readers see the batch, requesters get their answers, live readers wake.

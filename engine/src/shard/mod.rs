@@ -176,6 +176,8 @@ pub(crate) struct Shard {
     moves: VecDeque<Resident>,
     /// Readers' renewals are saved no earlier than this (clock milliseconds).
     renewals_due_ms: u64,
+    /// A batch written by `write_step`, waiting for `settle_step`.
+    written: Option<Batch>,
 }
 
 /// One group commit's worth of applied ops.
@@ -199,6 +201,10 @@ pub(crate) struct Batch {
     overlay: Overlay,
     replies: Vec<Pending>,
     payload_bytes: usize,
+    /// The batch had something to commit (`commit::write`).
+    written: bool,
+    /// When its commit started.
+    started: Option<std::time::Instant>,
 }
 
 /// A reply that waits for the batch's commit.
@@ -256,6 +262,7 @@ impl Shard {
             failed: false,
             moves: VecDeque::new(),
             renewals_due_ms: 0,
+            written: None,
         };
         (shard, shared)
     }
@@ -286,16 +293,26 @@ impl Shard {
         self.finish();
     }
 
-    /// Runs one batch of whatever is queued (and any due expiries) without waiting; for
-    /// engines whose caller drives the shards. Returns whether an op was taken.
-    pub fn step(&mut self) -> bool {
+    /// For engines whose caller drives the shards: collects and writes one batch of whatever
+    /// is queued (and any due expiries) without waiting; [`Shard::settle_step`] makes it
+    /// durable and publishes it, so the caller can let every shard write before any waits
+    /// and one flush covers them all. Returns whether an op was taken.
+    pub fn write_step(&mut self) -> bool {
         if self.failed {
             return false;
         }
         let first = self.ops.try_recv().ok();
         let took_op = first.is_some();
-        self.run_batch(first);
+        let (batch, _) = self.collect(first);
+        self.written = self.write(batch);
         took_op
+    }
+
+    /// The second half of a step: settles the batch [`Shard::write_step`] wrote.
+    pub fn settle_step(&mut self) {
+        if let Some(batch) = self.written.take() {
+            self.settle(batch);
+        }
     }
 
     /// The clean end: readers' renewals and a final checkpoint (disk modes, unless a commit

@@ -13,7 +13,8 @@
 //!   header and a payload crc32, its encoding, scans of many), `chain/` (each stream's
 //!   records linked backwards by skip links, and reading a stream along them), `replay`
 //!   (how records rebuild a stream's durable state), `chunk` (what a read returns),
-//!   `vfs/` (every file operation, real, read-only or simulated).
+//!   `vfs/` (every file operation, real, read-only or simulated), `flush` (the device
+//!   flush that makes a commit durable, shared by the logs of one file system).
 //! - `maintenance`: the optional interface of a log that is checkpointed and compacted.
 //! - The data directory: `mode` (the storage modes), `manifest` (its identity), `open`
 //!   (lock, manifest, recovery, one opened shard per shard thread), `renewals` (TTL windows
@@ -22,6 +23,7 @@
 pub mod chain;
 pub mod chunk;
 pub mod files;
+pub mod flush;
 pub mod maintenance;
 pub mod manifest;
 pub mod memory;
@@ -134,10 +136,16 @@ pub(crate) struct Committing<'a> {
 
 /// Step 3 of the shard loop, in every mode.
 pub(crate) trait Persist: Send {
-    /// Makes `batch` durable in the mode's sense and says where each record and each move
-    /// went (one place each, records first, in order). An error is fatal: nothing of the
-    /// batch is acknowledged.
+    /// Writes `batch` and says where each record and each move went (one place each,
+    /// records first, in order). An error is fatal: nothing of the batch is acknowledged.
     fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> std::io::Result<()>;
+
+    /// Returns once the last commit is durable in the mode's sense (a device flush the
+    /// commit may share with other shards: `flush`). Called after every commit, before
+    /// anything of it is acknowledged; an error is fatal.
+    fn finish_commit(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 
     /// Makes ready what chaining an append to `stream` (called `name`, its last committed
     /// record at `chain_tail`) needs, before the shard accepts it: a refusal here refuses

@@ -2,9 +2,11 @@
 //!
 //! Memory mode opens nothing. acid locks `DS_STORAGE__DATA_DIR` (an exclusive fs2 lock, so
 //! a second process is refused), checks or writes the manifest, starts the housekeeper, and
-//! recovers every shard from `shard-NNN/` in parallel before any shard serves.
+//! recovers every shard from `shard-NNN/` in parallel before any shard serves. Shards whose
+//! directories are on one file system that allows it share device flushes (`flush`).
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -18,6 +20,7 @@ use crate::storage::files;
 use crate::storage::files::handles::Handles;
 use crate::storage::files::source::FileStore;
 use crate::storage::files::writer::FileWriter;
+use crate::storage::flush::FlushGroup;
 use crate::storage::record::codec::{HEADER_BYTES, META_BYTES_MAX, RECORD_ALIGN};
 use crate::storage::vfs::{create_dir_durably, Vfs};
 use crate::storage::wal::housekeeper::{Housekeeper, Task};
@@ -61,6 +64,8 @@ pub(crate) struct OpenedStore {
     pub lock: Option<Box<dyn Any + Send + Sync>>,
     /// The housekeeper thread (it ends once the shards' writers are gone).
     pub housekeeper: Option<JoinHandle<()>>,
+    /// How commits become durable, one group per file system (acid), for statistics.
+    pub flush_groups: Vec<Arc<FlushGroup>>,
 }
 
 /// What opening a data directory needs (the engine's configuration, as storage sees it).
@@ -80,6 +85,8 @@ pub(crate) struct StoreSettings {
     pub vfs: Arc<dyn Vfs>,
     /// The time recovery takes as now (clock milliseconds).
     pub now_ms: u64,
+    /// Shards on one file system share device flushes where it is safe (`flush`).
+    pub shared_flush: bool,
 }
 
 /// Why a data directory could not be opened.
@@ -106,6 +113,7 @@ pub(crate) fn open(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             shards: (0..config.shard_count).map(|_| OpenedShard::memory()).collect(),
             lock: None,
             housekeeper: None,
+            flush_groups: Vec::new(),
         }),
         StorageMode::Acid => open_acid(config),
         StorageMode::FileFast | StorageMode::FileDurable => open_files(config),
@@ -162,7 +170,7 @@ fn open_files(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             report: report.take(),
         });
     }
-    Ok(OpenedStore { shards, lock: Some(lock), housekeeper: None })
+    Ok(OpenedStore { shards, lock: Some(lock), housekeeper: None, flush_groups: Vec::new() })
 }
 
 /// Recovers every shard: in parallel, or one after another under manual threading (so a
@@ -190,7 +198,6 @@ fn recover_shards(config: &StoreSettings, vfs: &dyn Vfs) -> Vec<std::io::Result<
 fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
     let lock = lock_data_dir(config)?;
     let vfs = Arc::clone(&config.vfs);
-    let dir = &config.data_dir;
     let (housekeeper, thread) = match config.inline {
         false => {
             let (housekeeper, thread) = Housekeeper::start(Arc::clone(&vfs)).map_err(OpenError::Spawn)?;
@@ -200,13 +207,17 @@ fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
     };
     let recovered = recover_shards(config, vfs.as_ref());
     let mut shards = Vec::with_capacity(recovered.len());
+    let mut flush_groups = FlushGroups::default();
     for (shard, result) in recovered.into_iter().enumerate() {
         let recovered = result.map_err(storage_error(format!("recovering shard {shard}")))?;
+        let dir = shard_dir(&config.data_dir, shard as u32);
         let ledger = Arc::new(Ledger::from_state(recovered.ledger));
         let pending: Vec<Location> = ledger.snapshot().pending.into_iter().collect();
+        let domain = config.shared_flush.then(|| vfs.flush_domain(&dir)).flatten();
         let files = ShardFiles {
             vfs: Arc::clone(&vfs),
-            dir: shard_dir(dir, shard as u32),
+            flush: flush_groups.for_domain(domain),
+            dir,
             shard: shard as u32,
             segment_bytes: config.segment_bytes,
         };
@@ -230,5 +241,33 @@ fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             report: Some(recovered.report),
         });
     }
-    Ok(OpenedStore { shards, lock: Some(lock), housekeeper: thread })
+    let flush_groups = flush_groups.all();
+    let shared = flush_groups.iter().any(|group| group.is_shared());
+    tracing::info!(
+        shared,
+        "device flushes {}",
+        if shared { "shared by the shards of each file system" } else { "per shard" }
+    );
+    Ok(OpenedStore { shards, lock: Some(lock), housekeeper: thread, flush_groups })
+}
+
+/// One shared flush group per file system that allows it, one per-file group for the rest.
+#[derive(Default)]
+struct FlushGroups {
+    shared: BTreeMap<u64, Arc<FlushGroup>>,
+    per_file: Option<Arc<FlushGroup>>,
+}
+
+impl FlushGroups {
+    fn for_domain(&mut self, domain: Option<u64>) -> Arc<FlushGroup> {
+        let group = match domain {
+            Some(domain) => self.shared.entry(domain).or_insert_with(FlushGroup::shared),
+            None => self.per_file.get_or_insert_with(FlushGroup::per_file),
+        };
+        Arc::clone(group)
+    }
+
+    fn all(self) -> Vec<Arc<FlushGroup>> {
+        self.shared.into_values().chain(self.per_file).collect()
+    }
 }

@@ -191,6 +191,8 @@ struct Coverage {
     forks: u64,
     soft_deletes: u64,
     cascades: u64,
+    /// Commits made durable by another shard's device flush (acid's shared flushes).
+    flushes_shared: u64,
 }
 
 struct Sim {
@@ -227,7 +229,7 @@ impl Sim {
         EngineConfig {
             mode: self.mode,
             data_dir: PathBuf::from("/data"),
-            shard_count: 2,
+            shard_count: 4,
             limits: Limits {
                 total_bytes_max: 1 << 30,
                 stream_bytes_max: STREAM_BYTES_MAX,
@@ -287,8 +289,7 @@ impl Sim {
                     self.check_exact("after a crash between rounds");
                 }
                 28..=32 => {
-                    self.coverage.moves += self.engine().stats().moves;
-                    self.engine.take().expect("running").shutdown();
+                    self.take_engine().shutdown();
                     self.start();
                     self.forget_if_in_memory();
                     self.check_exact("after a clean restart");
@@ -331,12 +332,20 @@ impl Sim {
         answers.into_iter().map(|answer| answer.unwrap_or(Answer::Lost)).collect()
     }
 
+    /// The running engine, its coverage counted.
+    fn take_engine(&mut self) -> Engine {
+        let engine = self.engine.take().expect("running");
+        self.coverage.moves += engine.stats().moves;
+        let flushes = engine.flush_stats();
+        self.coverage.flushes_shared += flushes.commits - flushes.flushes;
+        engine
+    }
+
     /// A crash: the engine stops without its clean shutdown, the disk keeps what an fsync
     /// covered plus a seeded choice of the rest, and the engine recovers from it.
     fn crash(&mut self) {
         self.coverage.crashes += 1;
-        self.coverage.moves += self.engine().stats().moves;
-        self.engine.take().expect("running").stop_abruptly();
+        self.take_engine().stop_abruptly();
         if self.mode == StorageMode::FileFast {
             self.disk.recover_from_failure();
         } else {
@@ -492,6 +501,7 @@ fn acknowledged_operations_survive_every_simulated_crash() {
                 total.forks += coverage.forks;
                 total.soft_deletes += coverage.soft_deletes;
                 total.cascades += coverage.cascades;
+                total.flushes_shared += coverage.flushes_shared;
             }
             Err(panic) => {
                 eprintln!("crash simulation failed in {mode}; reproduce with: DS_SIM_SEED={seed} cargo test -p ds-engine --test crash_sim");
@@ -513,6 +523,7 @@ fn acknowledged_operations_survive_every_simulated_crash() {
             total.forks,
             total.soft_deletes,
             total.cascades,
+            total.flushes_shared,
         ];
         assert!(
             covered.iter().all(|count| *count > 0),

@@ -3,10 +3,12 @@
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Response, StatusCode};
 
+use ds_engine::StorageMode;
+
 use crate::app::App;
 use crate::http::problem::Problem;
 use crate::http::response::{response, Body};
-use crate::metrics::{render, FrontGauges};
+use crate::metrics::{render, EngineView, FrontGauges};
 
 pub fn metrics(app: &App, method: &Method) -> Result<Response<Body>, Problem> {
     if method != Method::GET {
@@ -17,9 +19,16 @@ pub fn metrics(app: &App, method: &Method) -> Result<Response<Body>, Problem> {
         )
         .with_header(ALLOW, HeaderValue::from_static("GET")));
     }
-    let disk = app.engine.config().mode != ds_engine::StorageMode::Memory;
+    let mode = app.engine.config().mode;
     let front = FrontGauges { body_held_bytes: app.body.budget.held() };
-    let text = render(&app.metrics, front, &app.engine.stats(), &app.engine.shard_stats(), disk);
+    let (stats, shards, flushes) = (app.engine.stats(), app.engine.shard_stats(), app.engine.flush_stats());
+    let engine = EngineView {
+        stats: &stats,
+        shards: &shards,
+        disk: mode != StorageMode::Memory,
+        flushes: (mode == StorageMode::Acid).then_some(&flushes),
+    };
+    let text = render(&app.metrics, front, engine);
     let mut reply = response(StatusCode::OK, Body::full(text.into_bytes()));
     reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     Ok(reply)

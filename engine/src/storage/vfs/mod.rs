@@ -9,7 +9,9 @@
 //! - `real`: `std::fs`, `pwritev`, `fdatasync`, memmap2, fs2 locks.
 //! - `sim`: an in-memory disk with an explicit durable state and a seeded crash.
 //! - `read_only`: any of them, refusing every change (offline inspection).
+//! - `domain`: which real file systems let one device flush cover every file.
 
+mod domain;
 pub mod read_only;
 pub mod real;
 #[cfg(any(test, feature = "testing"))]
@@ -52,6 +54,13 @@ pub trait Vfs: Send + Sync + 'static {
     fn free_bytes(&self, _path: &Path) -> u64 {
         u64::MAX
     }
+    /// An id of the file system that holds `path` when one device flush there makes durable
+    /// every file's written-back overwrites of blocks already written (ext4 without
+    /// `data=journal`, XFS); `None` where each file needs its own `sync_data`
+    /// (`storage::flush`).
+    fn flush_domain(&self, _path: &Path) -> Option<u64> {
+        None
+    }
 }
 
 /// Whether `error` says the disk (or the user's quota) is full.
@@ -68,8 +77,14 @@ pub trait VfsFile: Send + Sync {
     fn write_all_at(&self, position: u64, parts: &[&[u8]]) -> io::Result<()>;
     /// Reads into `buffer` from `position`; returns how many bytes were read (short at the end).
     fn read_at(&self, position: u64, buffer: &mut [u8]) -> io::Result<usize>;
-    /// Makes the file's written data durable (fdatasync).
+    /// Makes the file's written data durable (fdatasync), ending in a device cache flush.
     fn sync_data(&self) -> io::Result<()>;
+    /// Sends the written data of `len` bytes at `position` to the device and waits for it,
+    /// without a cache flush (`sync_file_range`): durable only once a later `sync_data` of
+    /// any file on the same device (`Vfs::flush_domain`) returns. By default a `sync_data`.
+    fn write_back(&self, _position: u64, _len: u64) -> io::Result<()> {
+        self.sync_data()
+    }
     /// A read-only view of the first `len` bytes that also shows later writes.
     fn map(&self, len: u64) -> io::Result<Arc<dyn FileMap>>;
     /// Gives back the space of `len` bytes at `position` (reads as zeros after); may be a no-op.

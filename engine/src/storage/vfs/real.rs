@@ -79,6 +79,10 @@ impl Vfs for RealVfs {
         stats.f_bavail.saturating_mul(stats.f_frsize)
     }
 
+    fn flush_domain(&self, path: &Path) -> Option<u64> {
+        super::domain::flush_domain(path)
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
@@ -165,6 +169,31 @@ impl VfsFile for RealFile {
 
     fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    /// `sync_file_range` waiting for the write-out; it reports the file's write-back errors.
+    fn write_back(&self, position: u64, len: u64) -> io::Result<()> {
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        loop {
+            // SAFETY: plain syscall on an owned descriptor.
+            let result = unsafe {
+                libc::sync_file_range(
+                    self.file.as_raw_fd(),
+                    position as libc::off64_t,
+                    len as libc::off64_t,
+                    flags,
+                )
+            };
+            if result == 0 {
+                return Ok(());
+            }
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        }
     }
 
     fn map(&self, len: u64) -> io::Result<Arc<dyn FileMap>> {

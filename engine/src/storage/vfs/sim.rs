@@ -6,8 +6,16 @@
 //! parent can vanish with everything in it. [`SimVfs::crash`] returns the disk as a reboot
 //! would find it: durable state, plus — chosen by a seeded generator — each unsynced write
 //! kept, dropped or torn (a random subset of its 512-byte sectors), and a random prefix of
-//! each directory's unsynced entry changes. [`SimVfs::fail_after`] makes every operation after the next `n` fail, which is how
-//! a test stops the world in the middle of a commit. Same seed, same disk.
+//! each directory's unsynced entry changes. [`SimVfs::fail_after`] makes every operation after the
+//! next `n` fail, which is how a test stops the world in the middle of a commit. Same seed,
+//! same disk.
+//!
+//! The device cache is modelled as ext4 and XFS behave (`storage::flush` relies on it):
+//! `write_back` (`sync_file_range`) sends a file's writes inside a range to the device
+//! without making them durable; every `sync_data` ends in a device cache flush, which makes
+//! durable, in every file, the written-back writes that overwrite blocks already written and
+//! synced (the file's allocated prefix). A write into space never written (past that prefix,
+//! or space `set_len` added) needs metadata only the file's own `sync_data` commits.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
@@ -57,6 +65,11 @@ struct FileData {
     durable: Vec<u8>,
     /// Writes since the last sync, in order: (position, bytes).
     unsynced: Vec<(usize, Vec<u8>)>,
+    /// How many of the first `unsynced` writes were written back to the device's cache.
+    written_back: usize,
+    /// The prefix of the file whose blocks were written and made durable: overwrites there
+    /// need no metadata, so a device flush alone makes them durable.
+    allocated: usize,
     /// Length set since the last sync (truncation or extension).
     unsynced_len: Option<usize>,
 }
@@ -88,6 +101,8 @@ struct Disk {
     /// Bytes the disk holds at most (`None`: no limit); growing files past it fails with
     /// "no space left".
     capacity: Option<usize>,
+    /// Files with writes written back since the last device flush.
+    written_back: Vec<FileRef>,
 }
 
 /// The simulated disk. Clones share it.
@@ -97,6 +112,16 @@ pub struct SimVfs {
 }
 
 impl Disk {
+    /// The device cache flush every `sync_data` ends with: in each file, the written-back
+    /// writes (in order, up to the first that needs metadata) become durable.
+    fn flush_device(&mut self) {
+        self.written_back.retain(|file| {
+            let mut data = file.lock().expect("sim file lock");
+            data.flush_written_back();
+            data.written_back > 0
+        });
+    }
+
     fn dir_mut(&mut self, dir: &Path) -> io::Result<&mut Dir> {
         self.dirs.get_mut(dir).ok_or_else(no_directory)
     }
@@ -257,6 +282,52 @@ impl SimVfs {
     }
 }
 
+impl FileData {
+    /// Makes every write and the length durable (`fdatasync`), extending the allocated
+    /// prefix over the writes that continue it.
+    fn make_durable(&mut self) {
+        let mut written: Vec<(usize, usize)> =
+            self.unsynced.iter().map(|(position, bytes)| (*position, position + bytes.len())).collect();
+        written.sort_unstable();
+        for (start, end) in written {
+            if start <= self.allocated {
+                self.allocated = self.allocated.max(end);
+            }
+        }
+        self.durable = self.current.clone();
+        self.allocated = self.allocated.min(self.durable.len());
+        self.unsynced.clear();
+        self.written_back = 0;
+        self.unsynced_len = None;
+    }
+
+    /// Marks the unsynced writes from the first not yet written back, as long as they lie
+    /// inside `start..end` (rounded out to pages), as written back.
+    fn write_back(&mut self, start: usize, end: usize) {
+        const PAGE_BYTES: usize = 4096;
+        let (start, end) = (start / PAGE_BYTES * PAGE_BYTES, end.div_ceil(PAGE_BYTES) * PAGE_BYTES);
+        while let Some((position, bytes)) = self.unsynced.get(self.written_back) {
+            if *position < start || position + bytes.len() > end {
+                break;
+            }
+            self.written_back += 1;
+        }
+    }
+
+    /// The device flush, for this file: the written-back writes inside the allocated prefix,
+    /// in order, become durable.
+    fn flush_written_back(&mut self) {
+        let covered = self.unsynced[..self.written_back]
+            .iter()
+            .take_while(|(position, bytes)| position + bytes.len() <= self.allocated)
+            .count();
+        for (position, bytes) in self.unsynced.drain(..covered) {
+            write_into(&mut self.durable, position, &bytes);
+        }
+        self.written_back -= covered;
+    }
+}
+
 /// A file's contents after a crash.
 fn survive(file: &FileRef, rng: &mut SimRng) -> FileRef {
     let data = file.lock().expect("sim file lock");
@@ -284,7 +355,13 @@ fn survive(file: &FileRef, rng: &mut SimRng) -> FileRef {
             }
         }
     }
-    Arc::new(Mutex::new(FileData { current: content.clone(), durable: content, ..FileData::default() }))
+    let allocated = data.allocated.min(content.len());
+    Arc::new(Mutex::new(FileData {
+        current: content.clone(),
+        durable: content,
+        allocated,
+        ..FileData::default()
+    }))
 }
 
 fn write_into(content: &mut Vec<u8>, position: usize, bytes: &[u8]) {
@@ -408,6 +485,11 @@ impl Vfs for SimVfs {
         Ok(Box::new(()))
     }
 
+    /// One simulated device: a flush covers every file (as on ext4 and XFS).
+    fn flush_domain(&self, _path: &Path) -> Option<u64> {
+        Some(0)
+    }
+
     fn free_bytes(&self, _path: &Path) -> u64 {
         let capacity = self.lock().capacity;
         match capacity {
@@ -430,6 +512,7 @@ impl VfsFile for SimFile {
         let mut data = self.data.lock().expect("sim file lock");
         data.current.resize(len as usize, 0);
         data.unsynced_len = Some(len as usize);
+        data.allocated = data.allocated.min(len as usize);
         Ok(())
     }
 
@@ -454,11 +537,20 @@ impl VfsFile for SimFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        drop(self.vfs.operate()?);
+        let mut disk = self.vfs.operate()?;
+        self.data.lock().expect("sim file lock").make_durable();
+        disk.flush_device();
+        Ok(())
+    }
+
+    fn write_back(&self, position: u64, len: u64) -> io::Result<()> {
+        let mut disk = self.vfs.operate()?;
         let mut data = self.data.lock().expect("sim file lock");
-        data.durable = data.current.clone();
-        data.unsynced.clear();
-        data.unsynced_len = None;
+        let before = data.written_back;
+        data.write_back(position as usize, (position + len) as usize);
+        if data.written_back > before && !disk.written_back.iter().any(|file| Arc::ptr_eq(file, &self.data)) {
+            disk.written_back.push(Arc::clone(&self.data));
+        }
         Ok(())
     }
 
@@ -585,5 +677,30 @@ mod tests {
         for seed in 0..64 {
             assert!(file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/data/shard/f").is_some(), "seed {seed}");
         }
+    }
+
+    #[test]
+    fn a_device_flush_covers_written_back_overwrites_of_written_blocks_only() {
+        let vfs = SimVfs::new();
+        vfs.create_dir_all(Path::new("/d")).unwrap();
+        vfs.sync_dir(Path::new("/")).unwrap();
+        let (a, b) = (vfs.create_new(Path::new("/d/a")).unwrap(), vfs.create_new(Path::new("/d/b")).unwrap());
+        vfs.sync_dir(Path::new("/d")).unwrap();
+        a.write_all_at(0, &[&[0u8; 4096]]).unwrap();
+        a.sync_data().unwrap();
+        a.set_len(8192).unwrap();
+        a.sync_data().unwrap();
+        // An overwrite of written blocks, and a write into space set_len added (a hole).
+        a.write_all_at(0, &[&[1u8; 4096]]).unwrap();
+        a.write_all_at(4096, &[&[2u8; 4096]]).unwrap();
+        a.write_back(0, 8192).unwrap();
+        b.sync_data().unwrap();
+        let mut hole_kept = std::collections::HashSet::new();
+        for seed in 0..64 {
+            let bytes = file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/d/a").unwrap();
+            assert!(bytes[..4096].iter().all(|x| *x == 1), "the overwrite is durable (seed {seed})");
+            hole_kept.insert(bytes[4096..].iter().all(|x| *x == 2));
+        }
+        assert_eq!(hole_kept.len(), 2, "the write into the hole needs the file's own sync");
     }
 }

@@ -1,8 +1,9 @@
 //! acid mode: one write-ahead log per shard, which is also where stream bytes live.
 //!
 //! - `segment`: fixed-size, preallocated, mapped segment files.
-//! - `writer`: the shard's commit step — one vectored write and one fdatasync per batch,
-//!   sealing and rotating segments, chaining each stream's records.
+//! - `writer`: the shard's commit step — one vectored write per batch and the device flush
+//!   that covers it (`storage::flush`), sealing and rotating segments, chaining each
+//!   stream's records.
 //! - `source`: reading records and stream data straight from the mapped segments.
 //! - `recovery`: rebuilding a shard from its checkpoint and the records after it (`replay`
 //!   checks and applies each record).
@@ -31,6 +32,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use crate::ids::Location;
+use crate::storage::flush::FlushGroup;
 use crate::storage::vfs::Vfs;
 use segment::Segment;
 
@@ -44,6 +46,8 @@ pub struct ShardFiles {
     pub dir: PathBuf,
     pub shard: u32,
     pub segment_bytes: u64,
+    /// How a commit's write becomes durable: its own fdatasync or a shared device flush.
+    pub flush: Arc<FlushGroup>,
 }
 
 /// Where a shard's log continues.

@@ -1,5 +1,6 @@
-//! The commit step of an acid shard: a batch of records becomes one vectored write and one
-//! fdatasync at the end of the shard's active segment.
+//! The commit step of an acid shard: a batch of records becomes one vectored write at the
+//! end of the shard's active segment, made durable by a device flush (its own fdatasync, or
+//! one shared with the other shards on the same file system: `storage::flush`).
 //!
 //! Each record is encoded (header and meta into a reused staging buffer; plain payloads are
 //! written from the request's own buffer, JSON payloads are laid out in staging) and chained
@@ -27,6 +28,7 @@ use crate::ids::{Location, StreamId};
 use crate::limits::halve_when_over;
 use crate::storage::chain::{Chain, Levels};
 use crate::storage::chunk::ReadError;
+use crate::storage::flush::Ticket;
 use crate::storage::maintenance::{CheckpointKind, Maintenance, Resident, ShardCheckpoint};
 use crate::storage::record::codec::{Header, HEADER_BYTES, RECORD_ALIGN};
 use crate::storage::record::{encode, Record};
@@ -75,6 +77,9 @@ pub struct WalWriter {
     run_start: u64,
     /// Everything before this position of the active segment is durable.
     synced_to: u64,
+    /// The last commit's place in a flush round, and where in the active segment the flush
+    /// makes it durable up to (`finish_commit` waits for it).
+    flushing: Option<(Ticket, u64)>,
     /// This batch's live bytes per segment, and its deleted chains.
     added: BTreeMap<u32, u64>,
     deleted: Vec<Location>,
@@ -110,6 +115,7 @@ impl WalWriter {
             housekeeper,
             run_start: at.position,
             synced_to: at.position,
+            flushing: None,
             active: at.active,
             position: at.position,
             next_lsn: at.next_lsn,
@@ -361,6 +367,7 @@ impl Persist for WalWriter {
 
     fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> io::Result<()> {
         debug_assert!(self.parts.is_empty() && self.staging.is_empty());
+        assert!(self.flushing.is_none(), "each commit is finished before the next");
         self.now_ms = batch.time_ms;
         self.run_start = self.position;
         for record in batch.records {
@@ -373,9 +380,25 @@ impl Persist for WalWriter {
             self.sync_run_when_long()?;
         }
         // A batch that wrote nothing (answers only: pins, refusals, duplicates) answers from
-        // state earlier commits made durable: nothing to sync.
-        if self.position != self.synced_to || !self.parts.is_empty() {
-            self.sync_run()?;
+        // state earlier commits made durable: nothing to flush.
+        self.write_run()?;
+        if self.position != self.synced_to {
+            let records = (batch.records.len() + batch.moves.len()) as u64;
+            let len = self.position - self.synced_to;
+            let ticket = self.files.flush.enter(self.active.file().as_ref(), self.synced_to, len, records)?;
+            self.flushing = Some((ticket, self.position));
+        }
+        Ok(())
+    }
+
+    fn finish_commit(&mut self) -> io::Result<()> {
+        if let Some((ticket, durable_to)) = self.flushing.take() {
+            self.files.flush.wait(ticket, self.active.file().as_ref())?;
+            assert!(
+                self.synced_to < durable_to && durable_to == self.position,
+                "the flush covers the commit"
+            );
+            self.synced_to = durable_to;
         }
         self.request_spare_when_due();
         self.ledger.record_batch(&self.added, &self.deleted);

@@ -1,0 +1,78 @@
+//! The server's own counters, read from its `/metrics` around the measured phase: how many
+//! device flushes made the run's writes durable, what each covered and how long each took.
+//!
+//! Only a ds server in acid mode exposes them (`ds_flushes_total` and friends); against any
+//! other server, or a mode without flushes, the figures are simply left out.
+
+use hyper::Method;
+
+use crate::http::Connection;
+use crate::report::Report;
+use crate::target::Target;
+
+/// The flush counters at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FlushCounters {
+    pub flushes: f64,
+    pub records: f64,
+    pub flush_seconds: f64,
+}
+
+impl FlushCounters {
+    /// Reads them from the server's `/metrics` (`None` when it has none).
+    pub async fn fetch(target: &Target) -> Option<FlushCounters> {
+        let mut connection = Connection::open(target).await.ok()?;
+        let reply = connection.send(Method::GET, "/metrics", &[], bytes::Bytes::new()).await.ok()?;
+        if reply.status != 200 {
+            return None;
+        }
+        FlushCounters::parse(std::str::from_utf8(&reply.body).ok()?)
+    }
+
+    /// The counters in a Prometheus text exposition.
+    pub fn parse(text: &str) -> Option<FlushCounters> {
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|value| value.trim().parse::<f64>().ok())
+        };
+        Some(FlushCounters {
+            flushes: value("ds_flushes_total")?,
+            records: value("ds_flush_records_total")?,
+            flush_seconds: value("ds_flush_seconds_sum")?,
+        })
+    }
+
+    /// Adds flushes per second, records per flush and the mean flush time between `self`
+    /// (the start) and `after`, over `seconds`.
+    pub fn report(&self, after: &FlushCounters, seconds: f64, report: &mut Report) {
+        let flushes = after.flushes - self.flushes;
+        if flushes <= 0.0 {
+            return;
+        }
+        report
+            .add("flushes_per_s", flushes / seconds, "/s")
+            .add("records_per_flush", (after.records - self.records) / flushes, "")
+            .add("flush_mean_ms", (after.flush_seconds - self.flush_seconds) / flushes * 1e3, "ms");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_come_from_the_exposition_and_make_rates() {
+        let text = "# HELP ds_flushes_total x\nds_flushes_total 10\nds_flush_records_total 160\n\
+                    ds_flush_seconds_bucket{le=\"+Inf\"} 10\nds_flush_seconds_sum 0.002\n";
+        let before = FlushCounters::parse(text).unwrap();
+        assert_eq!(before, FlushCounters { flushes: 10.0, records: 160.0, flush_seconds: 0.002 });
+        let after = FlushCounters { flushes: 110.0, records: 1760.0, flush_seconds: 0.102 };
+        let mut report = Report::new("append");
+        before.report(&after, 2.0, &mut report);
+        assert_eq!(report.get("flushes_per_s").and_then(|v| v.as_f64()), Some(50.0));
+        assert_eq!(report.get("records_per_flush").and_then(|v| v.as_f64()), Some(16.0));
+        assert!((report.get("flush_mean_ms").and_then(|v| v.as_f64()).unwrap() - 1.0).abs() < 1e-9);
+        assert_eq!(FlushCounters::parse("ds_streams 3\n"), None, "no flushes, no figures");
+    }
+}

@@ -1,0 +1,349 @@
+//! The device flush that makes a commit durable, shared by the shards whose logs live on one
+//! file system where that is safe.
+//!
+//! A commit's bytes are durable once they have reached the device (write-back) and the
+//! device's volatile cache has been flushed after that. `fdatasync` does both for one file,
+//! so with one log per shard every shard pays a cache flush per batch, and the device sees
+//! as many flushes as there are busy shards. On ext4 (without `data=journal`) and XFS, an
+//! overwrite of blocks already written and synced needs no metadata, and any file's
+//! `fdatasync` ends in a cache flush of the whole device. There a commit instead writes back
+//! its own range (`sync_file_range`, waiting) and joins a **round**; one member of the round
+//! (its leader) runs one `fdatasync` of its own file, whose cache flush covers every member
+//! that joined before it started. Elsewhere (`Flush::PerFile`) each commit runs its own
+//! `fdatasync`, as before.
+//!
+//! Rounds: a commit enters the open round and gets its number; `wait` returns once a flush
+//! that started after the commit entered has finished. If no flush is running, the waiter
+//! becomes the leader: it closes the open round (later commits enter the next one), flushes,
+//! then wakes everyone. A failed flush fails its round and every later one: the process
+//! stops acknowledging (a failed fsync is fatal).
+//!
+//! A shard that drives itself (threads) enters and waits back to back; an engine that drives
+//! its shards (manual, for deterministic tests) lets every shard enter, then has them wait,
+//! so one flush covers several shards and a simulated power loss can fall at any step of a
+//! round. Each flush is counted ([`FlushStats`]): flushes, records covered, latency.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::histogram::{Histogram, HistogramSnapshot};
+use crate::storage::vfs::VfsFile;
+
+/// How the commits of the logs on one file system become durable.
+pub struct FlushGroup {
+    shared: bool,
+    rounds: Mutex<Rounds>,
+    finished: Condvar,
+    counters: FlushCounters,
+}
+
+#[derive(Default)]
+struct Rounds {
+    /// The round commits enter now.
+    open: u64,
+    /// Every round below this one is durable.
+    done: u64,
+    /// A leader is flushing (the rounds before `open`).
+    flushing: bool,
+    /// Commits in the open round, and their records (counted when its flush finishes).
+    open_commits: u64,
+    open_records: u64,
+    /// A flush failed: nothing after it is ever durable.
+    failed: bool,
+}
+
+/// A commit's place in a round: what [`FlushGroup::wait`] waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a commit is durable only once its ticket was waited for"]
+pub struct Ticket {
+    round: u64,
+    records: u64,
+}
+
+/// What one flush makes durable.
+struct Covered {
+    commits: u64,
+    records: u64,
+}
+
+#[derive(Default)]
+struct FlushCounters {
+    flushes: AtomicU64,
+    commits: AtomicU64,
+    records: AtomicU64,
+    records_per_flush: Histogram,
+    flush_us: Histogram,
+}
+
+/// What the flushes of one file system (or of all, summed) did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlushStats {
+    /// Commits share device flushes (on at least one file system).
+    pub shared: bool,
+    /// Device flushes (`fdatasync` calls at the end of a commit).
+    pub flushes: u64,
+    /// Commits (one per shard batch) those flushes made durable: more than one per flush
+    /// where shards share them.
+    pub commits: u64,
+    /// Records those flushes made durable.
+    pub records: u64,
+    pub records_per_flush: HistogramSnapshot,
+    /// Microseconds each flush took.
+    pub flush_us: HistogramSnapshot,
+}
+
+impl FlushStats {
+    /// Adds `other` into this one.
+    pub fn merge(&mut self, other: &FlushStats) {
+        self.shared |= other.shared;
+        self.flushes += other.flushes;
+        self.commits += other.commits;
+        self.records += other.records;
+        self.records_per_flush.merge(&other.records_per_flush);
+        self.flush_us.merge(&other.flush_us);
+    }
+}
+
+impl FlushGroup {
+    /// A group whose members share each device flush (only where the file system makes one
+    /// flush cover every member's written-back overwrites).
+    pub fn shared() -> Arc<FlushGroup> {
+        Arc::new(FlushGroup::new(true))
+    }
+
+    /// A group where each commit flushes its own file.
+    pub fn per_file() -> Arc<FlushGroup> {
+        Arc::new(FlushGroup::new(false))
+    }
+
+    fn new(shared: bool) -> FlushGroup {
+        FlushGroup {
+            shared,
+            rounds: Mutex::new(Rounds::default()),
+            finished: Condvar::new(),
+            counters: FlushCounters::default(),
+        }
+    }
+
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// After a commit wrote `len` bytes at `position` of `file` (`records` records): writes
+    /// them back (shared) and enters the open round.
+    pub fn enter(&self, file: &dyn VfsFile, position: u64, len: u64, records: u64) -> io::Result<Ticket> {
+        if !self.shared {
+            return Ok(Ticket { round: 0, records });
+        }
+        file.write_back(position, len)?;
+        let mut rounds = self.lock();
+        rounds.open_commits += 1;
+        rounds.open_records += records;
+        Ok(Ticket { round: rounds.open, records })
+    }
+
+    /// Returns once the commit of `ticket` is durable, flushing `file` (the commit's own)
+    /// when no one else is.
+    pub fn wait(&self, ticket: Ticket, file: &dyn VfsFile) -> io::Result<()> {
+        if !self.shared {
+            return self.flush(file, Covered { commits: 1, records: ticket.records });
+        }
+        let mut rounds = self.lock();
+        loop {
+            if rounds.failed {
+                return Err(io::Error::other("an earlier device flush failed"));
+            }
+            if rounds.done > ticket.round {
+                return Ok(());
+            }
+            if rounds.flushing {
+                rounds = self.finished.wait(rounds).expect("flush group lock");
+                continue;
+            }
+            rounds = self.lead(rounds, file);
+        }
+    }
+
+    /// Closes the open round, flushes it with `file` and wakes its members.
+    fn lead<'a>(&'a self, mut rounds: MutexGuard<'a, Rounds>, file: &dyn VfsFile) -> MutexGuard<'a, Rounds> {
+        let closing = rounds.open;
+        let covered = Covered {
+            commits: std::mem::take(&mut rounds.open_commits),
+            records: std::mem::take(&mut rounds.open_records),
+        };
+        rounds.open += 1;
+        rounds.flushing = true;
+        drop(rounds);
+        let flushed = self.flush(file, covered);
+        let mut rounds = self.lock();
+        assert!(rounds.flushing && rounds.done <= closing, "one leader at a time, rounds in order");
+        rounds.flushing = false;
+        match flushed {
+            Ok(()) => rounds.done = closing + 1,
+            Err(error) => {
+                tracing::error!(%error, "device flush failed");
+                rounds.failed = true;
+            }
+        }
+        self.finished.notify_all();
+        rounds
+    }
+
+    /// One `fdatasync` of `file`, counted as a flush of what it covers.
+    fn flush(&self, file: &dyn VfsFile, covered: Covered) -> io::Result<()> {
+        let started = Instant::now();
+        file.sync_data()?;
+        let counters = &self.counters;
+        counters.flush_us.record(started.elapsed().as_micros() as u64);
+        counters.flushes.fetch_add(1, Ordering::Relaxed);
+        counters.commits.fetch_add(covered.commits, Ordering::Relaxed);
+        counters.records.fetch_add(covered.records, Ordering::Relaxed);
+        counters.records_per_flush.record(covered.records);
+        Ok(())
+    }
+
+    pub fn stats(&self) -> FlushStats {
+        let counters = &self.counters;
+        FlushStats {
+            shared: self.shared,
+            flushes: counters.flushes.load(Ordering::Relaxed),
+            commits: counters.commits.load(Ordering::Relaxed),
+            records: counters.records.load(Ordering::Relaxed),
+            records_per_flush: counters.records_per_flush.snapshot(),
+            flush_us: counters.flush_us.snapshot(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Rounds> {
+        self.rounds.lock().expect("flush group lock")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::vfs::sim::{SimRng, SimVfs};
+    use crate::storage::vfs::Vfs;
+    use std::path::Path;
+
+    fn files(vfs: &SimVfs, count: usize) -> Vec<Arc<dyn VfsFile>> {
+        vfs.create_dir_all(Path::new("/d")).unwrap();
+        let files: Vec<_> =
+            (0..count).map(|i| vfs.create_new(Path::new(&format!("/d/{i}"))).unwrap()).collect();
+        for file in &files {
+            file.write_all_at(0, &[&[0u8; 4096]]).unwrap();
+            file.sync_data().unwrap();
+        }
+        vfs.sync_dir(Path::new("/d")).unwrap();
+        vfs.sync_dir(Path::new("/")).unwrap();
+        files
+    }
+
+    fn read(vfs: &SimVfs, name: &str) -> Vec<u8> {
+        let file = vfs.open(Path::new(name)).unwrap();
+        let mut bytes = vec![0; 4096];
+        file.read_at(0, &mut bytes).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn one_flush_covers_every_member_of_its_round() {
+        let vfs = SimVfs::new();
+        let files = files(&vfs, 3);
+        let group = FlushGroup::shared();
+        let tickets: Vec<Ticket> = files
+            .iter()
+            .enumerate()
+            .map(|(i, file)| {
+                file.write_all_at(0, &[&[i as u8 + 1; 100]]).unwrap();
+                group.enter(file.as_ref(), 0, 100, 2).unwrap()
+            })
+            .collect();
+        for (ticket, file) in tickets.iter().zip(&files) {
+            group.wait(*ticket, file.as_ref()).unwrap();
+        }
+        let stats = group.stats();
+        assert_eq!((stats.flushes, stats.commits, stats.records), (1, 3, 6), "one flush for all three");
+        for seed in 0..20 {
+            let after = vfs.crash(&mut SimRng::new(seed));
+            for i in 0..3 {
+                assert_eq!(read(&after, &format!("/d/{i}"))[..100], [i as u8 + 1; 100], "seed {seed}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_commit_that_enters_after_the_flush_started_waits_for_the_next_round() {
+        let vfs = SimVfs::new();
+        let files = files(&vfs, 2);
+        let group = FlushGroup::shared();
+        files[0].write_all_at(0, &[b"first"]).unwrap();
+        let first = group.enter(files[0].as_ref(), 0, 5, 1).unwrap();
+        group.wait(first, files[0].as_ref()).unwrap();
+        files[1].write_all_at(0, &[b"second"]).unwrap();
+        let second = group.enter(files[1].as_ref(), 0, 6, 1).unwrap();
+        assert_ne!(first, second);
+        group.wait(second, files[1].as_ref()).unwrap();
+        assert_eq!(group.stats().flushes, 2);
+    }
+
+    #[test]
+    fn writes_never_written_back_are_not_covered() {
+        let vfs = SimVfs::new();
+        let files = files(&vfs, 2);
+        let group = FlushGroup::shared();
+        files[0].write_all_at(0, &[&[7u8; 512]]).unwrap();
+        files[1].write_all_at(0, &[&[9u8; 512]]).unwrap();
+        let ticket = group.enter(files[0].as_ref(), 0, 512, 1).unwrap();
+        group.wait(ticket, files[0].as_ref()).unwrap();
+        let kept: std::collections::HashSet<bool> =
+            (0..64).map(|seed| read(&vfs.crash(&mut SimRng::new(seed)), "/d/1")[0] == 9).collect();
+        assert_eq!(kept.len(), 2, "file 1 never entered: its write may be lost");
+    }
+
+    #[test]
+    fn a_failed_flush_fails_every_waiter_after_it() {
+        let vfs = SimVfs::new();
+        let files = files(&vfs, 2);
+        let group = FlushGroup::shared();
+        let ticket = group.enter(files[0].as_ref(), 0, 0, 1).unwrap();
+        vfs.fail_after(0);
+        assert!(group.wait(ticket, files[0].as_ref()).is_err());
+        vfs.recover_from_failure();
+        let later = group.enter(files[1].as_ref(), 0, 0, 1).unwrap();
+        assert!(group.wait(later, files[1].as_ref()).is_err(), "a failed flush is never forgotten");
+    }
+
+    #[test]
+    fn threads_share_flushes_and_each_returns_durable() {
+        let vfs = SimVfs::new();
+        let files = files(&vfs, 4);
+        let group = FlushGroup::shared();
+        std::thread::scope(|scope| {
+            for (i, file) in files.iter().enumerate() {
+                let group = &group;
+                scope.spawn(move || {
+                    for round in 0..200u32 {
+                        let byte = (round % 250) as u8 + 1;
+                        file.write_all_at(u64::from(round % 8) * 512, &[&[byte; 512]]).unwrap();
+                        let ticket = group.enter(file.as_ref(), 0, 4096, 1).unwrap();
+                        group.wait(ticket, file.as_ref()).unwrap();
+                    }
+                    i
+                });
+            }
+        });
+        let stats = group.stats();
+        assert_eq!(stats.records, 800);
+        assert!(stats.flushes <= 800);
+        for seed in 0..8 {
+            let after = vfs.crash(&mut SimRng::new(seed));
+            for i in 0..4 {
+                let bytes = read(&after, &format!("/d/{i}"));
+                assert_eq!(bytes[7 * 512], 200, "the last write of file {i} is durable");
+            }
+        }
+    }
+}
