@@ -25,13 +25,14 @@ use crate::limits::ByteBudget;
 use crate::name::StreamName;
 use crate::op::{AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, ForkRequest, Op, OpError};
 use crate::producer::PRODUCER_IDLE_MS_MAX;
-use crate::shard::{self, Shard, ShardSettings, ShardShared};
+use crate::shard::{self, worker_count, Doorbell, Shard, ShardSettings, ShardShared, Worker};
 use crate::storage::flush::{FlushGroup, FlushStats};
 use crate::storage::open::{self, OpenError, OpenedStore, StoreSettings};
 use crate::storage::RecoveryReport;
 use crate::storage::StorageMode;
 use crate::stream::fork::Unpinned;
 use crate::stream::handle::{StreamHandle, StreamOwner};
+use crate::time::Clock;
 
 /// A running engine. Clones share it; the last one to go stops the shards.
 #[derive(Clone)]
@@ -56,9 +57,9 @@ enum Runners {
         housekeeper: Option<JoinHandle<()>>,
         lock: Option<Box<dyn Any + Send + Sync>>,
     },
-    /// The caller drives the shards ([`Engine::run_pending`]).
+    /// The caller drives the shards ([`Engine::run_pending`]), all on one worker.
     Manual {
-        shards: Vec<Shard>,
+        worker: Worker,
         lock: Option<Box<dyn Any + Send + Sync>>,
     },
     Stopped,
@@ -115,20 +116,27 @@ impl Engine {
             io_error_policy: config.io_error_policy,
         };
         let recovery = opened.iter().filter_map(|shard| shard.report.clone()).collect();
+        let workers = match config.threading {
+            Threading::Manual => 1,
+            Threading::Threads => worker_count(opened.len()),
+        };
+        let doorbells: Vec<Arc<Doorbell>> = (0..workers).map(|_| Arc::default()).collect();
         let mut shareds = Vec::with_capacity(opened.len());
         let mut shards = Vec::with_capacity(opened.len());
         let mut recovered = Vec::with_capacity(opened.len());
-        for mut opened in opened {
+        for (index, mut opened) in opened.into_iter().enumerate() {
             recovered.push(std::mem::take(&mut opened.streams));
+            let doorbell = Arc::clone(&doorbells[index % workers]);
             let (shard, shared) =
-                Shard::new(config.queue_capacity, Arc::clone(&budget), settings.clone(), opened);
+                Shard::new(config.queue_capacity, Arc::clone(&budget), settings.clone(), opened, doorbell);
             shareds.push(shared);
             shards.push(shard);
         }
         shard::install_recovered(&mut shards, recovered, &config.clock);
+        let mut workers = group_into_workers(shards, doorbells, &config.clock);
         let runners = match config.threading {
-            Threading::Manual => Runners::Manual { shards, lock },
-            Threading::Threads => Runners::Threads { shards: spawn_shards(shards)?, housekeeper, lock },
+            Threading::Manual => Runners::Manual { worker: workers.remove(0), lock },
+            Threading::Threads => Runners::Threads { shards: spawn_workers(workers)?, housekeeper, lock },
         };
         let runners = Mutex::new(runners);
         let inner = EngineInner { config, shards: shareds, runners, budget, recovery, flush_groups };
@@ -146,12 +154,8 @@ impl Engine {
     pub fn run_pending(&self) -> bool {
         let mut runners = self.inner.runners.lock().expect("engine runners lock");
         match &mut *runners {
-            Runners::Manual { shards, .. } => {
-                // Every shard writes before any waits: one flush covers them all.
-                let took = shards.iter_mut().fold(false, |took, shard| shard.write_step() | took);
-                shards.iter_mut().for_each(Shard::settle_step);
-                took
-            }
+            // Every shard writes before any waits: one flush covers them all.
+            Runners::Manual { worker, .. } => worker.step_all(),
             _ => false,
         }
     }
@@ -315,8 +319,8 @@ impl EngineInner {
                 }
                 drop(lock);
             }
-            Runners::Manual { shards, lock } => {
-                shards.into_iter().for_each(Shard::finish);
+            Runners::Manual { worker, lock } => {
+                worker.finish();
                 drop(lock);
             }
             Runners::Stopped => {}
@@ -334,7 +338,6 @@ fn release_freed_memory() {
     }
 }
 
-/// One thread per shard.
 /// What opening the storage needs of `config`.
 fn store_settings(config: &EngineConfig) -> StoreSettings {
     StoreSettings {
@@ -351,12 +354,27 @@ fn store_settings(config: &EngineConfig) -> StoreSettings {
     }
 }
 
-fn spawn_shards(shards: Vec<Shard>) -> Result<Vec<JoinHandle<()>>, EngineError> {
-    let mut threads = Vec::with_capacity(shards.len());
+/// Shard `i` goes to worker `i % workers`, the one whose doorbell it was given.
+fn group_into_workers(shards: Vec<Shard>, doorbells: Vec<Arc<Doorbell>>, clock: &Clock) -> Vec<Worker> {
+    let count = doorbells.len();
+    let mut groups: Vec<Vec<Shard>> = (0..count).map(|_| Vec::new()).collect();
     for (index, shard) in shards.into_iter().enumerate() {
+        groups[index % count].push(shard);
+    }
+    groups
+        .into_iter()
+        .zip(doorbells)
+        .map(|(shards, doorbell)| Worker::new(shards, doorbell, clock.clone()))
+        .collect()
+}
+
+/// One thread per worker.
+fn spawn_workers(workers: Vec<Worker>) -> Result<Vec<JoinHandle<()>>, EngineError> {
+    let mut threads = Vec::with_capacity(workers.len());
+    for (index, worker) in workers.into_iter().enumerate() {
         let thread = std::thread::Builder::new()
-            .name(format!("ds-shard-{index}"))
-            .spawn(move || run_or_abort(shard))
+            .name(format!("ds-shards-{index}"))
+            .spawn(move || run_or_abort(worker))
             .map_err(EngineError::Spawn)?;
         threads.push(thread);
     }
@@ -370,9 +388,9 @@ impl Drop for EngineInner {
 }
 
 /// A shard that panics has left its streams in an unknown state: stop the process.
-fn run_or_abort(shard: Shard) {
+fn run_or_abort(worker: Worker) {
     batch_scheduling();
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard.run())).is_err() {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run())).is_err() {
         tracing::error!("a shard thread panicked; aborting");
         std::process::abort();
     }

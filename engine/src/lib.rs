@@ -27,8 +27,9 @@
 //!   forks (`stream::fork`: a stream that reads its first bytes from another's prefix).
 //! - `op`: the requests, outcomes and errors of mutations, and the messages shards take.
 //! - `fork_point`: where a new fork starts, checked against its source.
-//! - `shard`: one thread per shard, the single writer of its streams: batch → apply →
-//!   commit → publish. `shard::apply` holds every rule about mutations; `shard::install`
+//! - `shard`: the single writer of its streams: batch → apply → commit → publish; shards
+//!   run on worker threads (`shard::worker`, two per CPU at most), each turn letting all of
+//!   a worker's shards write before any waits for the flush. `shard::apply` holds every rule about mutations; `shard::install`
 //!   puts recovered streams in every shard at start, forks linked to their sources.
 //! - `config`, `engine`: the [`Engine`] handle — validates the configuration, opens the
 //!   storage, starts the shards, routes a name to its shard with xxh3.
@@ -42,9 +43,10 @@
 //! and calls [`Engine::append`]. The op crosses a bounded channel to its shard, which drains
 //! a batch, applies each op against the writer state (dedup, fencing, limits), writes the
 //! bytes, commits the batch's records, then publishes the new tails, replies, and wakes each
-//! touched stream's live readers once. In the disk modes the commit step is one write and
-//! one fdatasync per batch (acid: at the end of the shard's WAL; file-durable: per touched
-//! file), and nothing is replied or published before it returns.
+//! touched stream's live readers once. In acid the commit step is one write at the end of
+//! the shard's WAL and a device flush that covers it, shared by the shards of one ext4 or
+//! XFS file system (`storage::flush`); in file-durable an fdatasync per touched file.
+//! Nothing is replied or published before the covering flush returns.
 //!
 //! # How a read flows
 //!

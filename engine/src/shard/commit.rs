@@ -16,7 +16,8 @@ use crate::storage::Committing;
 use crate::stream::Published;
 
 impl Shard {
-    /// Steps 3 and 4: make the batch durable, then publish it.
+    /// Steps 3 and 4 at once: make the batch durable, then publish it.
+    #[cfg(test)]
     pub(super) fn commit(&mut self, batch: Batch) {
         if let Some(batch) = self.write(batch) {
             self.settle(batch);

@@ -1,4 +1,5 @@
-//! A shard: the single writer of its streams, running one OS thread.
+//! A shard: the single writer of its streams, driven by a worker thread (`worker`: one per
+//! CPU, each driving one or more shards).
 //!
 //! The loop (group commit):
 //! 1. block for the first op, then drain more without blocking, up to the batch limits;
@@ -20,13 +21,15 @@ mod expiry;
 mod install;
 mod renewals;
 pub mod wake_batch;
+mod worker;
 
+pub(crate) use doorbell::Doorbell;
 pub(crate) use install::install_recovered;
+pub(crate) use worker::{worker_count, Worker};
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 
@@ -45,7 +48,6 @@ use crate::stream::live::LiveRegistry;
 use crate::stream::{DamageCounter, Published, Stream};
 use crate::time::Clock;
 use directory::{Directory, Overlay};
-use doorbell::Doorbell;
 use expiry::ExpiryQueue;
 
 /// Longest a shard sleeps without looking at its expiry queue.
@@ -178,6 +180,8 @@ pub(crate) struct Shard {
     renewals_due_ms: u64,
     /// A batch written by `write_step`, waiting for `settle_step`.
     written: Option<Batch>,
+    /// Asked to stop (or the queue's senders are gone): the batch it was in is the last.
+    stopping: bool,
 }
 
 /// One group commit's worth of applied ops.
@@ -233,6 +237,7 @@ impl Shard {
         budget: Arc<ByteBudget>,
         settings: ShardSettings,
         opened: OpenedShard,
+        doorbell: Arc<Doorbell>,
     ) -> (Shard, Arc<ShardShared>) {
         let (sender, receiver) = crossbeam_channel::bounded(queue_capacity);
         let (releases, released) = crossbeam_channel::unbounded();
@@ -241,7 +246,7 @@ impl Shard {
             directory: Directory::default(),
             live: Arc::new(LiveRegistry::default()),
             ops: sender,
-            doorbell: Arc::default(),
+            doorbell,
             counters: ShardCounters::default(),
             log: opened.log,
             renewed_by_read: AtomicBool::new(false),
@@ -263,47 +268,30 @@ impl Shard {
             moves: VecDeque::new(),
             renewals_due_ms: 0,
             written: None,
+            stopping: false,
         };
         (shard, shared)
     }
 
-    /// Runs the loop until asked to stop. Never returns early on an error: errors that
-    /// threaten durability abort the process inside [`Shard::commit`].
-    pub fn run(mut self) {
-        self.shared.doorbell.bind_to_current_thread();
-        loop {
-            let first = match self.ops.try_recv() {
-                Ok(op) => Some(op),
-                Err(TryRecvError::Disconnected) => break,
-                Err(TryRecvError::Empty) => {
-                    let now_ms = self.settings.clock.now_ms();
-                    let idle_ms = if self.moves.is_empty() { IDLE_WAKE_MS_MAX } else { 1 };
-                    let wait_ms = self.expiry.wait_ms(now_ms).unwrap_or(idle_ms).min(idle_ms);
-                    let (queue, releases) = (&self.ops, &self.releases);
-                    self.shared.doorbell.sleep(Duration::from_millis(wait_ms.max(1)), || {
-                        queue.is_empty() && releases.is_empty()
-                    });
-                    self.ops.try_recv().ok()
-                }
-            };
-            if !self.run_batch(first) || self.failed {
-                break;
-            }
-        }
-        self.finish();
-    }
-
-    /// For engines whose caller drives the shards: collects and writes one batch of whatever
-    /// is queued (and any due expiries) without waiting; [`Shard::settle_step`] makes it
-    /// durable and publishes it, so the caller can let every shard write before any waits
-    /// and one flush covers them all. Returns whether an op was taken.
+    /// Collects and writes one batch of whatever is queued (and any due expiries, releases
+    /// and moves) without waiting; [`Shard::settle_step`] makes it durable and publishes it,
+    /// so a worker driving several shards lets every one write before any waits, and one
+    /// flush covers them all. Returns whether an op was taken.
     pub fn write_step(&mut self) -> bool {
-        if self.failed {
+        if self.is_done() {
             return false;
         }
-        let first = self.ops.try_recv().ok();
+        let first = match self.ops.try_recv() {
+            Ok(op) => Some(op),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => {
+                self.stopping = true;
+                None
+            }
+        };
         let took_op = first.is_some();
-        let (batch, _) = self.collect(first);
+        let (batch, keep_running) = self.collect(first);
+        self.stopping |= !keep_running;
         self.written = self.write(batch);
         took_op
     }
@@ -315,6 +303,30 @@ impl Shard {
         }
     }
 
+    /// Whether a step would do anything now: ops or releases queued, moves planned, or an
+    /// expiry due.
+    pub fn has_work(&self, now_ms: u64) -> bool {
+        !self.queues_empty() || !self.moves.is_empty() || self.expiry.wait_ms(now_ms) == Some(0)
+    }
+
+    /// Nothing queued for the shard.
+    pub fn queues_empty(&self) -> bool {
+        self.ops.is_empty() && self.releases.is_empty()
+    }
+
+    /// How long the shard may sleep from `now_ms` with nothing queued: until its next expiry,
+    /// a millisecond while compaction has moves planned, [`IDLE_WAKE_MS_MAX`] at most.
+    pub fn idle_ms(&self, now_ms: u64) -> u64 {
+        let idle_ms = if self.moves.is_empty() { IDLE_WAKE_MS_MAX } else { 1 };
+        self.expiry.wait_ms(now_ms).unwrap_or(idle_ms).min(idle_ms)
+    }
+
+    /// The shard was asked to stop (or its queue is gone), or a commit failed: its worker
+    /// finishes it.
+    pub fn is_done(&self) -> bool {
+        self.stopping || self.failed
+    }
+
     /// The clean end: readers' renewals and a final checkpoint (disk modes, unless a commit
     /// failed), and every live reader woken to see the shard go.
     pub fn finish(mut self) {
@@ -323,13 +335,6 @@ impl Shard {
             self.checkpoint(CheckpointKind::Clean);
         }
         self.shared.live.wake_all();
-    }
-
-    /// Applies `first` and whatever else is queued, then commits. False once asked to stop.
-    fn run_batch(&mut self, first: Option<Op>) -> bool {
-        let (batch, keep_running) = self.collect(first);
-        self.commit(batch);
-        keep_running
     }
 
     /// Steps 1 and 2: drains queued ops up to the batch limits and applies them, along with
@@ -405,7 +410,7 @@ mod tests {
             io_error_policy: IoErrorPolicy::Abort,
         };
         let budget = Arc::new(ByteBudget::new(Limits::default().total_bytes_max, u64::MAX));
-        Shard::new(queue_capacity, budget, settings, OpenedShard::memory())
+        Shard::new(queue_capacity, budget, settings, OpenedShard::memory(), Arc::default())
     }
 
     fn create(name: &str) -> (Op, oneshot::Receiver<Result<CreateOutcome, OpError>>) {
@@ -474,7 +479,8 @@ mod tests {
     fn delete_and_recreate_in_one_batch_leave_the_new_stream() {
         let (mut shard, shared) = shard(16);
         let (first, _) = create("s");
-        shard.run_batch(Some(first));
+        let (batch, _) = shard.collect(Some(first));
+        shard.commit(batch);
         let old = shared.directory.get("s").unwrap();
         let (reply, deleted) = oneshot::channel();
         shared.submit(Op::Delete(StreamName::new("s").unwrap(), reply)).unwrap();

@@ -6,11 +6,11 @@
 //! so with one log per shard every shard pays a cache flush per batch, and the device sees
 //! as many flushes as there are busy shards. On ext4 (without `data=journal`) and XFS, an
 //! overwrite of blocks already written and synced needs no metadata, and any file's
-//! `fdatasync` ends in a cache flush of the whole device. There a commit instead writes back
-//! its own range (`sync_file_range`, waiting) and joins a **round**; one member of the round
-//! (its leader) runs one `fdatasync` of its own file, whose cache flush covers every member
-//! that joined before it started. Elsewhere (`Flush::PerFile`) each commit runs its own
-//! `fdatasync`, as before.
+//! `fdatasync` ends in a cache flush of the whole device. There a commit instead starts the
+//! write-back of its own range (`sync_file_range`, not waiting) and joins a **round**; one
+//! member of the round (its leader) waits until every member's range is written back, then
+//! runs one `fdatasync` of its own file, whose cache flush covers them all. Elsewhere (a
+//! per-file group) each commit runs its own `fdatasync`.
 //!
 //! Rounds: a commit enters the open round and gets its number; `wait` returns once a flush
 //! that started after the commit entered has finished. If no flush is running, the waiter
@@ -31,6 +31,9 @@ use std::time::Instant;
 use crate::histogram::{Histogram, HistogramSnapshot};
 use crate::storage::vfs::VfsFile;
 
+/// Most commits one round holds: one per shard, and an engine has at most 256 shards.
+const MEMBERS_MAX: usize = 256;
+
 /// How the commits of the logs on one file system become durable.
 pub struct FlushGroup {
     shared: bool,
@@ -47,11 +50,19 @@ struct Rounds {
     done: u64,
     /// A leader is flushing (the rounds before `open`).
     flushing: bool,
-    /// Commits in the open round, and their records (counted when its flush finishes).
-    open_commits: u64,
+    /// The open round's commits: each one's file and written range (the leader waits for
+    /// their write-back), and their records (counted when its flush finishes).
+    members: Vec<Member>,
     open_records: u64,
     /// A flush failed: nothing after it is ever durable.
     failed: bool,
+}
+
+/// A commit in a round: the range of its file it wrote.
+struct Member {
+    file: Arc<dyn VfsFile>,
+    position: u64,
+    len: u64,
 }
 
 /// A commit's place in a round: what [`FlushGroup::wait`] waits for.
@@ -131,15 +142,23 @@ impl FlushGroup {
         self.shared
     }
 
-    /// After a commit wrote `len` bytes at `position` of `file` (`records` records): writes
-    /// them back (shared) and enters the open round.
-    pub fn enter(&self, file: &dyn VfsFile, position: u64, len: u64, records: u64) -> io::Result<Ticket> {
+    /// After a commit wrote `len` bytes at `position` of `file` (`records` records): starts
+    /// their write-back and enters the open round (shared).
+    pub fn enter(
+        &self,
+        file: &Arc<dyn VfsFile>,
+        position: u64,
+        len: u64,
+        records: u64,
+    ) -> io::Result<Ticket> {
         if !self.shared {
             return Ok(Ticket { round: 0, records });
         }
-        file.write_back(position, len)?;
+        file.start_write_back(position, len)?;
         let mut rounds = self.lock();
-        rounds.open_commits += 1;
+        // A shard finishes each commit before its next: a round holds one commit per shard.
+        assert!(rounds.members.len() < MEMBERS_MAX, "a round holds one commit per shard");
+        rounds.members.push(Member { file: Arc::clone(file), position, len });
         rounds.open_records += records;
         Ok(Ticket { round: rounds.open, records })
     }
@@ -166,17 +185,19 @@ impl FlushGroup {
         }
     }
 
-    /// Closes the open round, flushes it with `file` and wakes its members.
+    /// Closes the open round, waits for its members' write-back, flushes with `file` and
+    /// wakes the members.
     fn lead<'a>(&'a self, mut rounds: MutexGuard<'a, Rounds>, file: &dyn VfsFile) -> MutexGuard<'a, Rounds> {
         let closing = rounds.open;
-        let covered = Covered {
-            commits: std::mem::take(&mut rounds.open_commits),
-            records: std::mem::take(&mut rounds.open_records),
-        };
+        let members = std::mem::take(&mut rounds.members);
+        let covered =
+            Covered { commits: members.len() as u64, records: std::mem::take(&mut rounds.open_records) };
         rounds.open += 1;
         rounds.flushing = true;
         drop(rounds);
-        let flushed = self.flush(file, covered);
+        let written_back =
+            members.iter().try_for_each(|member| member.file.write_back(member.position, member.len));
+        let flushed = written_back.and_then(|()| self.flush(file, covered));
         let mut rounds = self.lock();
         assert!(rounds.flushing && rounds.done <= closing, "one leader at a time, rounds in order");
         rounds.flushing = false;
@@ -258,7 +279,7 @@ mod tests {
             .enumerate()
             .map(|(i, file)| {
                 file.write_all_at(0, &[&[i as u8 + 1; 100]]).unwrap();
-                group.enter(file.as_ref(), 0, 100, 2).unwrap()
+                group.enter(file, 0, 100, 2).unwrap()
             })
             .collect();
         for (ticket, file) in tickets.iter().zip(&files) {
@@ -280,10 +301,10 @@ mod tests {
         let files = files(&vfs, 2);
         let group = FlushGroup::shared();
         files[0].write_all_at(0, &[b"first"]).unwrap();
-        let first = group.enter(files[0].as_ref(), 0, 5, 1).unwrap();
+        let first = group.enter(&files[0], 0, 5, 1).unwrap();
         group.wait(first, files[0].as_ref()).unwrap();
         files[1].write_all_at(0, &[b"second"]).unwrap();
-        let second = group.enter(files[1].as_ref(), 0, 6, 1).unwrap();
+        let second = group.enter(&files[1], 0, 6, 1).unwrap();
         assert_ne!(first, second);
         group.wait(second, files[1].as_ref()).unwrap();
         assert_eq!(group.stats().flushes, 2);
@@ -296,7 +317,7 @@ mod tests {
         let group = FlushGroup::shared();
         files[0].write_all_at(0, &[&[7u8; 512]]).unwrap();
         files[1].write_all_at(0, &[&[9u8; 512]]).unwrap();
-        let ticket = group.enter(files[0].as_ref(), 0, 512, 1).unwrap();
+        let ticket = group.enter(&files[0], 0, 512, 1).unwrap();
         group.wait(ticket, files[0].as_ref()).unwrap();
         let kept: std::collections::HashSet<bool> =
             (0..64).map(|seed| read(&vfs.crash(&mut SimRng::new(seed)), "/d/1")[0] == 9).collect();
@@ -308,11 +329,11 @@ mod tests {
         let vfs = SimVfs::new();
         let files = files(&vfs, 2);
         let group = FlushGroup::shared();
-        let ticket = group.enter(files[0].as_ref(), 0, 0, 1).unwrap();
+        let ticket = group.enter(&files[0], 0, 0, 1).unwrap();
         vfs.fail_after(0);
         assert!(group.wait(ticket, files[0].as_ref()).is_err());
         vfs.recover_from_failure();
-        let later = group.enter(files[1].as_ref(), 0, 0, 1).unwrap();
+        let later = group.enter(&files[1], 0, 0, 1).unwrap();
         assert!(group.wait(later, files[1].as_ref()).is_err(), "a failed flush is never forgotten");
     }
 
@@ -328,7 +349,7 @@ mod tests {
                     for round in 0..200u32 {
                         let byte = (round % 250) as u8 + 1;
                         file.write_all_at(u64::from(round % 8) * 512, &[&[byte; 512]]).unwrap();
-                        let ticket = group.enter(file.as_ref(), 0, 4096, 1).unwrap();
+                        let ticket = group.enter(file, 0, 4096, 1).unwrap();
                         group.wait(ticket, file.as_ref()).unwrap();
                     }
                     i

@@ -85,6 +85,11 @@ pub trait VfsFile: Send + Sync {
     fn write_back(&self, _position: u64, _len: u64) -> io::Result<()> {
         self.sync_data()
     }
+    /// Starts sending the written data of `len` bytes at `position` to the device without
+    /// waiting (a later `write_back` of the range waits for it). By default nothing.
+    fn start_write_back(&self, _position: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// A read-only view of the first `len` bytes that also shows later writes.
     fn map(&self, len: u64) -> io::Result<Arc<dyn FileMap>>;
     /// Gives back the space of `len` bytes at `position` (reads as zeros after); may be a no-op.

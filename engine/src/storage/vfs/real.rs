@@ -176,24 +176,11 @@ impl VfsFile for RealFile {
         let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
             | libc::SYNC_FILE_RANGE_WRITE
             | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-        loop {
-            // SAFETY: plain syscall on an owned descriptor.
-            let result = unsafe {
-                libc::sync_file_range(
-                    self.file.as_raw_fd(),
-                    position as libc::off64_t,
-                    len as libc::off64_t,
-                    flags,
-                )
-            };
-            if result == 0 {
-                return Ok(());
-            }
-            let error = io::Error::last_os_error();
-            if error.kind() != io::ErrorKind::Interrupted {
-                return Err(error);
-            }
-        }
+        self.sync_file_range(position, len, flags)
+    }
+
+    fn start_write_back(&self, position: u64, len: u64) -> io::Result<()> {
+        self.sync_file_range(position, len, libc::SYNC_FILE_RANGE_WRITE)
     }
 
     fn map(&self, len: u64) -> io::Result<Arc<dyn FileMap>> {
@@ -217,6 +204,29 @@ impl VfsFile for RealFile {
         match error.raw_os_error() {
             Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
             _ => Err(error),
+        }
+    }
+}
+
+impl RealFile {
+    fn sync_file_range(&self, position: u64, len: u64, flags: libc::c_uint) -> io::Result<()> {
+        loop {
+            // SAFETY: plain syscall on an owned descriptor.
+            let result = unsafe {
+                libc::sync_file_range(
+                    self.file.as_raw_fd(),
+                    position as libc::off64_t,
+                    len as libc::off64_t,
+                    flags,
+                )
+            };
+            if result == 0 {
+                return Ok(());
+            }
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(error);
+            }
         }
     }
 }

@@ -385,7 +385,7 @@ impl Persist for WalWriter {
         if self.position != self.synced_to {
             let records = (batch.records.len() + batch.moves.len()) as u64;
             let len = self.position - self.synced_to;
-            let ticket = self.files.flush.enter(self.active.file().as_ref(), self.synced_to, len, records)?;
+            let ticket = self.files.flush.enter(self.active.file(), self.synced_to, len, records)?;
             self.flushing = Some((ticket, self.position));
         }
         Ok(())
