@@ -27,8 +27,7 @@ impl Shard {
     /// Step 3, first half: the batch's records are written (durable once `settle` has
     /// waited for the flush). `None` when the write failed: nothing is published.
     pub(super) fn write(&mut self, mut batch: Batch) -> Option<Batch> {
-        batch.written = !batch.records.is_empty() || !batch.moves.is_empty() || !batch.replies.is_empty();
-        if !batch.written {
+        if batch.records.is_empty() && batch.moves.is_empty() && batch.replies.is_empty() {
             return Some(batch);
         }
         batch.places.clear();
@@ -45,12 +44,11 @@ impl Shard {
     /// Step 3, second half, and step 4: once the flush covers the batch, publish it; then
     /// checkpoint, compaction and renewals when due, and keep the batch's buffers.
     pub(super) fn settle(&mut self, mut batch: Batch) {
-        if batch.written {
+        if let Some(started) = batch.started.take() {
             if let Err(error) = self.persist.finish_commit() {
                 self.fail("flush", &error);
                 return;
             }
-            let started = batch.started.take().expect("a written batch has its start time");
             self.shared.counters.commit_us.record(started.elapsed().as_micros() as u64);
             self.publish(&mut batch);
             if self.persist.maintenance().is_some_and(|log| log.checkpoint_due()) {

@@ -205,9 +205,7 @@ pub(crate) struct Batch {
     overlay: Overlay,
     replies: Vec<Pending>,
     payload_bytes: usize,
-    /// The batch had something to commit (`commit::write`).
-    written: bool,
-    /// When its commit started.
+    /// When its commit started; `None` when it had nothing to commit (`commit::write`).
     started: Option<std::time::Instant>,
 }
 

@@ -77,8 +77,9 @@ impl Worker {
     fn turn(&mut self, full: bool, now_ms: u64) -> Turn {
         let mut turn = Turn::default();
         for shard in &mut self.shards {
-            if full || shard.has_work(now_ms) {
-                turn.worked |= shard.has_work(now_ms);
+            let has_work = shard.has_work(now_ms);
+            if full || has_work {
+                turn.worked |= has_work;
                 turn.took_op |= shard.write_step();
             }
         }

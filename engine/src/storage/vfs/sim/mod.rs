@@ -16,6 +16,8 @@
 //! durable, in every file, the written-back writes that overwrite blocks already written and
 //! synced (the file's allocated prefix). A write into space never written (past that prefix,
 //! or space `set_len` added) needs metadata only the file's own `sync_data` commits.
+//!
+//! `file` holds one file's data and what a crash leaves of it; `tests` pins the model down.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
@@ -26,6 +28,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::{FileMap, Vfs, VfsFile};
+
+mod file;
+
+use file::{survive, write_into, FileData};
 
 /// Granularity of a torn write: sectors of the file, each kept whole or not at all.
 pub const SECTOR_BYTES: usize = 512;
@@ -55,23 +61,6 @@ impl SimRng {
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
-}
-
-#[derive(Clone, Default)]
-struct FileData {
-    /// What reads see now.
-    current: Vec<u8>,
-    /// What survives a crash for certain.
-    durable: Vec<u8>,
-    /// Writes since the last sync, in order: (position, bytes).
-    unsynced: Vec<(usize, Vec<u8>)>,
-    /// How many of the first `unsynced` writes were written back to the device's cache.
-    written_back: usize,
-    /// The prefix of the file whose blocks were written and made durable: overwrites there
-    /// need no metadata, so a device flush alone makes them durable.
-    allocated: usize,
-    /// Length set since the last sync (truncation or extension).
-    unsynced_len: Option<usize>,
 }
 
 type FileRef = Arc<Mutex<FileData>>;
@@ -280,95 +269,6 @@ impl SimVfs {
             .cloned()
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display())))
     }
-}
-
-impl FileData {
-    /// Makes every write and the length durable (`fdatasync`), extending the allocated
-    /// prefix over the writes that continue it.
-    fn make_durable(&mut self) {
-        let mut written: Vec<(usize, usize)> =
-            self.unsynced.iter().map(|(position, bytes)| (*position, position + bytes.len())).collect();
-        written.sort_unstable();
-        for (start, end) in written {
-            if start <= self.allocated {
-                self.allocated = self.allocated.max(end);
-            }
-        }
-        self.durable = self.current.clone();
-        self.allocated = self.allocated.min(self.durable.len());
-        self.unsynced.clear();
-        self.written_back = 0;
-        self.unsynced_len = None;
-    }
-
-    /// Marks the unsynced writes from the first not yet written back, as long as they lie
-    /// inside `start..end` (rounded out to pages), as written back.
-    fn write_back(&mut self, start: usize, end: usize) {
-        const PAGE_BYTES: usize = 4096;
-        let (start, end) = (start / PAGE_BYTES * PAGE_BYTES, end.div_ceil(PAGE_BYTES) * PAGE_BYTES);
-        while let Some((position, bytes)) = self.unsynced.get(self.written_back) {
-            if *position < start || position + bytes.len() > end {
-                break;
-            }
-            self.written_back += 1;
-        }
-    }
-
-    /// The device flush, for this file: the written-back writes inside the allocated prefix,
-    /// in order, become durable.
-    fn flush_written_back(&mut self) {
-        let covered = self.unsynced[..self.written_back]
-            .iter()
-            .take_while(|(position, bytes)| position + bytes.len() <= self.allocated)
-            .count();
-        for (position, bytes) in self.unsynced.drain(..covered) {
-            write_into(&mut self.durable, position, &bytes);
-        }
-        self.written_back -= covered;
-    }
-}
-
-/// A file's contents after a crash.
-fn survive(file: &FileRef, rng: &mut SimRng) -> FileRef {
-    let data = file.lock().expect("sim file lock");
-    let mut content = data.durable.clone();
-    if let Some(len) = data.unsynced_len {
-        if rng.chance(50) {
-            content.resize(len, 0);
-        }
-    }
-    for (position, bytes) in &data.unsynced {
-        match rng.below(3) {
-            0 => {}
-            1 => write_into(&mut content, *position, bytes),
-            _ => {
-                // Sectors of the file (not of the write) are what a disk keeps whole or not.
-                let end = position + bytes.len();
-                let mut sector = position / SECTOR_BYTES * SECTOR_BYTES;
-                while sector < end {
-                    let (from, to) = (sector.max(*position), (sector + SECTOR_BYTES).min(end));
-                    if rng.chance(50) {
-                        write_into(&mut content, from, &bytes[from - position..to - position]);
-                    }
-                    sector += SECTOR_BYTES;
-                }
-            }
-        }
-    }
-    let allocated = data.allocated.min(content.len());
-    Arc::new(Mutex::new(FileData {
-        current: content.clone(),
-        durable: content,
-        allocated,
-        ..FileData::default()
-    }))
-}
-
-fn write_into(content: &mut Vec<u8>, position: usize, bytes: &[u8]) {
-    if content.len() < position + bytes.len() {
-        content.resize(position + bytes.len(), 0);
-    }
-    content[position..position + bytes.len()].copy_from_slice(bytes);
 }
 
 struct SimFile {
@@ -590,117 +490,4 @@ impl FileMap for SimMap {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn file_bytes(vfs: &SimVfs, path: &str) -> Option<Vec<u8>> {
-        vfs.open(Path::new(path)).ok().map(|f| {
-            let mut buffer = vec![0; f.size().unwrap() as usize];
-            f.read_at(0, &mut buffer).unwrap();
-            buffer
-        })
-    }
-
-    #[test]
-    fn synced_data_and_entries_survive_every_crash() {
-        let vfs = SimVfs::new();
-        vfs.create_dir_all(Path::new("/d")).unwrap();
-        vfs.sync_dir(Path::new("/")).unwrap();
-        let file = vfs.create_new(Path::new("/d/f")).unwrap();
-        file.write_all_at(0, &[b"durable"]).unwrap();
-        file.sync_data().unwrap();
-        vfs.sync_dir(Path::new("/d")).unwrap();
-        file.write_all_at(7, &[&[b'x'; 2000]]).unwrap();
-        for seed in 0..50 {
-            let after = vfs.crash(&mut SimRng::new(seed));
-            let bytes = file_bytes(&after, "/d/f").expect("a synced entry survives");
-            assert_eq!(&bytes[..7], b"durable");
-            assert!(bytes[7..].iter().all(|b| *b == b'x' || *b == 0), "unsynced bytes are written or absent");
-        }
-    }
-
-    #[test]
-    fn unsynced_writes_and_entries_may_vanish_or_tear_deterministically() {
-        let vfs = SimVfs::new();
-        vfs.create_dir_all(Path::new("/d")).unwrap();
-        let file = vfs.create_new(Path::new("/d/f")).unwrap();
-        file.write_all_at(0, &[&[7u8; 4096]]).unwrap();
-        let outcomes: std::collections::HashSet<Option<usize>> = (0..200)
-            .map(|seed| {
-                file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/d/f")
-                    .map(|b| b.iter().filter(|x| **x == 7).count())
-            })
-            .collect();
-        assert!(outcomes.contains(&None), "an unsynced create can vanish");
-        assert!(outcomes.contains(&Some(0)) && outcomes.contains(&Some(4096)), "{outcomes:?}");
-        assert!(outcomes.iter().any(|o| o.is_some_and(|n| n > 0 && n < 4096)), "writes can tear");
-        let again = |seed| file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/d/f");
-        assert_eq!(again(17), again(17), "same seed, same disk");
-    }
-
-    #[test]
-    fn a_rename_into_a_missing_directory_fails_and_keeps_the_source() {
-        let vfs = SimVfs::new();
-        vfs.create_dir_all(Path::new("/d")).unwrap();
-        vfs.create_new(Path::new("/d/f")).unwrap().write_all_at(0, &[b"kept"]).unwrap();
-        let error = vfs.rename(Path::new("/d/f"), Path::new("/missing/f")).unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::NotFound);
-        assert_eq!(file_bytes(&vfs, "/d/f").as_deref(), Some(&b"kept"[..]));
-    }
-
-    #[test]
-    fn failing_after_a_budget_stops_every_operation() {
-        let vfs = SimVfs::new();
-        vfs.create_dir_all(Path::new("/d")).unwrap();
-        vfs.fail_after(2);
-        let file = vfs.create_new(Path::new("/d/f")).unwrap();
-        file.write_all_at(0, &[b"a"]).unwrap();
-        assert!(file.sync_data().is_err());
-        assert!(vfs.has_failed());
-        assert!(vfs.list(Path::new("/d")).is_err());
-    }
-
-    #[test]
-    fn a_directory_never_synced_into_its_parent_can_vanish_with_its_files() {
-        let vfs = SimVfs::new();
-        vfs.create_dir_all(Path::new("/data/shard")).unwrap();
-        let file = vfs.create_new(Path::new("/data/shard/f")).unwrap();
-        file.write_all_at(0, &[b"synced"]).unwrap();
-        file.sync_data().unwrap();
-        vfs.sync_dir(Path::new("/data/shard")).unwrap();
-        let survived: std::collections::HashSet<bool> = (0..64)
-            .map(|seed| file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/data/shard/f").is_some())
-            .collect();
-        assert_eq!(survived.len(), 2, "the file survives only when the directories above it do");
-        vfs.sync_dir(Path::new("/data")).unwrap();
-        vfs.sync_dir(Path::new("/")).unwrap();
-        for seed in 0..64 {
-            assert!(file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/data/shard/f").is_some(), "seed {seed}");
-        }
-    }
-
-    #[test]
-    fn a_device_flush_covers_written_back_overwrites_of_written_blocks_only() {
-        let vfs = SimVfs::new();
-        vfs.create_dir_all(Path::new("/d")).unwrap();
-        vfs.sync_dir(Path::new("/")).unwrap();
-        let (a, b) = (vfs.create_new(Path::new("/d/a")).unwrap(), vfs.create_new(Path::new("/d/b")).unwrap());
-        vfs.sync_dir(Path::new("/d")).unwrap();
-        a.write_all_at(0, &[&[0u8; 4096]]).unwrap();
-        a.sync_data().unwrap();
-        a.set_len(8192).unwrap();
-        a.sync_data().unwrap();
-        // An overwrite of written blocks, and a write into space set_len added (a hole).
-        a.write_all_at(0, &[&[1u8; 4096]]).unwrap();
-        a.write_all_at(4096, &[&[2u8; 4096]]).unwrap();
-        a.write_back(0, 8192).unwrap();
-        b.sync_data().unwrap();
-        let mut hole_kept = std::collections::HashSet::new();
-        for seed in 0..64 {
-            let bytes = file_bytes(&vfs.crash(&mut SimRng::new(seed)), "/d/a").unwrap();
-            assert!(bytes[..4096].iter().all(|x| *x == 1), "the overwrite is durable (seed {seed})");
-            hole_kept.insert(bytes[4096..].iter().all(|x| *x == 2));
-        }
-        assert_eq!(hole_kept.len(), 2, "the write into the hole needs the file's own sync");
-    }
-}
+mod tests;
