@@ -145,6 +145,10 @@ enum Scenario {
         /// Connections creating streams in a closed loop
         #[arg(long, default_value_t = 16)]
         connections: usize,
+        /// Create each stream empty, then append its first message with a POST (a
+        /// creation is the pair; without it, the message is the PUT's body)
+        #[arg(long)]
+        append: bool,
     },
     /// Fork creation against plain creation, and catch-up of a fork against its source
     Fork {
@@ -240,8 +244,9 @@ async fn run(scenario: &Scenario, settings: &Settings) -> Result<Report, String>
         Scenario::Longpoll { readers, rate, .. } => {
             longpoll::run(settings, &longpoll::LongpollOptions { readers, rate_per_sec: rate }).await
         }
-        Scenario::Streams { count, bytes, connections, .. } => {
-            streams::run(settings, &streams::StreamsOptions { count, bytes, connections }).await
+        Scenario::Streams { count, bytes, connections, append, .. } => {
+            let options = streams::StreamsOptions { count, bytes, connections, separate_append: append };
+            streams::run(settings, &options).await
         }
         Scenario::Fork { fill_bytes, append_bytes, creates, connections, turns, .. } => {
             let options = fork::ForkOptions { fill_bytes, append_bytes, creates, connections, turns };

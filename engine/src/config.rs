@@ -61,16 +61,16 @@ pub enum Threading {
     Manual,
 }
 
-/// Smallest default size of a WAL segment (larger when the stream limit needs it).
+/// Smallest default size of a WAL segment (larger when the largest append needs it).
 pub const SEGMENT_BYTES_DEFAULT: u64 = 32 << 20;
 /// Room a segment needs besides the largest record's data: its header, the record's header
 /// and meta, and the seal.
 pub const SEGMENT_OVERHEAD_BYTES: u64 = 16 * 1024;
 
-/// The default segment size for a stream limit: 32 MiB, or the next power of two that holds
-/// the largest record.
-pub fn segment_bytes_for(stream_bytes_max: u64) -> u64 {
-    SEGMENT_BYTES_DEFAULT.max((stream_bytes_max + SEGMENT_OVERHEAD_BYTES).next_power_of_two())
+/// The default segment size for the most data one record holds
+/// ([`crate::Limits::record_bytes_max`]): 32 MiB, or the next power of two that holds it.
+pub fn segment_bytes_for(record_bytes_max: u64) -> u64 {
+    SEGMENT_BYTES_DEFAULT.max((record_bytes_max + SEGMENT_OVERHEAD_BYTES).next_power_of_two())
 }
 
 /// Everything an engine needs to start.
@@ -169,6 +169,7 @@ impl EngineConfig {
             ("batch ops", self.batch_ops_max as u64),
             ("batch bytes", self.batch_bytes_max as u64),
             ("stream byte limit", self.limits.stream_bytes_max),
+            ("append byte limit", self.limits.append_bytes_max),
             ("total byte limit", self.limits.total_bytes_max),
         ];
         for (name, value) in settings {
@@ -176,7 +177,7 @@ impl EngineConfig {
                 return Err(EngineError::Setting(name));
             }
         }
-        let needed = self.limits.stream_bytes_max + SEGMENT_OVERHEAD_BYTES;
+        let needed = self.limits.record_bytes_max().saturating_add(SEGMENT_OVERHEAD_BYTES);
         if self.mode == StorageMode::Acid && !(needed..1 << 32).contains(&self.segment_bytes) {
             return Err(EngineError::SegmentSize { segment_bytes: self.segment_bytes, needed });
         }

@@ -345,7 +345,7 @@ fn store_settings(config: &EngineConfig) -> StoreSettings {
         data_dir: config.data_dir.clone(),
         shard_count: config.shard_count,
         segment_bytes: config.segment_bytes,
-        stream_bytes_max: config.limits.stream_bytes_max,
+        record_bytes_max: config.limits.record_bytes_max(),
         file_handles_max: config.file_handles_max,
         inline: config.threading == Threading::Manual,
         vfs: Arc::clone(&config.vfs.0),

@@ -17,6 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const TOTAL_BYTES_MAX_DEFAULT: u64 = 104_857_600;
 /// The spec's default cap on bytes stored in one stream.
 pub const STREAM_BYTES_MAX_DEFAULT: u64 = 10_485_760;
+/// Default cap on the data of one append (or a create's initial data): a request body and
+/// a log record hold at most this (lower when the stream limit is lower).
+pub const APPEND_BYTES_MAX_DEFAULT: u64 = 10_485_760;
 /// Longest accepted `Stream-Seq` value, in bytes.
 pub const STREAM_SEQ_BYTES_MAX: usize = 256;
 /// Default cap on the number of streams.
@@ -33,10 +36,19 @@ pub const APPEND_CHARGE_BYTES: u64 = 64;
 pub struct Limits {
     /// What all streams may cost together, in bytes (their data and the charges above).
     pub total_bytes_max: u64,
-    /// Message bytes one stream may hold.
+    /// Message bytes one stream may hold (any size: a stream spans records and segments).
     pub stream_bytes_max: u64,
+    /// Message bytes one append (or a create's initial data) may carry: the largest record.
+    pub append_bytes_max: u64,
     /// Streams that may exist at once.
     pub streams_max: u64,
+}
+
+impl Limits {
+    /// The most data one record holds: an append passing either limit is refused.
+    pub fn record_bytes_max(&self) -> u64 {
+        self.append_bytes_max.min(self.stream_bytes_max)
+    }
 }
 
 impl Default for Limits {
@@ -44,6 +56,7 @@ impl Default for Limits {
         Limits {
             total_bytes_max: TOTAL_BYTES_MAX_DEFAULT,
             stream_bytes_max: STREAM_BYTES_MAX_DEFAULT,
+            append_bytes_max: APPEND_BYTES_MAX_DEFAULT,
             streams_max: STREAMS_MAX_DEFAULT,
         }
     }

@@ -126,6 +126,8 @@ pub enum OpError {
     StreamSeqRegression,
     /// The stream would pass its byte limit.
     StreamFull,
+    /// One append (or a create's initial data) carries more than the largest append.
+    AppendTooLarge { bytes_max: u64 },
     /// All streams together would pass the byte limit.
     MemoryFull,
     /// The stream already tracks the most producers it may.
@@ -170,6 +172,9 @@ impl std::fmt::Display for OpError {
             }
             OpError::StreamSeqRegression => f.write_str("Stream-Seq must increase"),
             OpError::StreamFull => f.write_str("stream would exceed its byte limit"),
+            OpError::AppendTooLarge { bytes_max } => {
+                write!(f, "one append may carry at most {bytes_max} bytes")
+            }
             OpError::MemoryFull => f.write_str("server would exceed its stored byte limit"),
             OpError::TooManyProducers => f.write_str("stream tracks too many producers"),
             OpError::Overloaded => f.write_str("shard queue is full"),

@@ -173,6 +173,37 @@ fn ttl_windows_keep_sliding_after_a_restart() {
     }
 }
 
+/// A stream holds far more than one append or one segment: its appends, each as large as
+/// one may be, span segments, and all of it comes back after every restart; one byte more
+/// than the largest append is refused (413 `append-too-large`) and stores nothing.
+#[test]
+fn streams_span_segments_and_appends_have_their_own_limit() {
+    const SMALL_SEGMENT_BYTES: u64 = 256 << 10;
+    for mode in [StorageMode::Acid, StorageMode::FileDurable, StorageMode::FileFast] {
+        for how in restarts_of(mode) {
+            let mut harness = Harness::with_mode(mode, SMALL_SEGMENT_BYTES);
+            let append_bytes_max = harness.append_bytes_max() as usize;
+            harness.create("long", plain_config()).unwrap();
+            let mut expected = String::new();
+            for i in 0..6 {
+                let body = char::from(b'a' + i).to_string().repeat(append_bytes_max);
+                harness.append(append_request("long", &body)).unwrap();
+                expected.push_str(&body);
+            }
+            let too_large = "z".repeat(append_bytes_max + 1);
+            assert_eq!(
+                harness.append(append_request("long", &too_large)).err(),
+                Some(OpError::AppendTooLarge { bytes_max: append_bytes_max as u64 }),
+                "{mode:?}"
+            );
+            restart(&mut harness, how);
+            let read = harness.read("long").unwrap();
+            assert_eq!(read.len(), expected.len(), "{mode:?} after {how:?}");
+            assert!(read == expected, "{mode:?} after {how:?}: every append reads back in order");
+        }
+    }
+}
+
 /// Every restart a mode promises to survive, for tests that go through each.
 fn restarts_of(mode: StorageMode) -> Vec<Restart> {
     match mode {

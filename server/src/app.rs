@@ -51,7 +51,7 @@ impl App {
         ));
         App {
             body: BodyRules {
-                bytes_max: config.engine.limits.stream_bytes_max,
+                bytes_max: config.engine.limits.append_bytes_max,
                 timeout: config.body_timeout,
                 budget: Arc::new(BodyBudget::new(config.body_buffer_bytes_max)),
             },

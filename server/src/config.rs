@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use ds_engine::Limits;
 use ds_engine::{segment_bytes_for, SEGMENT_OVERHEAD_BYTES};
 use ds_engine::{EngineConfig, StorageMode};
+use ds_engine::{Limits, APPEND_BYTES_MAX_DEFAULT};
 
 use crate::http::cors::CorsPolicy;
 
@@ -51,6 +51,10 @@ pub struct Args {
     /// Most bytes stored in one stream (413 past it)
     #[arg(long, env = "DS_LIMITS__MAX_STREAM_BYTES", default_value = "10485760")]
     pub max_stream_bytes: String,
+    /// Most bytes one append (or a create's initial data) may carry: the request body limit
+    /// and the largest log record (413 past it) [default: 10 MiB, or the stream limit if lower]
+    #[arg(long, env = "DS_LIMITS__MAX_APPEND_BYTES")]
+    pub max_append_bytes: Option<String>,
     /// Most stored bytes one catch-up or long-poll response carries
     #[arg(long, env = "DS_LIMITS__MAX_READ_BYTES", default_value = "1048576")]
     pub max_read_bytes: String,
@@ -140,6 +144,8 @@ const SSE_IDLE_SECS_MAX: u64 = 86_400;
 const CONNECTIONS_MAX: u64 = 1_000_000;
 /// Longest write stall allowed, in seconds.
 const WRITE_STALL_SECS_MAX: u64 = 3600;
+/// Largest append one may configure: a request body held in memory, one log record.
+const APPEND_BYTES_MAX_LIMIT: u64 = 1 << 30;
 
 impl Args {
     pub fn into_config(self) -> Result<Config, ConfigError> {
@@ -208,8 +214,8 @@ impl Args {
     fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
         let total_bytes_max = number("DS_LIMITS__MAX_MEMORY_BYTES", &self.max_memory_bytes, 1, u64::MAX)?;
         let streams_max = number("DS_LIMITS__MAX_STREAMS", &self.max_streams, 1, u64::MAX)?;
-        let stream_bytes_max =
-            number("DS_LIMITS__MAX_STREAM_BYTES", &self.max_stream_bytes, 1, u32::MAX.into())?;
+        let stream_bytes_max = number("DS_LIMITS__MAX_STREAM_BYTES", &self.max_stream_bytes, 1, u64::MAX)?;
+        let append_bytes_max = self.append_bytes_max(stream_bytes_max)?;
         let mode = StorageMode::parse(&self.storage_mode).ok_or_else(|| {
             invalid("DS_STORAGE__MODE", &self.storage_mode, "memory, file-fast, file-durable or acid")
         })?;
@@ -225,25 +231,40 @@ impl Args {
             mode,
             data_dir: self.data_dir.clone(),
             shard_count,
-            limits: Limits { total_bytes_max, stream_bytes_max, streams_max },
-            segment_bytes: self.segment_bytes(stream_bytes_max)?,
+            limits: Limits { total_bytes_max, stream_bytes_max, append_bytes_max, streams_max },
+            segment_bytes: self.segment_bytes(append_bytes_max)?,
             shared_flush: boolean("DS_STORAGE__SHARED_FLUSH", &self.shared_flush)?,
             ..EngineConfig::default()
         })
     }
 
-    /// The acid segment size: as set (at least the largest record), or the default for the
-    /// stream limit.
-    fn segment_bytes(&self, stream_bytes_max: u64) -> Result<u64, ConfigError> {
-        let Some(text) = &self.segment_bytes else {
-            return Ok(segment_bytes_for(stream_bytes_max));
+    /// The largest append: as set (at most the stream limit), or the default under it.
+    fn append_bytes_max(&self, stream_bytes_max: u64) -> Result<u64, ConfigError> {
+        let Some(text) = &self.max_append_bytes else {
+            return Ok(APPEND_BYTES_MAX_DEFAULT.min(stream_bytes_max));
         };
-        let needed = stream_bytes_max + SEGMENT_OVERHEAD_BYTES;
+        let append_bytes_max = number("DS_LIMITS__MAX_APPEND_BYTES", text, 1, APPEND_BYTES_MAX_LIMIT)?;
+        if append_bytes_max > stream_bytes_max {
+            return Err(ConfigError(format!(
+                "DS_LIMITS__MAX_APPEND_BYTES: {append_bytes_max} is more than a stream may hold \
+                 (DS_LIMITS__MAX_STREAM_BYTES is {stream_bytes_max})"
+            )));
+        }
+        Ok(append_bytes_max)
+    }
+
+    /// The acid segment size: as set (at least the largest record), or the default for the
+    /// largest append.
+    fn segment_bytes(&self, append_bytes_max: u64) -> Result<u64, ConfigError> {
+        let Some(text) = &self.segment_bytes else {
+            return Ok(segment_bytes_for(append_bytes_max));
+        };
+        let needed = append_bytes_max + SEGMENT_OVERHEAD_BYTES;
         let segment_bytes = number("DS_STORAGE__SEGMENT_BYTES", text, 1, (1 << 32) - 1)?;
         if segment_bytes < needed {
             return Err(ConfigError(format!(
                 "DS_STORAGE__SEGMENT_BYTES: {segment_bytes} cannot hold the largest record \
-                 (DS_LIMITS__MAX_STREAM_BYTES plus {SEGMENT_OVERHEAD_BYTES}); use at least {needed}"
+                 (DS_LIMITS__MAX_APPEND_BYTES plus {SEGMENT_OVERHEAD_BYTES}); use at least {needed}"
             )));
         }
         Ok(segment_bytes)
@@ -319,6 +340,24 @@ mod tests {
             let error = args(flags).expect_err("invalid");
             assert!(error.0.contains(variable), "{flags:?}: {error}");
         }
+    }
+
+    #[test]
+    fn the_largest_append_is_apart_from_the_stream_limit() {
+        let config = args(&["--max-stream-bytes", "1000"]).unwrap();
+        assert_eq!(config.engine.limits.append_bytes_max, 1000, "the default stays under the stream limit");
+        let huge = (1u64 << 40).to_string();
+        let config = args(&["--max-stream-bytes", &huge, "--storage-mode", "acid"]).unwrap();
+        assert_eq!(config.engine.limits.stream_bytes_max, 1 << 40, "streams span segments");
+        assert_eq!(config.engine.limits.append_bytes_max, 10 << 20);
+        assert_eq!(config.engine.segment_bytes, 32 << 20, "segments follow the largest append");
+        assert!(config.engine.validate().is_ok());
+        let config = args(&["--max-append-bytes", "67108864", "--max-stream-bytes", &huge]).unwrap();
+        assert_eq!(config.engine.segment_bytes, 128 << 20);
+        let error = args(&["--max-append-bytes", "2000", "--max-stream-bytes", "1000"]).unwrap_err();
+        assert!(error.0.contains("DS_LIMITS__MAX_APPEND_BYTES"), "{error}");
+        let error = args(&["--max-append-bytes", "2147483648", "--max-stream-bytes", &huge]).unwrap_err();
+        assert!(error.0.contains("DS_LIMITS__MAX_APPEND_BYTES"), "{error}");
     }
 
     #[test]

@@ -291,6 +291,25 @@ fn bodies_and_streams_are_bounded_with_413(mode: &str) {
     );
 }
 
+/// The largest append is its own limit: a stream grows past it by appends under it, and
+/// a body over it is refused (413 `append-too-large`) whatever room the stream has.
+fn appends_have_their_own_limit_under_the_stream_limit(mode: &str) {
+    let server = Server::start_in(
+        mode,
+        &[("DS_LIMITS__MAX_STREAM_BYTES", "1000000"), ("DS_LIMITS__MAX_APPEND_BYTES", "1000")],
+    );
+    let client = server.client();
+    create(&client, "/v1/stream/a", "application/octet-stream", &[1; 1000]);
+    for _ in 0..4 {
+        assert_eq!(client.post("/v1/stream/a", "application/octet-stream", &[2; 1000]).status, 204);
+    }
+    let over = client.post("/v1/stream/a", "application/octet-stream", &[3; 1001]);
+    assert_eq!(over.status, 413, "{}", over.text());
+    let too_big_create = client.put("/v1/stream/b", "application/octet-stream", &[1; 1001]);
+    assert_eq!(too_big_create.status, 413, "a create's initial data too");
+    assert_eq!(client.get("/v1/stream/a").body.len(), 5000, "a refused append stores nothing");
+}
+
 fn oversized_request_heads_are_refused(mode: &str) {
     let server = Server::start_in(mode, &[]);
     let client = server.client();
@@ -347,6 +366,7 @@ in_every_mode!(
     sse_events_carry_ids_and_last_event_id_resumes,
     sse_connections_close_when_idle,
     bodies_and_streams_are_bounded_with_413,
+    appends_have_their_own_limit_under_the_stream_limit,
     oversized_request_heads_are_refused,
     cors_follows_the_configured_origins,
     sigterm_ends_live_reads_and_exits_cleanly,

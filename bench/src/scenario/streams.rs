@@ -1,4 +1,5 @@
-//! `streams`: create N streams, each with one small first message, over C connections.
+//! `streams`: create N streams, each with one small first message, over C connections
+//! (in the PUT's body, or with `--append` in a POST after an empty PUT).
 //!
 //! Reports creations per second and, with `--server-pid`, the server's resident memory per
 //! stream (growth during the run divided by N) — the figure that says how many idle streams
@@ -25,6 +26,8 @@ pub struct StreamsOptions {
     /// Size of each stream's first (and only) message.
     pub bytes: usize,
     pub connections: usize,
+    /// Create empty, then append the message (a creation is the PUT and the POST).
+    pub separate_append: bool,
 }
 
 pub async fn run(settings: &Settings, options: &StreamsOptions) -> Result<Report, String> {
@@ -42,7 +45,7 @@ pub async fn run(settings: &Settings, options: &StreamsOptions) -> Result<Report
                 target.clone(),
                 prefix.clone(),
                 Arc::clone(&next),
-                options.count,
+                options.clone(),
                 body.clone(),
             ))
         })
@@ -83,31 +86,40 @@ pub async fn run(settings: &Settings, options: &StreamsOptions) -> Result<Report
     Ok(report)
 }
 
-/// Creates streams until `count` have been claimed; returns latencies and failures.
+/// Creates streams until `options.count` have been claimed; returns latencies (of each
+/// whole creation) and failures.
 async fn create_many(
     target: Target,
     prefix: String,
     next: Arc<AtomicUsize>,
-    count: usize,
+    options: StreamsOptions,
     body: Bytes,
 ) -> Result<(Latencies, u64), String> {
+    const CONTENT_TYPE: [(&str, &str); 1] = [("content-type", "application/octet-stream")];
     let mut connection = Connection::open(&target).await.map_err(|e| format!("connect: {e}"))?;
     let mut latencies = Latencies::default();
     let mut failures = 0;
+    let first_body = if options.separate_append { Bytes::new() } else { body.clone() };
     loop {
         let index = next.fetch_add(1, Ordering::Relaxed);
-        if index >= count {
+        if index >= options.count {
             return Ok((latencies, failures));
         }
         let path = target.stream_path(&format!("{prefix}-{index}"));
         let started = Instant::now();
         let reply = connection
-            .send(Method::PUT, &path, &[("content-type", "application/octet-stream")], body.clone())
+            .send(Method::PUT, &path, &CONTENT_TYPE, first_body.clone())
             .await
             .map_err(|e| format!("create: {e}"))?;
-        latencies.record_us(started.elapsed().as_micros() as u64);
-        if reply.status != 201 {
-            failures += 1;
+        let mut created = reply.status == 201;
+        if created && options.separate_append {
+            let reply = connection
+                .send(Method::POST, &path, &CONTENT_TYPE, body.clone())
+                .await
+                .map_err(|e| format!("append: {e}"))?;
+            created = reply.status == 204 || reply.status == 200;
         }
+        latencies.record_us(started.elapsed().as_micros() as u64);
+        failures += u64::from(!created);
     }
 }

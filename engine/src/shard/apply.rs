@@ -92,6 +92,7 @@ impl Shard {
             + request.config.content_type.as_str().len()
             + 16
             + fork_bytes;
+        self.fits_one_record(initial_bytes)?;
         self.room(batch, record_bytes_max(meta_bytes, initial_bytes), Purpose::Write)?;
         if !self.budget.try_add_stream() {
             return Err(OpError::TooManyStreams);
@@ -230,6 +231,7 @@ impl Shard {
         }
         self.prepare_chain(batch, stream, state)?;
         let tags = tag_bytes(request.producer.as_ref().map(|tag| &*tag.id), request.stream_seq.as_deref());
+        self.fits_one_record(stored_bytes)?;
         self.room(batch, record_bytes_max(tags as usize, stored_bytes), Purpose::Write)?;
         let new_producer =
             request.producer.as_ref().filter(|tag| state.writer.producers.get(&tag.id).is_none());
@@ -285,6 +287,19 @@ impl Shard {
         match state.writer.producers.len() < PRODUCERS_PER_STREAM_MAX {
             true => Ok(()),
             false => Err(OpError::TooManyProducers),
+        }
+    }
+
+    /// Refuses `data` message bytes that no stream may hold or that pass the largest append
+    /// (one record holds them), before room is sought for them.
+    fn fits_one_record(&self, data: u64) -> Result<(), OpError> {
+        let limits = &self.settings.limits;
+        if data > limits.stream_bytes_max {
+            return Err(OpError::StreamFull);
+        }
+        match data > limits.append_bytes_max {
+            true => Err(OpError::AppendTooLarge { bytes_max: limits.append_bytes_max }),
+            false => Ok(()),
         }
     }
 

@@ -76,7 +76,7 @@ pub(crate) struct StoreSettings {
     /// Size of each WAL segment (acid).
     pub segment_bytes: u64,
     /// The largest record's data (how far a torn write can reach).
-    pub stream_bytes_max: u64,
+    pub record_bytes_max: u64,
     /// Stream files kept open across all shards (file modes).
     pub file_handles_max: usize,
     /// Everything on the caller's thread, in a fixed order (deterministic tests): no
@@ -176,7 +176,7 @@ fn open_files(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
 /// Recovers every shard: in parallel, or one after another under manual threading (so a
 /// simulated disk sees the same operations in the same order for the same seed).
 fn recover_shards(config: &StoreSettings, vfs: &dyn Vfs) -> Vec<std::io::Result<Recovered>> {
-    let stale_window_bytes = SYNC_RUN_BYTES_MAX + config.stream_bytes_max + RECORD_OVERHEAD_MAX;
+    let stale_window_bytes = SYNC_RUN_BYTES_MAX + config.record_bytes_max + RECORD_OVERHEAD_MAX;
     let now_ms = config.now_ms;
     let dir = &config.data_dir;
     let recover = |shard: u32| {

@@ -28,6 +28,8 @@ use ds_engine::{IoErrorPolicy, Threading, SEGMENT_OVERHEAD_BYTES};
 
 pub const T0: u64 = 1_700_000_000_000;
 pub const SHARD_DIR: &str = "/data/shard-000";
+/// What one stream may hold: far more than a segment (streams span segments).
+pub const STREAM_BYTES_MAX: u64 = 1 << 40;
 
 pub struct Harness {
     pub mode: StorageMode,
@@ -88,7 +90,8 @@ impl Harness {
             shard_count: 1,
             limits: Limits {
                 total_bytes_max: 1 << 30,
-                stream_bytes_max: self.stream_bytes_max(),
+                stream_bytes_max: STREAM_BYTES_MAX,
+                append_bytes_max: self.append_bytes_max(),
                 ..Limits::default()
             },
             segment_bytes: self.segment_bytes,
@@ -108,8 +111,8 @@ impl Harness {
         report
     }
 
-    /// As much as a segment can hold, at most 1 MiB.
-    pub fn stream_bytes_max(&self) -> u64 {
+    /// The largest append: as much as a segment can hold, at most 1 MiB.
+    pub fn append_bytes_max(&self) -> u64 {
         (self.segment_bytes - SEGMENT_OVERHEAD_BYTES).min(1 << 20)
     }
 

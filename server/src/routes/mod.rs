@@ -49,6 +49,9 @@ pub fn op_problem(error: OpError) -> Problem {
         }
         OpError::StreamSeqRegression => Problem::new(StatusCode::CONFLICT, "stream-seq-regression", detail),
         OpError::StreamFull => Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "stream-full", detail),
+        OpError::AppendTooLarge { .. } => {
+            Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "append-too-large", detail)
+        }
         OpError::MemoryFull => Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "storage-full", detail),
         OpError::TooManyProducers => {
             Problem::new(StatusCode::TOO_MANY_REQUESTS, "too-many-producers", detail)

@@ -90,6 +90,12 @@ pub trait VfsFile: Send + Sync {
     fn start_write_back(&self, _position: u64, _len: u64) -> io::Result<()> {
         Ok(())
     }
+    /// Where the run of durably written blocks that goes on from `from` ends (`from` itself
+    /// in a hole): writes before it need no new block, so a device flush alone makes them
+    /// durable. Call it after a `sync_data`. By default `from` (nothing assumed written).
+    fn written_end(&self, from: u64) -> io::Result<u64> {
+        Ok(from)
+    }
     /// A read-only view of the first `len` bytes that also shows later writes.
     fn map(&self, len: u64) -> io::Result<Arc<dyn FileMap>>;
     /// Gives back the space of `len` bytes at `position` (reads as zeros after); may be a no-op.

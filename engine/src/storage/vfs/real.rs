@@ -183,6 +183,14 @@ impl VfsFile for RealFile {
         self.sync_file_range(position, len, libc::SYNC_FILE_RANGE_WRITE)
     }
 
+    /// `lseek(SEEK_HOLE)`; `from` where the file system cannot tell.
+    fn written_end(&self, from: u64) -> io::Result<u64> {
+        // SAFETY: plain syscall on an owned descriptor (its offset is never used: all I/O
+        // is positional).
+        let hole = unsafe { libc::lseek(self.file.as_raw_fd(), from as libc::off_t, libc::SEEK_HOLE) };
+        Ok(u64::try_from(hole).map_or(from, |hole| hole.max(from)))
+    }
+
     fn map(&self, len: u64) -> io::Result<Arc<dyn FileMap>> {
         let len = usize::try_from(len).map_err(|_| io::Error::other("map too large"))?;
         // SAFETY: the engine never truncates or shrinks a file while it is mapped, and maps

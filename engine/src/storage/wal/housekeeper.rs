@@ -29,7 +29,7 @@ use crate::storage::vfs::{write_file_durably, Vfs};
 const QUEUE_CAPACITY: usize = 1024;
 
 pub enum Task {
-    /// Create a zero-filled segment file and report its path.
+    /// Create a segment file zero-filled all through and report its path.
     Prepare { dir: PathBuf, ordinal: u32, size: u64, done: Sender<io::Result<PathBuf>> },
     /// Subtract the records of the deleted stream whose chain ends at `tail`.
     Reclaim { source: WalSource, ledger: Arc<Ledger>, tail: Location },
@@ -112,7 +112,7 @@ impl Worker {
         let vfs = self.vfs.as_ref();
         match task {
             Task::Prepare { dir, ordinal, size, done } => {
-                let _ = done.send(segment::prepare(vfs, &dir, ordinal, size));
+                let _ = done.send(segment::prepare(vfs, &dir, ordinal, size, size));
             }
             Task::Reclaim { source, ledger, tail } => reclaim(&source, &ledger, tail),
             Task::Checkpoint { dir, bytes, table, ledger, resume, durable_resume } => {

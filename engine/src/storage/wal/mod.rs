@@ -58,6 +58,9 @@ pub struct WalPosition {
     /// The active segment is already sealed (recovery could not start a new one: the disk
     /// is full): nothing is written before a new segment is prepared.
     pub sealed: bool,
+    /// Where the active segment's zero-filled (durably written) prefix ends: records up to
+    /// there need no new block.
+    pub zeroed_to: u64,
 }
 
 /// The location of the record at `position` in segment `ordinal`.

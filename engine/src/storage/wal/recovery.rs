@@ -237,17 +237,23 @@ fn continue_at(
                 position: last.size(),
                 next_lsn: replay.next_lsn,
                 sealed: true,
+                zeroed_to: last.size(),
             };
             return start_or_stay(vfs, dir, settings, table, sealed);
         }
     };
     let cut = segment.readable_len() < segment.size();
     if replay.torn.is_none() && report.stale_bytes == 0 && !cut {
+        // What a previous run zero-filled ahead of its records (or wrote and did not
+        // acknowledge) is there to write over once it is durable.
+        segment.file().sync_data()?;
+        let zeroed_to = segment.file().written_end(position)?.min(segment.size());
         return Ok(WalPosition {
             active: Arc::clone(segment),
             position,
             next_lsn: replay.next_lsn,
             sealed: false,
+            zeroed_to,
         });
     }
     let seal = Header::seal(replay.next_lsn, settings.now_ms).encode();
@@ -265,6 +271,7 @@ fn continue_at(
         position: position + HEADER_BYTES as u64,
         next_lsn: replay.next_lsn + 1,
         sealed: true,
+        zeroed_to: position + HEADER_BYTES as u64,
     };
     start_or_stay(vfs, dir, settings, table, sealed)
 }
@@ -324,7 +331,8 @@ fn start_segment(
     first_lsn: u64,
     table: &SegmentTable,
 ) -> io::Result<WalPosition> {
-    let prepared = segment::prepare(vfs, dir, ordinal, settings.segment_bytes)?;
+    let zeroed_to = segment::zero_step_bytes(settings.segment_bytes).max(Segment::records_start());
+    let prepared = segment::prepare(vfs, dir, ordinal, settings.segment_bytes, zeroed_to)?;
     let header = SegmentHeader {
         shard: settings.shard,
         ordinal,
@@ -334,7 +342,8 @@ fn start_segment(
     };
     let active = Arc::new(segment::activate(vfs, &prepared, dir, header)?);
     table.insert(Arc::clone(&active));
-    Ok(WalPosition { active, position: Segment::records_start(), next_lsn: first_lsn, sealed: false })
+    let position = Segment::records_start();
+    Ok(WalPosition { active, position, next_lsn: first_lsn, sealed: false, zeroed_to })
 }
 
 /// A segment file's first LSN (from its name) and path.

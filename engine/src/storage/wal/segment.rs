@@ -8,11 +8,14 @@
 //! 64  records, each aligned to 8 bytes, until a seal record or unwritten (zeroed) space
 //! ```
 //!
-//! A segment is prepared ahead of time (zero-filled and synced under a temporary name, so
-//! writes into it never change the file's size and each fdatasync stays cheap), then
-//! activated: its header is written and synced, and it is renamed to its first LSN
-//! (`{lsn:016x}.wal`) with the directory synced. It is never re-created, truncated or
-//! re-preallocated afterwards. Records are located by `ordinal << 32 | position`.
+//! A segment is prepared ahead of time under a temporary name: given its full size, and
+//! zero-filled and synced over a prefix (all of it for a spare, a first chunk for a shard's
+//! first segment), then activated: its header is written and synced, and it is renamed to
+//! its first LSN (`{lsn:016x}.wal`) with the directory synced. The writer zero-fills the
+//! rest a chunk at a time ahead of its records ([`zero_fill`]), so a write never lands in
+//! a block not yet written and each fdatasync stays cheap, while an idle shard holds a
+//! chunk of zeros, not a segment. A segment is never re-created or truncated afterwards.
+//! Records are located by `ordinal << 32 | position`.
 //!
 //! Only the active (last) segment keeps its file open, for writing; a sealed one is read
 //! through its map alone ([`Segment::sealed`]), so a log of thousands of segments holds a
@@ -36,7 +39,7 @@ pub const SEGMENT_EXTENSION: &str = "wal";
 /// Prefix of prepared, not yet active segment files.
 const PREPARED_PREFIX: &str = "prepared-";
 /// Zero-filling writes (and syncs) this much at a time.
-const ZERO_CHUNK_BYTES: usize = 1 << 20;
+pub const ZERO_CHUNK_BYTES: u64 = 1 << 20;
 
 /// What a segment header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,14 +154,22 @@ pub fn is_prepared_name(name: &str) -> bool {
     name.starts_with(PREPARED_PREFIX)
 }
 
-/// Creates a zero-filled, synced segment file of `size` bytes, ready to activate.
-pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64) -> io::Result<PathBuf> {
+/// How far ahead of its records a writer zero-fills a segment of `segment_bytes` at a time
+/// (and how much of a shard's first segment is zero-filled before any record).
+pub fn zero_step_bytes(segment_bytes: u64) -> u64 {
+    (segment_bytes / 32).clamp(4096, ZERO_CHUNK_BYTES)
+}
+
+/// Creates a segment file of `size` bytes, zero-filled and synced over its first
+/// `zeroed_bytes`, ready to activate.
+pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64, zeroed_bytes: u64) -> io::Result<PathBuf> {
+    assert!(zeroed_bytes >= SEGMENT_HEADER_BYTES, "the header lands in written blocks");
     let path = dir.join(format!("{PREPARED_PREFIX}{ordinal:08x}.tmp"));
     if vfs.exists(&path) {
         vfs.remove_file(&path)?;
     }
     let file = vfs.create_new(&path)?;
-    let filled = zero_fill(file.as_ref(), size);
+    let filled = file.set_len(size).and_then(|()| zero_fill(file.as_ref(), 0, zeroed_bytes.min(size)));
     if filled.is_err() {
         // A partial file (the disk filled up, say) gives its space back.
         drop(file);
@@ -167,13 +178,14 @@ pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64) -> io::Result
     filled.map(|()| path)
 }
 
-/// Writes `size` zeros to `file`, syncing a chunk at a time: a shard's commit never waits
-/// behind more than one chunk of zeros in the device queue.
-fn zero_fill(file: &dyn VfsFile, size: u64) -> io::Result<()> {
-    let zeros = vec![0u8; ZERO_CHUNK_BYTES];
-    let mut written = 0u64;
-    while written < size {
-        let chunk = (size - written).min(ZERO_CHUNK_BYTES as u64) as usize;
+/// Writes zeros over `from..to` of `file`, syncing a chunk at a time: a shard's commit
+/// never waits behind more than one chunk of zeros in the device queue, and once it
+/// returns, writes there need no new block (`VfsFile::written_end`).
+pub fn zero_fill(file: &dyn VfsFile, from: u64, to: u64) -> io::Result<()> {
+    let zeros = vec![0u8; ZERO_CHUNK_BYTES.min(to.saturating_sub(from)) as usize];
+    let mut written = from;
+    while written < to {
+        let chunk = (to - written).min(ZERO_CHUNK_BYTES) as usize;
         file.write_all_at(written, &[&zeros[..chunk]])?;
         file.sync_data()?;
         written += chunk as u64;
@@ -207,7 +219,7 @@ mod tests {
         let vfs = SimVfs::new();
         let dir = Path::new("/data/shard-000");
         vfs.create_dir_all(dir).unwrap();
-        let prepared = prepare(&vfs, dir, 3, 4096).unwrap();
+        let prepared = prepare(&vfs, dir, 3, 4096, 4096).unwrap();
         assert!(is_prepared_name(&prepared.file_name().unwrap().to_string_lossy()));
         let header = SegmentHeader { shard: 0, ordinal: 3, first_lsn: 0x42, size: 4096, created_ms: 7 };
         let segment = activate(&vfs, &prepared, dir, header).unwrap();
@@ -226,7 +238,7 @@ mod tests {
         let vfs = SimVfs::new();
         let dir = Path::new("/d");
         vfs.create_dir_all(dir).unwrap();
-        let prepared = prepare(&vfs, dir, 0, 1024).unwrap();
+        let prepared = prepare(&vfs, dir, 0, 1024, 1024).unwrap();
         let header = SegmentHeader { shard: 1, ordinal: 0, first_lsn: 1, size: 1024, created_ms: 0 };
         let segment = activate(&vfs, &prepared, dir, header).unwrap();
         vfs.corrupt(&segment.path, 20, &[0xff]).unwrap();

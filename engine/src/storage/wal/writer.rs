@@ -77,6 +77,9 @@ pub struct WalWriter {
     run_start: u64,
     /// Everything before this position of the active segment is durable.
     synced_to: u64,
+    /// The active segment is zero-filled (its blocks written and durable) up to here: a
+    /// record before it needs no new block, so the device flush alone makes it durable.
+    zeroed_to: u64,
     /// The last commit's place in a flush round, and where in the active segment the flush
     /// makes it durable up to (`finish_commit` waits for it).
     flushing: Option<(Ticket, u64)>,
@@ -115,6 +118,7 @@ impl WalWriter {
             housekeeper,
             run_start: at.position,
             synced_to: at.position,
+            zeroed_to: at.zeroed_to,
             flushing: None,
             active: at.active,
             position: at.position,
@@ -317,6 +321,8 @@ impl WalWriter {
         self.position = Segment::records_start();
         self.run_start = self.position;
         self.synced_to = self.position;
+        // Spares are zero-filled all through.
+        self.zeroed_to = self.active.size();
         self.sealed = false;
         self.checkpoint_due = true;
         self.compaction_due = true;
@@ -382,6 +388,13 @@ impl Persist for WalWriter {
         // A batch that wrote nothing (answers only: pins, refusals, duplicates) answers from
         // state earlier commits made durable: nothing to flush.
         self.write_run()?;
+        if self.position > self.zeroed_to {
+            // Past the zero-filled prefix (the batch outgrew its estimate): new blocks are
+            // durable only through the file's own sync.
+            self.active.file().sync_data()?;
+            self.synced_to = self.position;
+            self.zeroed_to = self.position;
+        }
         if self.position != self.synced_to {
             let records = (batch.records.len() + batch.moves.len()) as u64;
             let len = self.position - self.synced_to;

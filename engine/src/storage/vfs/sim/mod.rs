@@ -454,6 +454,13 @@ impl VfsFile for SimFile {
         Ok(())
     }
 
+    /// The allocated prefix: every block of it was written and made durable.
+    fn written_end(&self, from: u64) -> io::Result<u64> {
+        drop(self.vfs.operate()?);
+        let allocated = self.data.lock().expect("sim file lock").allocated as u64;
+        Ok(allocated.max(from))
+    }
+
     fn map(&self, len: u64) -> io::Result<Arc<dyn FileMap>> {
         drop(self.vfs.operate()?);
         Ok(Arc::new(SimMap { data: Arc::clone(&self.data), len: len as usize }))

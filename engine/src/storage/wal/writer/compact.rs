@@ -141,7 +141,11 @@ impl WalWriter {
         self.meta.clear();
         codec::encode_meta(header.kind, meta_ref, &mut self.meta);
         let record_len = codec::align(HEADER_BYTES + self.meta.len() + data.len());
-        if !self.fits_active(record_len) && self.have_spares(1).is_err() {
+        let room = match self.fits_active(record_len) {
+            true => self.zero_ahead(self.position + (record_len + HEADER_BYTES) as u64),
+            false => self.have_spares(1),
+        };
+        if room.is_err() {
             return Ok(None);
         }
         self.ensure_room(record_len, time_ms)?;

@@ -1,15 +1,16 @@
 //! Room in the log (acid): where the next records go, and a full disk as a refusal.
 //!
-//! Records are written into segments zero-filled ahead of time, so a write into the active
-//! segment never needs a new block. Only a new segment does, and it is prepared before it
-//! is needed: by the housekeeper once the active segment is half full ([`Spares`]), or on
-//! the shard thread when more are needed at once. Before the shard accepts an op it asks
-//! for room for the op's record ([`WalWriter::reserve`]): in the active segment, or in as
-//! many prepared segments as the batch needs. When a segment cannot be prepared (the disk
-//! is full) the op is refused, nothing else is affected, and preparing is tried again a
-//! second later (by the engine's clock), so writes resume by themselves when space comes
-//! back. A little room in
-//! each segment is kept for deletes, which free space.
+//! Records are written into space zero-filled ahead of time, so a write never needs a new
+//! block. The active segment is zero-filled a step at a time ahead of the records accepted
+//! for it ([`WalWriter::zero_ahead`]); a new segment is prepared zero-filled all through
+//! before it is needed: by the housekeeper once the active segment is half full
+//! ([`Spares`]), or on the shard thread when more are needed at once. Before the shard
+//! accepts an op it asks for room for the op's record ([`WalWriter::reserve`]): in the
+//! active segment's zero-filled prefix, or in as many prepared segments as the batch needs.
+//! When zero-filling or preparing fails (the disk is full) the op is refused, nothing else
+//! is affected, and neither is tried again for a second (by the engine's clock), so writes
+//! resume by themselves when space comes back. A little zero-filled room in each segment
+//! is kept for deletes, which free space.
 
 use std::collections::VecDeque;
 use std::io;
@@ -35,7 +36,8 @@ pub(super) struct Spares {
     pending: Option<Receiver<io::Result<PathBuf>>>,
     /// Prepared, in the order they will be used.
     ready: VecDeque<PathBuf>,
-    /// Preparing failed: none is tried again before this (clock milliseconds), and why.
+    /// Zero-filling or preparing failed: neither is tried again before this (clock
+    /// milliseconds), and why.
     failed: Option<(u64, NoRoom)>,
 }
 
@@ -65,6 +67,9 @@ impl WalWriter {
         let size = if self.plan.rotations == 0 { self.active.size() } else { self.files.segment_bytes };
         let end = self.plan.position + bytes + HEADER_BYTES as u64;
         if end + keep <= size {
+            if self.plan.rotations == 0 {
+                self.zero_ahead(end + keep)?;
+            }
             self.plan.position += bytes;
             return Ok(());
         }
@@ -73,6 +78,33 @@ impl WalWriter {
         self.have_spares(self.plan.rotations + 1)?;
         self.plan = Plan { position: Segment::records_start() + bytes, rotations: self.plan.rotations + 1 };
         Ok(())
+    }
+
+    /// Makes sure the active segment is zero-filled up to `needed`: a step past it, from
+    /// where its zero-filled prefix or its durable records end; refuses while that fails.
+    pub(super) fn zero_ahead(&mut self, needed: u64) -> Result<(), NoRoom> {
+        if needed <= self.zeroed_to {
+            return Ok(());
+        }
+        if let Some((retry_at_ms, why)) = self.spares.failed {
+            if self.now_ms < retry_at_ms {
+                return Err(why);
+            }
+        }
+        assert!(needed <= self.active.size(), "room is sought inside the segment");
+        let step = segment::zero_step_bytes(self.files.segment_bytes);
+        // Nothing is written past `synced_to` yet (records staged for this batch are
+        // written after these zeros): the zeros go from there or from the prefix's end.
+        assert!(self.flushing.is_none() && self.run_start == self.synced_to, "no unsynced write");
+        let from = self.zeroed_to.max(self.synced_to);
+        let to = (needed.div_ceil(step) * step + step).min(self.active.size());
+        match segment::zero_fill(self.active.file().as_ref(), from, to) {
+            Ok(()) => {
+                self.zeroed_to = to;
+                Ok(())
+            }
+            Err(error) => Err(self.room_failed(&error, "cannot zero-fill the active segment")),
+        }
     }
 
     /// Makes sure `count` prepared segments are there (waiting for the housekeeper's, then
@@ -87,12 +119,15 @@ impl WalWriter {
             }
             let ordinal = self.active.ordinal() + 1 + self.spares.ready.len() as u32;
             let files = &self.files;
-            match segment::prepare(files.vfs.as_ref(), &files.dir, ordinal, files.segment_bytes) {
+            let size = files.segment_bytes;
+            match segment::prepare(files.vfs.as_ref(), &files.dir, ordinal, size, size) {
                 Ok(path) => {
                     self.spares.ready.push_back(path);
                     self.spares.failed = None;
                 }
-                Err(error) => self.preparing_failed(&error),
+                Err(error) => {
+                    self.room_failed(&error, "cannot prepare a new segment");
+                }
             }
         }
         Ok(())
@@ -116,16 +151,20 @@ impl WalWriter {
                 self.spares.ready.push_back(path);
                 self.spares.failed = None;
             }
-            Err(error) => self.preparing_failed(&error),
+            Err(error) => {
+                self.room_failed(&error, "cannot prepare a new segment");
+            }
         }
     }
 
-    fn preparing_failed(&mut self, error: &io::Error) {
+    /// Notes that making room failed (`what`): no more is tried for a while; why.
+    fn room_failed(&mut self, error: &io::Error, what: &str) -> NoRoom {
         let why = if is_out_of_space(error) { NoRoom::OutOfSpace } else { NoRoom::Unavailable };
         if self.spares.failed.is_none() {
-            tracing::error!(%error, dir = %self.files.dir.display(), "cannot prepare a new segment; writes that need one are refused");
+            tracing::error!(%error, dir = %self.files.dir.display(), "{what}; writes that need room are refused");
         }
         self.spares.failed = Some((self.now_ms + RETRY_AFTER_MS, why));
+        why
     }
 
     /// Asks the housekeeper for the next segment once the active one is half full (and
@@ -148,7 +187,7 @@ impl WalWriter {
         if let Some(path) = self.spares.ready.pop_front() {
             return Ok(path);
         }
-        let ordinal = self.active.ordinal() + 1;
-        segment::prepare(self.files.vfs.as_ref(), &self.files.dir, ordinal, self.files.segment_bytes)
+        let (ordinal, size) = (self.active.ordinal() + 1, self.files.segment_bytes);
+        segment::prepare(self.files.vfs.as_ref(), &self.files.dir, ordinal, size, size)
     }
 }
