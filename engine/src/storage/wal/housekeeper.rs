@@ -1,7 +1,7 @@
 //! The housekeeper: slow WAL work kept off the shard threads.
 //!
-//! One thread per engine takes tasks in order: preparing zero-filled segments before a shard
-//! needs them, writing the checkpoints shards encode (then removing segments they made
+//! One thread per engine takes tasks in order: preparing segments before a shard needs them
+//! and zero-filling active ones ahead of their records, writing the checkpoints shards encode (then removing segments they made
 //! unnecessary), and walking deleted streams' chains to subtract their records from the
 //! ledger, and saving readers' TTL renewals. Nothing acknowledged depends on any of it: a
 //! failed checkpoint leaves the previous one in force (and removes nothing), a failed
@@ -23,14 +23,17 @@ use crate::ids::Location;
 use crate::storage::chain::{hop, NodeSource};
 use crate::storage::maintenance::Resident;
 use crate::storage::renewals::{self, Renewal};
-use crate::storage::vfs::{write_file_durably, Vfs};
+use crate::storage::vfs::{write_file_durably, Vfs, VfsFile};
 
 /// Most tasks waiting for the housekeeper (senders wait beyond it).
 const QUEUE_CAPACITY: usize = 1024;
 
 pub enum Task {
-    /// Create a segment file zero-filled all through and report its path.
-    Prepare { dir: PathBuf, ordinal: u32, size: u64, done: Sender<io::Result<PathBuf>> },
+    /// Create a segment file of `size` bytes zero-filled over its first `zeroed` and report
+    /// its path.
+    Prepare { dir: PathBuf, ordinal: u32, size: u64, zeroed: u64, done: Sender<io::Result<PathBuf>> },
+    /// Zero-fill `from..to` of an active segment (the shard writes nothing there meanwhile).
+    ZeroFill { file: Arc<dyn VfsFile>, from: u64, to: u64, done: Sender<io::Result<()>> },
     /// Subtract the records of the deleted stream whose chain ends at `tail`.
     Reclaim { source: WalSource, ledger: Arc<Ledger>, tail: Location },
     /// Write a checkpoint that resumes in segment `resume` (keeping the last one as a
@@ -93,9 +96,22 @@ impl Housekeeper {
     }
 
     /// Asks for a prepared segment; the answer arrives on the returned channel.
-    pub fn prepare(&self, dir: PathBuf, ordinal: u32, size: u64) -> Receiver<io::Result<PathBuf>> {
+    pub fn prepare(
+        &self,
+        dir: PathBuf,
+        ordinal: u32,
+        size: u64,
+        zeroed: u64,
+    ) -> Receiver<io::Result<PathBuf>> {
         let (done, answer) = crossbeam_channel::bounded(1);
-        self.send(Task::Prepare { dir, ordinal, size, done });
+        self.send(Task::Prepare { dir, ordinal, size, zeroed, done });
+        answer
+    }
+
+    /// Asks for `from..to` of `file` to be zero-filled; the answer arrives on the channel.
+    pub fn zero_fill(&self, file: Arc<dyn VfsFile>, from: u64, to: u64) -> Receiver<io::Result<()>> {
+        let (done, answer) = crossbeam_channel::bounded(1);
+        self.send(Task::ZeroFill { file, from, to, done });
         answer
     }
 
@@ -111,8 +127,11 @@ impl Worker {
     fn handle(&mut self, task: Task) {
         let vfs = self.vfs.as_ref();
         match task {
-            Task::Prepare { dir, ordinal, size, done } => {
-                let _ = done.send(segment::prepare(vfs, &dir, ordinal, size, size));
+            Task::Prepare { dir, ordinal, size, zeroed, done } => {
+                let _ = done.send(segment::prepare(vfs, &dir, ordinal, size, zeroed));
+            }
+            Task::ZeroFill { file, from, to, done } => {
+                let _ = done.send(segment::zero_fill(file.as_ref(), from, to));
             }
             Task::Reclaim { source, ledger, tail } => reclaim(&source, &ledger, tail),
             Task::Checkpoint { dir, bytes, table, ledger, resume, durable_resume } => {

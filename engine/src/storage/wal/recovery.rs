@@ -331,7 +331,7 @@ fn start_segment(
     first_lsn: u64,
     table: &SegmentTable,
 ) -> io::Result<WalPosition> {
-    let zeroed_to = segment::zero_step_bytes(settings.segment_bytes).max(Segment::records_start());
+    let zeroed_to = segment::first_zeroed_bytes(settings.segment_bytes);
     let prepared = segment::prepare(vfs, dir, ordinal, settings.segment_bytes, zeroed_to)?;
     let header = SegmentHeader {
         shard: settings.shard,

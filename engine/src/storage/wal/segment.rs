@@ -40,6 +40,8 @@ pub const SEGMENT_EXTENSION: &str = "wal";
 const PREPARED_PREFIX: &str = "prepared-";
 /// Zero-filling writes (and syncs) this much at a time.
 pub const ZERO_CHUNK_BYTES: u64 = 1 << 20;
+/// Zero-filling writes one page at a time.
+const PAGE_BYTES: u64 = 4096;
 
 /// What a segment header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,6 +162,12 @@ pub fn zero_step_bytes(segment_bytes: u64) -> u64 {
     (segment_bytes / 32).clamp(4096, ZERO_CHUNK_BYTES)
 }
 
+/// How much of a new segment of `segment_bytes` is zero-filled before it is used: its
+/// header and the first step.
+pub fn first_zeroed_bytes(segment_bytes: u64) -> u64 {
+    zero_step_bytes(segment_bytes).max(SEGMENT_HEADER_BYTES).min(segment_bytes)
+}
+
 /// Creates a segment file of `size` bytes, zero-filled and synced over its first
 /// `zeroed_bytes`, ready to activate.
 pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64, zeroed_bytes: u64) -> io::Result<PathBuf> {
@@ -185,10 +193,16 @@ pub fn zero_fill(file: &dyn VfsFile, from: u64, to: u64) -> io::Result<()> {
     let zeros = vec![0u8; ZERO_CHUNK_BYTES.min(to.saturating_sub(from)) as usize];
     let mut written = from;
     while written < to {
-        let chunk = (to - written).min(ZERO_CHUNK_BYTES) as usize;
-        file.write_all_at(written, &[&zeros[..chunk]])?;
+        let chunk_end = to.min(written + ZERO_CHUNK_BYTES);
+        while written < chunk_end {
+            // A page at a time: the page cache then holds small folios, and each record's
+            // small write and write-back later touches one page, not a large folio's worth
+            // of block buffers.
+            let page = (PAGE_BYTES - written % PAGE_BYTES).min(chunk_end - written) as usize;
+            file.write_all_at(written, &[&zeros[..page]])?;
+            written += page as u64;
+        }
         file.sync_data()?;
-        written += chunk as u64;
     }
     Ok(())
 }

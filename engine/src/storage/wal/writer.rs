@@ -37,8 +37,10 @@ use crate::storage::{Committing, NoRoom, Persist, Place, Purpose, Unprepared};
 
 mod compact;
 mod room;
+mod zeroing;
 
 use room::{Plan, Spares};
+use zeroing::Zeroing;
 
 /// Chains whose levels are kept in memory (the rest are rebuilt from their tail when written).
 const CHAINS_CACHED_MAX: usize = 16_384;
@@ -80,6 +82,9 @@ pub struct WalWriter {
     /// The active segment is zero-filled (its blocks written and durable) up to here: a
     /// record before it needs no new block, so the device flush alone makes it durable.
     zeroed_to: u64,
+    /// The housekeeper's zero-fill of the next step of the active segment, when one is
+    /// under way (`zeroing`).
+    zeroing: Option<Zeroing>,
     /// The last commit's place in a flush round, and where in the active segment the flush
     /// makes it durable up to (`finish_commit` waits for it).
     flushing: Option<(Ticket, u64)>,
@@ -119,6 +124,7 @@ impl WalWriter {
             run_start: at.position,
             synced_to: at.position,
             zeroed_to: at.zeroed_to,
+            zeroing: None,
             flushing: None,
             active: at.active,
             position: at.position,
@@ -140,6 +146,7 @@ impl WalWriter {
         };
         writer.reset_plan();
         writer.request_spare_when_due();
+        writer.request_zero_ahead_when_due();
         writer
     }
 
@@ -269,6 +276,10 @@ impl WalWriter {
         if self.parts.is_empty() {
             return Ok(());
         }
+        if self.position > self.zeroed_to {
+            // The run reaches past the zero-filled prefix: not while zeros are written there.
+            self.collect_zeroing(true);
+        }
         assert!(
             self.synced_to <= self.run_start && self.run_start < self.position,
             "runs follow one another"
@@ -291,6 +302,7 @@ impl WalWriter {
     /// Ends the active segment with a seal record and syncs it.
     fn seal(&mut self, time_ms: u64) -> io::Result<()> {
         assert!(self.parts.is_empty(), "the run is written before the seal");
+        self.collect_zeroing(true);
         assert!(self.position + HEADER_BYTES as u64 <= self.active.size(), "the seal fits");
         let header = Header::seal(self.next_lsn, time_ms);
         self.active.file().write_all_at(self.position, &[&header.encode()])?;
@@ -304,6 +316,7 @@ impl WalWriter {
         let ordinal = self.active.ordinal() + 1;
         let prepared = self.take_spare()?;
         assert!(self.sealed, "a segment is sealed before the next one starts");
+        assert!(self.zeroing.is_none(), "the sealed segment's fill is over");
         let header = SegmentHeader {
             shard: self.files.shard,
             ordinal,
@@ -312,7 +325,7 @@ impl WalWriter {
             created_ms: time_ms,
         };
         let active =
-            Arc::new(segment::activate(self.files.vfs.as_ref(), &prepared, &self.files.dir, header)?);
+            Arc::new(segment::activate(self.files.vfs.as_ref(), &prepared.path, &self.files.dir, header)?);
         self.table.insert(Arc::clone(&active));
         // The sealed one is read through its map alone from now on: its file closes.
         self.table.insert(Arc::new(self.active.sealed()));
@@ -321,8 +334,7 @@ impl WalWriter {
         self.position = Segment::records_start();
         self.run_start = self.position;
         self.synced_to = self.position;
-        // Spares are zero-filled all through.
-        self.zeroed_to = self.active.size();
+        self.zeroed_to = prepared.zeroed_to;
         self.sealed = false;
         self.checkpoint_due = true;
         self.compaction_due = true;
@@ -414,6 +426,7 @@ impl Persist for WalWriter {
             self.synced_to = durable_to;
         }
         self.request_spare_when_due();
+        self.request_zero_ahead_when_due();
         self.ledger.record_batch(&self.added, &self.deleted);
         self.added.clear();
         for tail in self.deleted.drain(..) {

@@ -1,16 +1,15 @@
 //! Room in the log (acid): where the next records go, and a full disk as a refusal.
 //!
 //! Records are written into space zero-filled ahead of time, so a write never needs a new
-//! block. The active segment is zero-filled a step at a time ahead of the records accepted
-//! for it ([`WalWriter::zero_ahead`]); a new segment is prepared zero-filled all through
-//! before it is needed: by the housekeeper once the active segment is half full
-//! ([`Spares`]), or on the shard thread when more are needed at once. Before the shard
-//! accepts an op it asks for room for the op's record ([`WalWriter::reserve`]): in the
-//! active segment's zero-filled prefix, or in as many prepared segments as the batch needs.
-//! When zero-filling or preparing fails (the disk is full) the op is refused, nothing else
-//! is affected, and neither is tried again for a second (by the engine's clock), so writes
-//! resume by themselves when space comes back. A little zero-filled room in each segment
-//! is kept for deletes, which free space.
+//! block (`zeroing`). A new segment is prepared before it is needed, zero-filled over its
+//! first step: by the housekeeper once the active segment is half full ([`Spares`]), or on
+//! the shard thread when more are needed at once. Before the shard accepts an op it asks
+//! for room for the op's record ([`WalWriter::reserve`]): in the active segment's
+//! zero-filled prefix, or in as many prepared segments as the batch needs (zero-filled as
+//! far as it reaches into them). When zero-filling or preparing fails (the disk is full)
+//! the op is refused, nothing else is affected, and neither is tried again for a second (by
+//! the engine's clock), so writes resume by themselves when space comes back. A little
+//! zero-filled room in each segment is kept for deletes, which free space.
 
 use std::collections::VecDeque;
 use std::io;
@@ -35,10 +34,16 @@ pub(super) struct Spares {
     /// Being prepared by the housekeeper.
     pending: Option<Receiver<io::Result<PathBuf>>>,
     /// Prepared, in the order they will be used.
-    ready: VecDeque<PathBuf>,
+    pub(super) ready: VecDeque<Spare>,
     /// Zero-filling or preparing failed: neither is tried again before this (clock
     /// milliseconds), and why.
-    failed: Option<(u64, NoRoom)>,
+    pub(super) failed: Option<(u64, NoRoom)>,
+}
+
+/// A prepared segment file, and how far it is zero-filled.
+pub(super) struct Spare {
+    pub(super) path: PathBuf,
+    pub(super) zeroed_to: u64,
 }
 
 /// Where this batch's records will go, as far as the shard has accepted them.
@@ -67,43 +72,24 @@ impl WalWriter {
         let size = if self.plan.rotations == 0 { self.active.size() } else { self.files.segment_bytes };
         let end = self.plan.position + bytes + HEADER_BYTES as u64;
         if end + keep <= size {
-            if self.plan.rotations == 0 {
-                self.zero_ahead(end + keep)?;
-            }
+            self.zero_planned(self.plan.rotations, end + keep)?;
             self.plan.position += bytes;
             return Ok(());
         }
         let empty = Segment::records_start() + bytes + HEADER_BYTES as u64;
         debug_assert!(empty <= self.files.segment_bytes, "a record always fits an empty segment");
         self.have_spares(self.plan.rotations + 1)?;
+        self.zero_planned(self.plan.rotations + 1, empty)?;
         self.plan = Plan { position: Segment::records_start() + bytes, rotations: self.plan.rotations + 1 };
         Ok(())
     }
 
-    /// Makes sure the active segment is zero-filled up to `needed`: a step past it, from
-    /// where its zero-filled prefix or its durable records end; refuses while that fails.
-    pub(super) fn zero_ahead(&mut self, needed: u64) -> Result<(), NoRoom> {
-        if needed <= self.zeroed_to {
-            return Ok(());
-        }
-        if let Some((retry_at_ms, why)) = self.spares.failed {
-            if self.now_ms < retry_at_ms {
-                return Err(why);
-            }
-        }
-        assert!(needed <= self.active.size(), "room is sought inside the segment");
-        let step = segment::zero_step_bytes(self.files.segment_bytes);
-        // Nothing is written past `synced_to` yet (records staged for this batch are
-        // written after these zeros): the zeros go from there or from the prefix's end.
-        assert!(self.flushing.is_none() && self.run_start == self.synced_to, "no unsynced write");
-        let from = self.zeroed_to.max(self.synced_to);
-        let to = (needed.div_ceil(step) * step + step).min(self.active.size());
-        match segment::zero_fill(self.active.file().as_ref(), from, to) {
-            Ok(()) => {
-                self.zeroed_to = to;
-                Ok(())
-            }
-            Err(error) => Err(self.room_failed(&error, "cannot zero-fill the active segment")),
+    /// Zero-fills up to `needed` the segment a plan with `rotations` writes into: the active
+    /// one, or the spare it rotates into.
+    fn zero_planned(&mut self, rotations: usize, needed: u64) -> Result<(), NoRoom> {
+        match rotations {
+            0 => self.zero_ahead(needed),
+            _ => self.zero_spare(rotations - 1, needed),
         }
     }
 
@@ -112,17 +98,14 @@ impl WalWriter {
     pub(super) fn have_spares(&mut self, count: usize) -> Result<(), NoRoom> {
         self.collect_spare(true);
         while self.spares.ready.len() < count {
-            if let Some((retry_at_ms, why)) = self.spares.failed {
-                if self.now_ms < retry_at_ms {
-                    return Err(why);
-                }
-            }
+            self.refused_while_failing()?;
             let ordinal = self.active.ordinal() + 1 + self.spares.ready.len() as u32;
             let files = &self.files;
-            let size = files.segment_bytes;
-            match segment::prepare(files.vfs.as_ref(), &files.dir, ordinal, size, size) {
+            let (size, zeroed_to) =
+                (files.segment_bytes, segment::first_zeroed_bytes(self.files.segment_bytes));
+            match segment::prepare(files.vfs.as_ref(), &files.dir, ordinal, size, zeroed_to) {
                 Ok(path) => {
-                    self.spares.ready.push_back(path);
+                    self.spares.ready.push_back(Spare { path, zeroed_to });
                     self.spares.failed = None;
                 }
                 Err(error) => {
@@ -148,7 +131,10 @@ impl WalWriter {
         self.spares.pending = None;
         match prepared {
             Ok(path) => {
-                self.spares.ready.push_back(path);
+                self.spares.ready.push_back(Spare {
+                    path,
+                    zeroed_to: segment::first_zeroed_bytes(self.files.segment_bytes),
+                });
                 self.spares.failed = None;
             }
             Err(error) => {
@@ -157,8 +143,16 @@ impl WalWriter {
         }
     }
 
+    /// Why room is refused while making room fails (until its retry is due).
+    pub(super) fn refused_while_failing(&self) -> Result<(), NoRoom> {
+        match self.spares.failed {
+            Some((retry_at_ms, why)) if self.now_ms < retry_at_ms => Err(why),
+            _ => Ok(()),
+        }
+    }
+
     /// Notes that making room failed (`what`): no more is tried for a while; why.
-    fn room_failed(&mut self, error: &io::Error, what: &str) -> NoRoom {
+    pub(super) fn room_failed(&mut self, error: &io::Error, what: &str) -> NoRoom {
         let why = if is_out_of_space(error) { NoRoom::OutOfSpace } else { NoRoom::Unavailable };
         if self.spares.failed.is_none() {
             tracing::error!(%error, dir = %self.files.dir.display(), "{what}; writes that need room are refused");
@@ -171,23 +165,30 @@ impl WalWriter {
     /// none is there or on its way, and preparing is not failing).
     pub(super) fn request_spare_when_due(&mut self) {
         self.collect_spare(false);
-        let waiting = self.spares.failed.is_some_and(|(retry_at_ms, _)| self.now_ms < retry_at_ms);
+        let waiting = self.refused_while_failing().is_err();
         let due = self.sealed || self.position > self.active.size() / 2;
         if due && !waiting && self.spares.pending.is_none() && self.spares.ready.is_empty() {
             let ordinal = self.active.ordinal() + 1;
             let dir = self.files.dir.clone();
-            self.spares.pending = Some(self.housekeeper.prepare(dir, ordinal, self.files.segment_bytes));
+            let (size, zeroed) =
+                (self.files.segment_bytes, segment::first_zeroed_bytes(self.files.segment_bytes));
+            self.spares.pending = Some(self.housekeeper.prepare(dir, ordinal, size, zeroed));
         }
     }
 
     /// The prepared segment to rotate into (preparing one here if none is: the batch was
     /// planned, so this only happens when an estimate fell short, and failing is fatal).
-    pub(super) fn take_spare(&mut self) -> io::Result<PathBuf> {
+    pub(super) fn take_spare(&mut self) -> io::Result<Spare> {
         self.collect_spare(true);
-        if let Some(path) = self.spares.ready.pop_front() {
-            return Ok(path);
+        if let Some(spare) = self.spares.ready.pop_front() {
+            return Ok(spare);
         }
-        let (ordinal, size) = (self.active.ordinal() + 1, self.files.segment_bytes);
-        segment::prepare(self.files.vfs.as_ref(), &self.files.dir, ordinal, size, size)
+        let (ordinal, size, zeroed_to) = (
+            self.active.ordinal() + 1,
+            self.files.segment_bytes,
+            segment::first_zeroed_bytes(self.files.segment_bytes),
+        );
+        let path = segment::prepare(self.files.vfs.as_ref(), &self.files.dir, ordinal, size, zeroed_to)?;
+        Ok(Spare { path, zeroed_to })
     }
 }
