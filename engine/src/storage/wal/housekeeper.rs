@@ -1,9 +1,9 @@
 //! The housekeeper: slow WAL work kept off the shard threads.
 //!
 //! One thread per engine takes tasks in order: preparing segments before a shard needs them
-//! and zero-filling active ones ahead of their records, writing the checkpoints shards encode (then removing segments they made
-//! unnecessary), and walking deleted streams' chains to subtract their records from the
-//! ledger, and saving readers' TTL renewals. Nothing acknowledged depends on any of it: a
+//! and zero-filling active ones ahead of their records, writing the checkpoints shards
+//! encode (then removing segments they made unnecessary), walking deleted streams' chains
+//! to subtract their records from the ledger, and saving readers' TTL renewals. Nothing acknowledged depends on any of it: a
 //! failed checkpoint leaves the previous one in force (and removes nothing), a failed
 //! preparation is answered to the shard (which refuses writes that need the segment).
 
@@ -29,9 +29,9 @@ use crate::storage::vfs::{write_file_durably, Vfs, VfsFile};
 const QUEUE_CAPACITY: usize = 1024;
 
 pub enum Task {
-    /// Create a segment file of `size` bytes zero-filled over its first `zeroed` and report
+    /// Create a segment file of `size` bytes, zero-filled over its first step, and report
     /// its path.
-    Prepare { dir: PathBuf, ordinal: u32, size: u64, zeroed: u64, done: Sender<io::Result<PathBuf>> },
+    Prepare { dir: PathBuf, ordinal: u32, size: u64, done: Sender<io::Result<PathBuf>> },
     /// Zero-fill `from..to` of an active segment (the shard writes nothing there meanwhile).
     ZeroFill { file: Arc<dyn VfsFile>, from: u64, to: u64, done: Sender<io::Result<()>> },
     /// Subtract the records of the deleted stream whose chain ends at `tail`.
@@ -96,15 +96,9 @@ impl Housekeeper {
     }
 
     /// Asks for a prepared segment; the answer arrives on the returned channel.
-    pub fn prepare(
-        &self,
-        dir: PathBuf,
-        ordinal: u32,
-        size: u64,
-        zeroed: u64,
-    ) -> Receiver<io::Result<PathBuf>> {
+    pub fn prepare(&self, dir: PathBuf, ordinal: u32, size: u64) -> Receiver<io::Result<PathBuf>> {
         let (done, answer) = crossbeam_channel::bounded(1);
-        self.send(Task::Prepare { dir, ordinal, size, zeroed, done });
+        self.send(Task::Prepare { dir, ordinal, size, done });
         answer
     }
 
@@ -127,8 +121,8 @@ impl Worker {
     fn handle(&mut self, task: Task) {
         let vfs = self.vfs.as_ref();
         match task {
-            Task::Prepare { dir, ordinal, size, zeroed, done } => {
-                let _ = done.send(segment::prepare(vfs, &dir, ordinal, size, zeroed));
+            Task::Prepare { dir, ordinal, size, done } => {
+                let _ = done.send(segment::prepare(vfs, &dir, ordinal, size));
             }
             Task::ZeroFill { file, from, to, done } => {
                 let _ = done.send(segment::zero_fill(file.as_ref(), from, to));

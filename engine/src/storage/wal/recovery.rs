@@ -331,8 +331,7 @@ fn start_segment(
     first_lsn: u64,
     table: &SegmentTable,
 ) -> io::Result<WalPosition> {
-    let zeroed_to = segment::first_zeroed_bytes(settings.segment_bytes);
-    let prepared = segment::prepare(vfs, dir, ordinal, settings.segment_bytes, zeroed_to)?;
+    let prepared = segment::prepare(vfs, dir, ordinal, settings.segment_bytes)?;
     let header = SegmentHeader {
         shard: settings.shard,
         ordinal,
@@ -342,7 +341,8 @@ fn start_segment(
     };
     let active = Arc::new(segment::activate(vfs, &prepared, dir, header)?);
     table.insert(Arc::clone(&active));
-    let position = Segment::records_start();
+    let (position, zeroed_to) =
+        (Segment::records_start(), segment::first_zeroed_bytes(settings.segment_bytes));
     Ok(WalPosition { active, position, next_lsn: first_lsn, sealed: false, zeroed_to })
 }
 

@@ -165,19 +165,20 @@ pub fn zero_step_bytes(segment_bytes: u64) -> u64 {
 /// How much of a new segment of `segment_bytes` is zero-filled before it is used: its
 /// header and the first step.
 pub fn first_zeroed_bytes(segment_bytes: u64) -> u64 {
-    zero_step_bytes(segment_bytes).max(SEGMENT_HEADER_BYTES).min(segment_bytes)
+    zero_step_bytes(segment_bytes).min(segment_bytes)
 }
 
-/// Creates a segment file of `size` bytes, zero-filled and synced over its first
-/// `zeroed_bytes`, ready to activate.
-pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64, zeroed_bytes: u64) -> io::Result<PathBuf> {
+/// Creates a segment file of `size` bytes, zero-filled and synced over its first step
+/// ([`first_zeroed_bytes`]), ready to activate.
+pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64) -> io::Result<PathBuf> {
+    let zeroed_bytes = first_zeroed_bytes(size);
     assert!(zeroed_bytes >= SEGMENT_HEADER_BYTES, "the header lands in written blocks");
     let path = dir.join(format!("{PREPARED_PREFIX}{ordinal:08x}.tmp"));
     if vfs.exists(&path) {
         vfs.remove_file(&path)?;
     }
     let file = vfs.create_new(&path)?;
-    let filled = file.set_len(size).and_then(|()| zero_fill(file.as_ref(), 0, zeroed_bytes.min(size)));
+    let filled = file.set_len(size).and_then(|()| zero_fill(file.as_ref(), 0, zeroed_bytes));
     if filled.is_err() {
         // A partial file (the disk filled up, say) gives its space back.
         drop(file);
@@ -190,7 +191,7 @@ pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64, zeroed_bytes:
 /// never waits behind more than one chunk of zeros in the device queue, and once it
 /// returns, writes there need no new block (`VfsFile::written_end`).
 pub fn zero_fill(file: &dyn VfsFile, from: u64, to: u64) -> io::Result<()> {
-    let zeros = vec![0u8; ZERO_CHUNK_BYTES.min(to.saturating_sub(from)) as usize];
+    let zeros = [0u8; PAGE_BYTES as usize];
     let mut written = from;
     while written < to {
         let chunk_end = to.min(written + ZERO_CHUNK_BYTES);
@@ -233,7 +234,7 @@ mod tests {
         let vfs = SimVfs::new();
         let dir = Path::new("/data/shard-000");
         vfs.create_dir_all(dir).unwrap();
-        let prepared = prepare(&vfs, dir, 3, 4096, 4096).unwrap();
+        let prepared = prepare(&vfs, dir, 3, 4096).unwrap();
         assert!(is_prepared_name(&prepared.file_name().unwrap().to_string_lossy()));
         let header = SegmentHeader { shard: 0, ordinal: 3, first_lsn: 0x42, size: 4096, created_ms: 7 };
         let segment = activate(&vfs, &prepared, dir, header).unwrap();
@@ -252,7 +253,7 @@ mod tests {
         let vfs = SimVfs::new();
         let dir = Path::new("/d");
         vfs.create_dir_all(dir).unwrap();
-        let prepared = prepare(&vfs, dir, 0, 1024, 1024).unwrap();
+        let prepared = prepare(&vfs, dir, 0, 1024).unwrap();
         let header = SegmentHeader { shard: 1, ordinal: 0, first_lsn: 1, size: 1024, created_ms: 0 };
         let segment = activate(&vfs, &prepared, dir, header).unwrap();
         vfs.corrupt(&segment.path, 20, &[0xff]).unwrap();

@@ -100,12 +100,9 @@ impl WalWriter {
         while self.spares.ready.len() < count {
             self.refused_while_failing()?;
             let ordinal = self.active.ordinal() + 1 + self.spares.ready.len() as u32;
-            let files = &self.files;
-            let (size, zeroed_to) =
-                (files.segment_bytes, segment::first_zeroed_bytes(self.files.segment_bytes));
-            match segment::prepare(files.vfs.as_ref(), &files.dir, ordinal, size, zeroed_to) {
-                Ok(path) => {
-                    self.spares.ready.push_back(Spare { path, zeroed_to });
+            match self.prepare_spare(ordinal) {
+                Ok(spare) => {
+                    self.spares.ready.push_back(spare);
                     self.spares.failed = None;
                 }
                 Err(error) => {
@@ -131,10 +128,7 @@ impl WalWriter {
         self.spares.pending = None;
         match prepared {
             Ok(path) => {
-                self.spares.ready.push_back(Spare {
-                    path,
-                    zeroed_to: segment::first_zeroed_bytes(self.files.segment_bytes),
-                });
+                self.spares.ready.push_back(self.spare_at(path));
                 self.spares.failed = None;
             }
             Err(error) => {
@@ -170,9 +164,7 @@ impl WalWriter {
         if due && !waiting && self.spares.pending.is_none() && self.spares.ready.is_empty() {
             let ordinal = self.active.ordinal() + 1;
             let dir = self.files.dir.clone();
-            let (size, zeroed) =
-                (self.files.segment_bytes, segment::first_zeroed_bytes(self.files.segment_bytes));
-            self.spares.pending = Some(self.housekeeper.prepare(dir, ordinal, size, zeroed));
+            self.spares.pending = Some(self.housekeeper.prepare(dir, ordinal, self.files.segment_bytes));
         }
     }
 
@@ -183,12 +175,18 @@ impl WalWriter {
         if let Some(spare) = self.spares.ready.pop_front() {
             return Ok(spare);
         }
-        let (ordinal, size, zeroed_to) = (
-            self.active.ordinal() + 1,
-            self.files.segment_bytes,
-            segment::first_zeroed_bytes(self.files.segment_bytes),
-        );
-        let path = segment::prepare(self.files.vfs.as_ref(), &self.files.dir, ordinal, size, zeroed_to)?;
-        Ok(Spare { path, zeroed_to })
+        self.prepare_spare(self.active.ordinal() + 1)
+    }
+
+    /// Prepares segment `ordinal` here, on the shard thread.
+    fn prepare_spare(&self, ordinal: u32) -> io::Result<Spare> {
+        let files = &self.files;
+        segment::prepare(files.vfs.as_ref(), &files.dir, ordinal, files.segment_bytes)
+            .map(|path| self.spare_at(path))
+    }
+
+    /// The spare just prepared at `path`: zero-filled over its first step.
+    fn spare_at(&self, path: PathBuf) -> Spare {
+        Spare { path, zeroed_to: segment::first_zeroed_bytes(self.files.segment_bytes) }
     }
 }
