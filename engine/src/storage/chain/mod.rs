@@ -55,6 +55,19 @@ pub struct Node {
     pub jumps: Vec<Location>,
     /// Bytes the record takes in its log, padding included.
     pub len: u64,
+    /// Where its stored bytes are and what checks them.
+    pub stored: Stored,
+}
+
+/// A record's payload as its checked header describes it: enough for a read to fetch and
+/// check the record's data without reading the header again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// Meta bytes at the start of the payload, before the data.
+    pub meta_len: u16,
+    /// Meta and data.
+    pub payload_len: u32,
+    pub payload_crc: u32,
 }
 
 /// A jump that does not lead to the record its chain names: damaged chain metadata.
@@ -317,7 +330,8 @@ mod tests {
     }
 
     fn node(location: u64, n: u64, start: Offset, end: Offset, jumps: Vec<Location>) -> Node {
-        Node { location: at(location), n, stream: StreamId::from_raw(1), start, end, jumps, len: 10 }
+        let stored = Stored::default();
+        Node { location: at(location), n, stream: StreamId::from_raw(1), start, end, jumps, len: 10, stored }
     }
 
     fn at(raw: u64) -> Location {

@@ -1,7 +1,9 @@
 //! Reading a stream's records from its file, and the readers' way to a stream's file.
 //!
 //! Headers (with the chain part of the meta) and records are read with positional reads and
-//! checked on every read — header crc, then payload crc — before any byte is served; a
+//! checked on every read — header crc when a reader steps onto the record, then the payload
+//! against the crc that header carried (one read of the data, no second read of the header)
+//! — before any byte is served; a
 //! record that fails is never handed out ([`ReadError::Damaged`]; an I/O error is
 //! [`ReadError::Storage`]). A stream file holds its records in order, so a record's
 //! successor is the record right after it.
@@ -32,15 +34,11 @@ pub struct FileSource {
     pub stream: StreamId,
 }
 
-/// A record's header and its place in the chain.
-pub struct FileHead {
-    pub header: Header,
-    pub node: Node,
-}
+impl NodeSource for FileSource {
+    type Error = ReadError;
 
-impl FileSource {
     /// Reads and checks the header and chain of the record at `location`.
-    pub fn head(&self, location: Location) -> Result<FileHead, ReadError> {
+    fn node(&self, location: Location) -> Result<Node, ReadError> {
         let (_, position) = split_location(location);
         let mut raw = [0u8; HEADER_BYTES + 9 + 8 * JUMPS_MAX];
         let read = self.file.read_at(position, &mut raw).map_err(|_| ReadError::Storage)?;
@@ -60,28 +58,21 @@ impl FileSource {
         }
         let chain =
             decode_chain(&raw[HEADER_BYTES..HEADER_BYTES + chain_len]).map_err(|_| ReadError::Damaged)?;
-        let node = header.chain_node(location, chain);
-        Ok(FileHead { header, node })
-    }
-}
-
-impl NodeSource for FileSource {
-    type Error = ReadError;
-
-    fn node(&self, location: Location) -> Result<Node, ReadError> {
-        Ok(self.head(location)?.node)
+        Ok(header.chain_node(location, chain))
     }
 }
 
 impl RecordSource for FileSource {
+    /// The data of the record `node` describes, checked against the crc its header gave
+    /// (the header itself was checked when `node` was read).
     fn data(&self, node: &Node) -> Result<Bytes, ReadError> {
-        let head = self.head(node.location)?;
         let (_, position) = split_location(node.location);
-        let meta_len = usize::from(head.header.meta_len);
-        if meta_len > META_BYTES_MAX || head.node.start != node.start || head.node.end != node.end {
+        let stored = node.stored;
+        let meta_len = usize::from(stored.meta_len);
+        if meta_len > META_BYTES_MAX || meta_len > stored.payload_len as usize {
             return Err(ReadError::Damaged);
         }
-        let mut payload = BytesMut::zeroed(head.header.payload_len as usize);
+        let mut payload = BytesMut::zeroed(stored.payload_len as usize);
         read_exact_at(self.file.as_ref(), position + HEADER_BYTES as u64, &mut payload).map_err(|error| {
             match error.kind() {
                 std::io::ErrorKind::UnexpectedEof => ReadError::Damaged,
@@ -89,7 +80,7 @@ impl RecordSource for FileSource {
             }
         })?;
         let (meta, data) = payload.split_at(meta_len);
-        if payload_crc(meta, &[data]) != head.header.payload_crc {
+        if payload_crc(meta, &[data]) != stored.payload_crc {
             tracing::error!(position, "stored data fails its checksum; the read is refused");
             return Err(ReadError::Damaged);
         }

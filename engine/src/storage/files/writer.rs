@@ -23,7 +23,7 @@ use super::source::FileSource;
 use super::{incarnation, location, renewals_path, split_location, stream_dir, stream_path, SUFFIX_MAX};
 use crate::ids::{Location, StreamId};
 use crate::limits::halve_when_over;
-use crate::storage::chain::{Chain, Levels};
+use crate::storage::chain::{Chain, Levels, NodeSource};
 use crate::storage::record::codec::{decode_record, Header, Kind, HEADER_BYTES};
 use crate::storage::record::{encode, Record};
 use crate::storage::renewals::{self, Renewal, RenewalStore};
@@ -205,9 +205,9 @@ impl FileWriter {
         })?;
         let end = file.size().map_err(Unprepared::Unavailable)?;
         let source = FileSource { file: Arc::clone(&file), stream };
-        let tail = source.head(chain_tail).map_err(Unprepared::from)?;
-        let levels = Levels::rebuild(&source, &tail.node).map_err(Unprepared::from)?;
-        if tail.node.location.plus(tail.node.len) != location(suffix, end) {
+        let tail = source.node(chain_tail).map_err(Unprepared::from)?;
+        let levels = Levels::rebuild(&source, &tail).map_err(Unprepared::from)?;
+        if tail.location.plus(tail.len) != location(suffix, end) {
             return Err(Unprepared::Damaged(format!(
                 "its file {} does not end after its last record",
                 path.display()

@@ -26,6 +26,9 @@ struct RealFile {
 
 struct RealMap {
     map: Arc<Mmap>,
+    /// The whole map as one shared `Bytes`: a slice of it costs a reference count, not an
+    /// allocation (a catch-up read hands out one slice per record).
+    whole: Bytes,
 }
 
 impl Vfs for RealVfs {
@@ -196,7 +199,9 @@ impl VfsFile for RealFile {
         // SAFETY: the engine never truncates or shrinks a file while it is mapped, and maps
         // are read-only (a store through a writable map would turn I/O errors into SIGBUS).
         let map = unsafe { MmapOptions::new().len(len).map(&self.file)? };
-        Ok(Arc::new(RealMap { map: Arc::new(map) }))
+        let map = Arc::new(map);
+        let whole = Bytes::from_owner(MapRange { map: Arc::clone(&map), start: 0, end: len });
+        Ok(Arc::new(RealMap { map, whole }))
     }
 
     fn punch_hole(&self, position: u64, len: u64) -> io::Result<()> {
@@ -263,7 +268,7 @@ impl FileMap for RealMap {
 
     fn slice(&self, start: usize, end: usize) -> Bytes {
         assert!(start <= end && end <= self.map.len(), "slice outside the map");
-        Bytes::from_owner(MapRange { map: Arc::clone(&self.map), start, end })
+        self.whole.slice(start..end)
     }
 
     fn visit(&self, start: usize, end: usize, visit: &mut dyn FnMut(&[u8])) {

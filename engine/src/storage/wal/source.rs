@@ -1,8 +1,9 @@
 //! Reading records and stream data from a shard's mapped segments.
 //!
 //! Headers are copied out of the map (64 bytes plus the chain part of the meta) and checked
-//! again on every read; stream data is checked against its crc, then handed out as `Bytes`
-//! that point into the map, so a catch-up read copies nothing until the socket does. Bytes
+//! once per read, when a reader steps onto the record; the checked header's lengths and
+//! payload crc travel with the chain node, so the data is found and checked against that crc
+//! without decoding the header again, then handed out as `Bytes` that point into the map, so a catch-up read copies nothing until the socket does. Bytes
 //! that fail a check, or a segment that is gone, are never served: the read fails with
 //! [`ReadError::Damaged`]. Where a stream's chain is damaged, [`RecordSource::successor`]
 //! finds the stream's next record by reading the log forward from a record.
@@ -10,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::segment::Segment;
 use super::{location, split_location, SegmentTable};
@@ -177,38 +178,21 @@ impl NodeSource for WalSource {
 }
 
 impl RecordSource for WalSource {
-    fn copy_data(&self, node: &Node, skip: usize, out: &mut BytesMut) -> Result<(), ReadError> {
-        let (header, segment) = self.header(node.location)?;
-        let meta_len = usize::from(header.meta_len);
-        let start = split_location(node.location).1 as usize + HEADER_BYTES;
-        let mut checked = Err(ReadError::Damaged);
-        segment.map.visit(start, start + header.payload_len as usize, &mut |payload| {
-            let (meta, data) = payload.split_at(meta_len.min(payload.len()));
-            if belongs(&header, node)
-                && payload_crc(meta, &[data]) == header.payload_crc
-                && skip <= data.len()
-            {
-                out.extend_from_slice(&data[skip..]);
-                checked = Ok(());
-            }
-        });
-        checked.inspect_err(|_| {
-            tracing::error!(location = ?node.location, "stored data fails its checksum; the read is refused")
-        })
-    }
-
+    /// The data of the record `node` describes, checked against the crc its header gave
+    /// (the header itself was checked when `node` was read), sharing the mapped bytes.
     fn data(&self, node: &Node) -> Result<Bytes, ReadError> {
-        let (header, segment) = self.header(node.location)?;
         let (ordinal, position) = split_location(node.location);
-        let meta_len = usize::from(header.meta_len);
-        if meta_len > META_BYTES_MAX {
+        let segment = self.table.get(ordinal).ok_or(ReadError::Damaged)?;
+        let stored = node.stored;
+        let meta_len = usize::from(stored.meta_len);
+        let start = position as usize + HEADER_BYTES;
+        let end = start + stored.payload_len as usize;
+        if meta_len > META_BYTES_MAX || meta_len > stored.payload_len as usize || end > segment.map.size() {
             return Err(ReadError::Damaged);
         }
-        // `header` checked that the whole record lies inside the map.
-        let start = position as usize + HEADER_BYTES;
-        let payload = segment.map.slice(start, start + header.payload_len as usize);
+        let payload = segment.map.slice(start, end);
         let (meta, data) = payload.split_at(meta_len);
-        if !belongs(&header, node) || payload_crc(meta, &[data]) != header.payload_crc {
+        if payload_crc(meta, &[data]) != stored.payload_crc {
             tracing::error!(ordinal, position, "stored data fails its checksum; the read is refused");
             return Err(ReadError::Damaged);
         }
@@ -303,9 +287,4 @@ impl WalSource {
         }
         Ok(None)
     }
-}
-
-/// Whether the header read for a data read is the record `node` describes.
-fn belongs(header: &Header, node: &Node) -> bool {
-    header.offset == node.start && header.stream == node.stream && header.end_offset() == node.end
 }

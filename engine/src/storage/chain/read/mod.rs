@@ -48,7 +48,7 @@ pub trait RecordSource: NodeSource<Error = ReadError> {
 
     /// Appends the stored bytes of the record `node` describes, from byte `skip` on, to `out`.
     fn copy_data(&self, node: &Node, skip: usize, out: &mut BytesMut) -> Result<(), ReadError> {
-        out.extend_from_slice(&self.data(node)?[skip..]);
+        out.extend_from_slice(self.data(node)?.get(skip..).ok_or(ReadError::Damaged)?);
         Ok(())
     }
 
@@ -276,7 +276,7 @@ impl<S: RecordSource> LogRead<'_, S> {
 mod tests {
     use super::*;
     use crate::payload::Payload;
-    use crate::storage::chain::Levels;
+    use crate::storage::chain::{Levels, Stored};
 
     /// An in-memory log of records, chained like the disk modes chain them, whose records
     /// can be damaged: unreadable, with a wrong chain index, or with data that fails its crc.
@@ -349,6 +349,7 @@ mod tests {
                 end: Offset::ZERO,
                 jumps: vec![],
                 len: 1,
+                stored: Stored::default(),
             }],
             data: vec![Bytes::new()],
             damage: None,
@@ -367,6 +368,7 @@ mod tests {
                 end,
                 jumps: chain.jumps,
                 len: 1,
+                stored: Stored::default(),
             });
             log.data.push(Bytes::from(payload.stored_bytes()));
             levels.push(location);

@@ -26,7 +26,7 @@
 
 use crate::ids::{Location, StreamId};
 use crate::offset::Offset;
-use crate::storage::chain::{Chain, Node};
+use crate::storage::chain::{Chain, Node, Stored};
 
 mod meta;
 
@@ -228,6 +228,11 @@ impl Header {
             end: self.end_offset(),
             jumps: chain.jumps,
             len: self.record_len() as u64,
+            stored: Stored {
+                meta_len: self.meta_len,
+                payload_len: self.payload_len,
+                payload_crc: self.payload_crc,
+            },
         }
     }
 
