@@ -7,7 +7,6 @@ use std::time::Duration;
 use ds_engine::Engine;
 
 use crate::config::Config;
-use crate::direct::DirectWrites;
 use crate::events::frame::FrameCache;
 use crate::http::cors::CorsPolicy;
 use crate::http::request_body::{BodyBudget, BodyRules};
@@ -35,20 +34,14 @@ pub struct App {
     pub write_stall_timeout: Duration,
     /// Frames formatted by each stream's SSE readers, shared by the others.
     pub frames: Arc<PerStream<FrameCache>>,
-    /// The SSE direct path (caught-up readers on plain TCP written to by one task per
-    /// stream), and whether it is on.
-    pub direct: Arc<DirectWrites>,
+    /// Whether requests without a body on plain TCP are served by the bare front
+    /// (`crate::serve::bare`) rather than hyper.
+    pub bare_front: bool,
 }
 
 impl App {
     pub fn new(engine: Engine, config: &Config) -> App {
         let (frames, metrics, shutdown) = (Arc::default(), Arc::new(Metrics::default()), Arc::default());
-        let direct = Arc::new(DirectWrites::new(
-            config.sse_direct_writes,
-            Arc::clone(&frames),
-            Arc::clone(&metrics),
-            Arc::clone(&shutdown),
-        ));
         App {
             body: BodyRules {
                 bytes_max: config.engine.limits.append_bytes_max,
@@ -66,7 +59,7 @@ impl App {
             connections_max: config.connections_max,
             write_stall_timeout: config.write_stall_timeout,
             frames,
-            direct,
+            bare_front: config.bare_front,
         }
     }
 

@@ -82,10 +82,11 @@ pub struct Args {
     /// connection is closed; bounds what a slow live reader holds (it resumes from its offset)
     #[arg(long, env = "DS_SERVER__WRITE_STALL_TIMEOUT_SECS", default_value = "30")]
     pub write_stall_timeout_secs: String,
-    /// Write new events to caught-up SSE readers on plain TCP straight from one task per
-    /// stream (`false`: every event goes through each connection's own HTTP writer)
-    #[arg(long, env = "DS_SERVER__SSE_DIRECT_WRITES", default_value = "true")]
-    pub sse_direct_writes: String,
+    /// Serve requests without a body on plain TCP with ds's own lean HTTP/1.1 reader and
+    /// writer, handing a connection to hyper at its first request with a body (`false`:
+    /// hyper serves every request)
+    #[arg(long, env = "DS_SERVER__BARE_FRONT", default_value = "true")]
+    pub bare_front: String,
     /// PEM certificate chain; with --tls-key-path, serve HTTPS
     #[arg(long, env = "DS_TLS__CERT_PATH")]
     pub tls_cert_path: Option<PathBuf>,
@@ -106,8 +107,8 @@ pub struct Config {
     pub read_bytes_max: usize,
     pub connections_max: usize,
     pub write_stall_timeout: Duration,
-    /// Caught-up SSE readers on plain TCP are written to by their stream's fan-out.
-    pub sse_direct_writes: bool,
+    /// Requests without a body on plain TCP are served by the bare front.
+    pub bare_front: bool,
     /// Request body bytes held across all connections at once.
     pub body_buffer_bytes_max: u64,
     /// How long a request body may go without a byte arriving.
@@ -175,7 +176,7 @@ impl Args {
             1,
             WRITE_STALL_SECS_MAX,
         )?;
-        let sse_direct_writes = boolean("DS_SERVER__SSE_DIRECT_WRITES", &self.sse_direct_writes)?;
+        let bare_front = boolean("DS_SERVER__BARE_FRONT", &self.bare_front)?;
         let engine = self.engine_config()?;
         Ok(Config {
             host,
@@ -186,7 +187,7 @@ impl Args {
             read_bytes_max,
             connections_max,
             write_stall_timeout: Duration::from_secs(write_stall_secs),
-            sse_direct_writes,
+            bare_front,
             body_buffer_bytes_max,
             body_timeout: Duration::from_secs(body_timeout_secs),
             tls,

@@ -15,22 +15,22 @@
 //!   request bodies, response bodies, and what every read answer shares (`read_reply`).
 //! - `per_stream`: what the live readers of one stream share in the server.
 //! - `events`: the SSE wire format, and frames of events shared by a stream's readers.
-//! - `direct`: the SSE direct path — one task per stream writing to its caught-up readers'
-//!   sockets — with the one hyper behaviour it relies on, stated and tested.
 //! - `app`: the state every request handler shares.
 //! - `live`: long-poll and SSE reads.
 //! - `routes`: one module per endpoint (create, append, read, head, delete, health,
 //!   metrics, preflight); `access_log`: one line per request.
 //! - `router`: path and method to route; the headers every response carries; metrics and
 //!   the access line of each request.
-//! - `serve`: the accept loop (hyper HTTP/1.1 connections, the connection limit, TLS
-//!   handshakes, write stalls, small writes joined, hyper's own error answers made problem
-//!   documents, graceful shutdown).
+//! - `serve`: the accept loop (the connection limit, TLS handshakes, graceful shutdown); the
+//!   bare front, ds's own lean HTTP/1.1 for requests without a body on plain TCP (reads:
+//!   catch-up, long-poll, SSE), and hyper for the rest (a connection goes to hyper at its
+//!   first request with a body; write stalls, small writes joined, hyper's own error answers
+//!   made problem documents).
 //!
 //! # How a request flows
 //!
-//! `serve` accepts a connection and hands each request to `router::handle`, which picks a
-//! route. A write route parses and checks headers and body into an engine request and awaits
+//! `serve` accepts a connection; the bare front (or hyper, for requests with a body and TLS)
+//! reads each request head and hands the request to `router::handle`, which picks a route. A write route parses and checks headers and body into an engine request and awaits
 //! the shard's answer; a read route opens the stream's published view and answers from it
 //! (live routes wait on the stream's tail notifications). Errors become problem documents;
 //! `router::handle` adds the common headers to whatever comes back.
@@ -39,7 +39,6 @@ mod access_log;
 mod app;
 mod config;
 mod descriptors;
-mod direct;
 mod events;
 mod http;
 mod live;

@@ -99,11 +99,11 @@ pub struct Metrics {
     live_sse: AtomicI64,
     pub connections_open: AtomicI64,
     pub connections_refused: AtomicU64,
-    /// SSE frames the stream fan-outs wrote straight to subscribers' sockets.
-    pub sse_fanout_frames: AtomicU64,
-    /// Readers a fan-out handed back to their own body (full socket, partial write, behind,
-    /// closed, gone, shutdown).
-    pub sse_fanout_handbacks: AtomicU64,
+    /// Requests the bare front answered (`crate::serve::bare`).
+    pub bare_requests: AtomicU64,
+    /// Connections the bare front handed to hyper (at a request with a body, or one it
+    /// leaves to hyper's checks).
+    pub bare_handoffs: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -117,8 +117,8 @@ impl Default for Metrics {
             live_sse: AtomicI64::new(0),
             connections_open: AtomicI64::new(0),
             connections_refused: AtomicU64::new(0),
-            sse_fanout_frames: AtomicU64::new(0),
-            sse_fanout_handbacks: AtomicU64::new(0),
+            bare_requests: AtomicU64::new(0),
+            bare_handoffs: AtomicU64::new(0),
         }
     }
 }
@@ -249,16 +249,10 @@ fn render_front(out: &mut String, metrics: &Metrics) {
     single(out, "ds_connections", "gauge", "Client connections open.", open);
     let refused_help = "Connections refused (503) past the connection limit.";
     single(out, "ds_connections_refused_total", "counter", refused_help, load(&metrics.connections_refused));
-    let fanout_help = "SSE frames written by stream fan-outs straight to subscriber sockets.";
-    single(out, "ds_sse_fanout_frames_total", "counter", fanout_help, load(&metrics.sse_fanout_frames));
-    let handback_help = "SSE readers a fan-out handed back to their own connection task.";
-    single(
-        out,
-        "ds_sse_fanout_handbacks_total",
-        "counter",
-        handback_help,
-        load(&metrics.sse_fanout_handbacks),
-    );
+    let bare_help = "Requests without a body answered by the bare HTTP/1.1 front.";
+    single(out, "ds_bare_requests_total", "counter", bare_help, load(&metrics.bare_requests));
+    let handoff_help = "Connections the bare front handed to hyper.";
+    single(out, "ds_bare_handoffs_total", "counter", handoff_help, load(&metrics.bare_handoffs));
     header(out, "ds_errors_total", "counter", "Errors outside request handling, by kind.");
     for kind in ErrorKind::ALL {
         let _ = writeln!(

@@ -90,13 +90,6 @@ impl<T> Deref for Member<T> {
     }
 }
 
-impl<T> Member<T> {
-    /// The shared value itself, for holders that outlive no member (a stream's writer task).
-    pub fn shared(&self) -> &Arc<T> {
-        &self.shared
-    }
-}
-
 impl<T> Drop for Member<T> {
     fn drop(&mut self) {
         self.registry.leave(&self.key);
@@ -125,8 +118,8 @@ mod tests {
         let first = registry.join(&a);
         let second = registry.join(&a);
         let other = registry.join(&b);
-        assert!(Arc::ptr_eq(first.shared(), second.shared()), "one value per stream");
-        assert!(!Arc::ptr_eq(first.shared(), other.shared()));
+        assert!(std::ptr::eq(&*first, &*second), "one value per stream");
+        assert!(!std::ptr::eq(&*first, &*other));
         assert_eq!(registry.len(), 2);
         drop((first, other));
         assert_eq!(registry.len(), 1, "a stream stays while it has a member");
@@ -136,7 +129,7 @@ mod tests {
         let kept = registry.join(&a);
         engine.delete(StreamName::new("a").unwrap()).await.unwrap();
         let again = registry.join(&create(&engine, "a").await);
-        assert!(!Arc::ptr_eq(kept.shared(), again.shared()));
+        assert!(!std::ptr::eq(&*kept, &*again));
         engine.shutdown();
     }
 }

@@ -11,40 +11,33 @@ use std::sync::Arc;
 
 use ds_engine::StreamName;
 use hyper::body::Body as _;
-use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, ORIGIN};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 
 use crate::access_log::AccessRecord;
 use crate::app::App;
-use crate::direct::socket_link::SocketLink;
 use crate::http::cors::ALLOWED_METHODS;
 use crate::http::problem::Problem;
-use crate::http::request_body;
+use crate::http::request_body::{self, RequestBody};
 use crate::http::response::{finish, Body};
 use crate::metrics::{Metrics, Route};
 use crate::routes;
 
 use routes::STREAM_PREFIX;
 
-/// Answers one request (never fails: errors become problem responses). `link`: the
-/// connection's socket when it is plain TCP (an SSE response may write to it directly; no
-/// other route gets it).
+/// Answers one request (never fails: errors become problem responses).
 pub fn handle(
     app: Arc<App>,
-    request: Request<Incoming>,
-    link: &Option<Arc<SocketLink>>,
+    request: Request<RequestBody>,
 ) -> impl Future<Output = Result<Response<Body>, Infallible>> + Send + 'static {
     let label = route_label(request.method(), request.uri());
-    let link = if label == Route::Sse { link.clone() } else { None };
-    handle_route(app, request, label, link)
+    handle_route(app, request, label)
 }
 
 async fn handle_route(
     app: Arc<App>,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
     label: Route,
-    link: Option<Arc<SocketLink>>,
 ) -> Result<Response<Body>, Infallible> {
     // A worker kept busy never goes idle to ring the shards it held rings back for.
     ds_engine::wake_batch::ring_overdue();
@@ -57,7 +50,7 @@ async fn handle_route(
     }
     let mut answer =
         Unanswered { app: Arc::clone(&app), label, access: AccessRecord::begin(&request), answered: false };
-    let mut response = route(&app, label, request, link).await.unwrap_or_else(Problem::into_response);
+    let mut response = route(&app, label, request).await.unwrap_or_else(Problem::into_response);
     finish(&mut response, &app.cors, origin.as_ref());
     let status = response.status().as_u16();
     let bytes = response.body().size_hint().exact();
@@ -81,7 +74,7 @@ pub const HEAD_BYTES_MAX: usize = 64 * 1024;
 pub const URI_BYTES_MAX: usize = 8 * 1024;
 
 /// 414 for a request target past [`URI_BYTES_MAX`], 431 for a head past `HEAD_BYTES_MAX`.
-fn oversized_head(request: &Request<Incoming>) -> Option<Problem> {
+fn oversized_head(request: &Request<RequestBody>) -> Option<Problem> {
     let uri_bytes = request.uri().path_and_query().map_or(0, |target| target.as_str().len());
     if uri_bytes > URI_BYTES_MAX {
         let detail = format!("the request target is longer than {URI_BYTES_MAX} bytes");
@@ -153,8 +146,7 @@ fn route_label(method: &Method, uri: &Uri) -> Route {
 async fn route(
     app: &Arc<App>,
     label: Route,
-    request: Request<Incoming>,
-    link: Option<Arc<SocketLink>>,
+    request: Request<RequestBody>,
 ) -> Result<Response<Body>, Problem> {
     match label {
         Route::Health => return routes::health::health(request.method()),
@@ -169,7 +161,7 @@ async fn route(
     match label {
         Route::Create => routes::create::create(app, name, request).await,
         Route::Append => routes::append::append(app, name, request).await,
-        Route::Read | Route::LongPoll | Route::Sse => routes::read::read(app, name, request, link).await,
+        Route::Read | Route::LongPoll | Route::Sse => routes::read::read(app, name, request).await,
         Route::Head => routes::head::head(app, &name),
         Route::Delete => routes::delete::delete(app, name).await,
         _ => {
@@ -195,7 +187,7 @@ fn stream_name(uri: &Uri) -> Result<StreamName, Problem> {
 }
 
 /// `problem`, as the answer to `request` before its body was read.
-async fn refuse(request: Request<Incoming>, problem: Problem) -> Problem {
+async fn refuse(request: Request<RequestBody>, problem: Problem) -> Problem {
     let (parts, body) = request.into_parts();
     request_body::refuse_unread(body, &parts.headers, problem).await
 }

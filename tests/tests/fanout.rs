@@ -1,6 +1,7 @@
-//! SSE readers served by their stream's fan-out (direct writes to caught-up readers'
-//! sockets): every event arrives once, in order, in valid chunk framing, through hand-backs
-//! (full sockets, partial writes, closing) and in every storage mode.
+//! Many SSE readers of one stream, served by the bare front (ds's own HTTP/1.1 writer,
+//! `server/src/serve/bare/`) or, with it off, by hyper: every event arrives once, in order,
+//! in valid chunk framing, through full sockets, stalled and vanishing readers, closing and
+//! deletion, in every storage mode.
 
 use std::time::Duration;
 
@@ -25,16 +26,16 @@ fn events(text: &str) -> (Vec<String>, Option<serde_json::Value>) {
     (payloads, control)
 }
 
-/// The `ds_sse_fanout_*` counter `name` of the server's metrics.
-fn fanout_counter(client: &Client, name: &str) -> u64 {
+/// The counter `name` of the server's metrics.
+fn counter(client: &Client, name: &str) -> u64 {
     let text = client.get("/metrics").text();
     let line = text.lines().find(|line| line.starts_with(name)).unwrap_or_else(|| panic!("{name}: {text}"));
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
 /// Creates the text stream `path` and subscribes `count` SSE readers from its start, each
-/// read up to its first up-to-date event, then gives them time to be lent to the fan-out.
-fn lent_readers(client: &Client, path: &str, count: usize) -> Vec<StreamingResponse> {
+/// read up to its first up-to-date event, then gives them time to settle at the tail.
+fn readers_at_tail(client: &Client, path: &str, count: usize) -> Vec<StreamingResponse> {
     assert_eq!(client.put(path, "text/plain", b"").status, 201);
     let readers = (0..count).map(|_| subscribe(client, path)).collect();
     std::thread::sleep(Duration::from_millis(200));
@@ -52,14 +53,14 @@ fn many_readers_get_every_event_in_order(mode: &str) {
     many_readers_get_every_event_in_order_with(mode, true);
 }
 
-/// 24 readers, 60 messages and the closing; `direct`: the direct path is on (the fan-out
-/// writes) or off (every event goes through each connection's own writer).
-fn many_readers_get_every_event_in_order_with(mode: &str, direct: bool) {
-    let switch = if direct { "true" } else { "false" };
-    let server = Server::start_in(mode, &[("DS_SERVER__SSE_DIRECT_WRITES", switch)]);
+/// 24 readers, 60 messages and the closing; `bare`: the bare front is on (it writes the
+/// readers' answers) or off (hyper does).
+fn many_readers_get_every_event_in_order_with(mode: &str, bare: bool) {
+    let switch = if bare { "true" } else { "false" };
+    let server = Server::start_in(mode, &[("DS_SERVER__BARE_FRONT", switch)]);
     let client = server.client();
     let path = "/v1/stream/fan/out";
-    let mut readers = lent_readers(&client, path, 24);
+    let mut readers = readers_at_tail(&client, path, 24);
     let messages: Vec<String> = (0..60)
         .map(|i| match i % 4 {
             0 => format!("message {i}\nwith a second line"),
@@ -79,12 +80,12 @@ fn many_readers_get_every_event_in_order_with(mode: &str, direct: bool) {
         assert!(payloads == messages, "every message once, in order, intact");
         assert_eq!(control.unwrap()["streamClosed"], true);
     }
-    let frames = fanout_counter(&client, "ds_sse_fanout_frames_total");
-    assert_eq!(frames > 0, direct, "the fan-out wrote {frames} frames");
+    let served_bare = counter(&client, "ds_bare_requests_total");
+    assert_eq!(served_bare >= 24, bare, "the bare front answered {served_bare} requests");
 }
 
 #[test]
-fn with_direct_writes_off_every_reader_gets_every_event_through_its_own_writer() {
+fn with_the_bare_front_off_every_reader_gets_every_event_through_hyper() {
     many_readers_get_every_event_in_order_with("memory", false);
 }
 
@@ -99,13 +100,13 @@ fn many_readers_get_every_event_in_order_in_acid_mode() {
 }
 
 #[test]
-fn a_reader_that_falls_behind_is_handed_back_and_gets_every_byte() {
+fn a_reader_that_falls_behind_gets_every_byte() {
     let server = Server::start(ROOM_FOR_MEGABYTES);
     let client = server.client();
     let path = "/v1/stream/fan-slow";
-    let mut slow = lent_readers(&client, path, 1).pop().unwrap();
-    // More than the socket buffers hold while the reader reads nothing: the fan-out's
-    // writes fill the socket, end partially or find it full, and hand the reader back.
+    let mut slow = readers_at_tail(&client, path, 1).pop().unwrap();
+    // More than the socket buffers hold while the reader reads nothing: the writes fill
+    // the socket, end partially or find it full, and resume as the reader drains it.
     let messages: Vec<String> = (0..200).map(|i| format!("{i:08}{}", "z".repeat(60_000 + i * 7))).collect();
     for message in &messages {
         assert_eq!(client.post(path, "text/plain", message.as_bytes()).status, 204);
@@ -116,16 +117,15 @@ fn a_reader_that_falls_behind_is_handed_back_and_gets_every_byte() {
     let (payloads, _) = events(&slow.text());
     assert_eq!(payloads.len(), messages.len(), "every message arrives exactly once");
     assert!(payloads == messages, "in order and intact");
-    assert!(fanout_counter(&client, "ds_sse_fanout_handbacks_total") > 0, "the reader was handed back");
-    assert!(fanout_counter(&client, "ds_sse_fanout_frames_total") > 0);
+    assert!(counter(&client, "ds_bare_requests_total") > 0, "served by the bare front");
 }
 
 #[test]
-fn deleting_the_stream_ends_its_lent_readers_cleanly() {
+fn deleting_the_stream_ends_its_readers_cleanly() {
     let server = Server::start(&[]);
     let client = server.client();
     let path = "/v1/stream/fan-deleted";
-    let mut readers = lent_readers(&client, path, 8);
+    let mut readers = readers_at_tail(&client, path, 8);
     assert_eq!(client.post(path, "text/plain", b"last words").status, 204);
     for reader in &mut readers {
         reader.read_until("last words", Duration::from_secs(5));
@@ -136,8 +136,8 @@ fn deleting_the_stream_ends_its_lent_readers_cleanly() {
         assert!(reader.ended_cleanly(), "with the terminating chunk");
         assert_eq!(events(&reader.text()).0, ["last words"]);
     }
-    let handbacks = fanout_counter(&client, "ds_sse_fanout_handbacks_total");
-    assert!(handbacks >= 8, "the fan-out handed every reader back ({handbacks})");
+    let served_bare = counter(&client, "ds_bare_requests_total");
+    assert!(served_bare >= 8, "the readers were served by the bare front ({served_bare})");
 }
 
 #[test]
@@ -145,7 +145,7 @@ fn fast_and_stalled_readers_side_by_side_all_get_everything() {
     let server = Server::start(ROOM_FOR_MEGABYTES);
     let client = server.client();
     let path = "/v1/stream/fan-mixed";
-    let readers = lent_readers(&client, path, 16);
+    let readers = readers_at_tail(&client, path, 16);
     // Sizes from a fixed pseudo-random sequence: small events and ones of tens of KB.
     let mut seed = 0x2545_f491_4f6c_dd1d_u64;
     let messages: Vec<String> = (0..300)
@@ -189,12 +189,12 @@ fn readers_that_hang_up_mid_stream_leave_the_others_whole() {
     let server = Server::start(&[]);
     let client = server.client();
     let path = "/v1/stream/fan-churn";
-    let mut readers = lent_readers(&client, path, 32);
+    let mut readers = readers_at_tail(&client, path, 32);
     let messages: Vec<String> = (0..200).map(|i| format!("event {i} {}", "c".repeat(i * 13))).collect();
     for (index, message) in messages.iter().enumerate() {
         assert_eq!(client.post(path, "text/plain", message.as_bytes()).status, 204);
         if index % 20 == 10 {
-            // Hang up on the fan-out while it is writing to the others.
+            // Hang up while the server is writing to the others.
             drop(readers.pop());
             drop(readers.swap_remove(0));
         }

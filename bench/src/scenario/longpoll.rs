@@ -2,7 +2,12 @@
 //! each carrying its send time. A reader asks from its last offset, gets what arrived (or a
 //! 204 when the wait times out) and asks again; the wake latency of an event is the time
 //! from its send to its arrival at a reader. Every event must reach every reader.
+//!
+//! With `--server-pid`, the server's resident memory is sampled before the readers connect
+//! and again once every reader's first long-poll has waited [`SETTLE`] (long before the
+//! server's 30 s timeout): the difference per reader is what a waiting long-poll costs.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +17,7 @@ use tokio::sync::watch;
 
 use super::{create, reconnect, sent_micros, timed_payload, unique_suffix};
 use crate::http::Connection;
+use crate::process;
 use crate::report::Report;
 use crate::run::{Clock, Live, Progress, ServerProbe, Settings};
 use crate::stats::Latencies;
@@ -24,6 +30,10 @@ pub struct LongpollOptions {
 
 /// Longest a reader keeps polling for the last events after the writer stops.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long every reader's first long-poll waits before the server's memory is sampled.
+const SETTLE: Duration = Duration::from_secs(2);
+/// Longest the readers may take to connect and send their first long-poll.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Events are separated by this byte in the stream (text/plain).
 const SEPARATOR: char = ';';
 
@@ -39,18 +49,26 @@ pub async fn run(settings: &Settings, options: &LongpollOptions) -> Result<Repor
     let path = settings.target.stream_path(&format!("longpoll-{}", unique_suffix()));
     let mut writer = Connection::open(&settings.target).await.map_err(|e| format!("connect: {e}"))?;
     create(&mut writer, &path, "text/plain").await?;
+    let memory_before = settings.server_pid.and_then(process::resident_bytes);
+    let base = Instant::now();
+    let asking = Arc::new(AtomicUsize::new(0));
+    let (total_tx, total_rx) = watch::channel(None::<u64>);
+    let readers: Vec<_> = (0..options.readers.max(1))
+        .map(|_| {
+            let (settings, path, total, asking) =
+                (settings.clone(), path.clone(), total_rx.clone(), Arc::clone(&asking));
+            tokio::spawn(async move { poll_loop(&settings, base, &path, total, &asking).await })
+        })
+        .collect();
+    wait_until_asking(&asking, options.readers.max(1)).await?;
+    tokio::time::sleep(SETTLE).await;
+    let memory_waiting = settings.server_pid.and_then(process::resident_bytes);
     let clock = Clock::start(settings);
     let live = Arc::new(Live::default());
     let progress = Progress::start("longpoll", settings, clock, Arc::clone(&live));
     let probe = ServerProbe::start(settings, clock);
-    let (total_tx, total_rx) = watch::channel(None::<u64>);
-    let readers: Vec<_> = (0..options.readers.max(1))
-        .map(|_| {
-            let (settings, path, total) = (settings.clone(), path.clone(), total_rx.clone());
-            tokio::spawn(async move { poll_loop(&settings, clock, &path, total).await })
-        })
-        .collect();
-    let (sent, write_errors) = write_events(&mut writer, &path, clock, &live, options.rate_per_sec).await;
+    let (sent, write_errors) =
+        write_events(&mut writer, &path, base, clock, &live, options.rate_per_sec).await;
     let _ = total_tx.send(Some(sent));
     let mut tally = ReaderTally::default();
     for reader in readers {
@@ -76,6 +94,10 @@ pub async fn run(settings: &Settings, options: &LongpollOptions) -> Result<Repor
         .add("wake_p90_us", summary.p90_us, "µs")
         .add("wake_p99_us", summary.p99_us, "µs")
         .add("wake_max_us", summary.max_us, "µs");
+    if let (Some(before), Some(after)) = (memory_before, memory_waiting) {
+        let per_reader = after.saturating_sub(before) / options.readers.max(1) as u64;
+        report.add("server_memory_per_reader_bytes", per_reader, "B");
+    }
     probe.finish(&clock, &mut report).await;
     Ok(report)
 }
@@ -84,6 +106,7 @@ pub async fn run(settings: &Settings, options: &LongpollOptions) -> Result<Repor
 async fn write_events(
     writer: &mut Connection,
     path: &str,
+    base: Instant,
     clock: Clock,
     live: &Live,
     rate: u32,
@@ -94,7 +117,7 @@ async fn write_events(
     let (mut sent, mut errors) = (0, 0);
     while !clock.done() {
         ticker.tick().await;
-        let mut payload = timed_payload(clock.start, 0).to_vec();
+        let mut payload = timed_payload(base, 0).to_vec();
         payload.push(SEPARATOR as u8);
         let ok = writer
             .send(Method::POST, path, &[("content-type", "text/plain")], Bytes::from(payload))
@@ -110,17 +133,33 @@ async fn write_events(
     (sent, errors)
 }
 
-/// One reader: polls from the tail until it has every event the writer sent.
+/// Waits until `readers` readers have sent their first long-poll.
+async fn wait_until_asking(asking: &AtomicUsize, readers: usize) -> Result<(), String> {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    while asking.load(Ordering::Acquire) < readers {
+        if Instant::now() > deadline {
+            let count = asking.load(Ordering::Acquire);
+            return Err(format!("only {count} of {readers} readers connected"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// One reader: polls from the tail until it has every event the writer sent. Its first
+/// poll is counted in `asking` as it is sent.
 async fn poll_loop(
     settings: &Settings,
-    clock: Clock,
+    base: Instant,
     path: &str,
     total: watch::Receiver<Option<u64>>,
+    asking: &AtomicUsize,
 ) -> Result<ReaderTally, String> {
     let mut tally = ReaderTally::default();
     let mut connection = Connection::open(&settings.target).await.map_err(|e| format!("connect: {e}"))?;
     let mut offset = "now".to_string();
     let mut settle_deadline = None;
+    let mut counted = false;
     loop {
         if let Some(sent) = *total.borrow() {
             if tally.received >= sent {
@@ -132,6 +171,10 @@ async fn poll_loop(
             }
         }
         let url = format!("{path}?offset={offset}&live=long-poll");
+        if !counted {
+            counted = true;
+            asking.fetch_add(1, Ordering::AcqRel);
+        }
         let reply = match connection.send(Method::GET, &url, &[], Bytes::new()).await {
             Ok(reply) => reply,
             Err(_) => {
@@ -145,7 +188,7 @@ async fn poll_loop(
         }
         match reply.status {
             200 => {
-                let now_us = clock.start.elapsed().as_micros() as u64;
+                let now_us = base.elapsed().as_micros() as u64;
                 for event in String::from_utf8_lossy(&reply.body).split(SEPARATOR).filter(|e| !e.is_empty()) {
                     if let Some(sent_us) = sent_micros(event) {
                         tally.latencies.record_us(now_us.saturating_sub(sent_us));

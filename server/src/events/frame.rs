@@ -6,12 +6,11 @@
 //! (shared by its readers in the server, `crate::per_stream`), so readers at the same
 //! position with the same format and cursor share one formatting: with a thousand SSE
 //! subscribers on one stream, one formats and the rest copy a pointer.
-//! [`chunked`] wraps a frame in HTTP/1.1 chunk framing for the fan-out's direct writes.
 //! Leaves only: the callers decide what to do with a frame.
 
 use std::sync::Mutex;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use ds_engine::{Offset, StreamHandle};
 
 use super::event::{write_control, write_message, ControlState, EventFormat, SseEncoding};
@@ -121,30 +120,9 @@ fn frame_key(format: EventFormat, cursor: u64) -> u64 {
     cursor << 2 | u64::from(format.encoding == SseEncoding::Base64) << 1 | u64::from(format.json)
 }
 
-/// `bytes` as one HTTP/1.1 chunk: size line, data, CRLF.
-pub fn chunked(bytes: &[u8]) -> Bytes {
-    debug_assert!(!bytes.is_empty(), "an empty chunk would end the body");
-    let size_line = format!("{:x}\r\n", bytes.len());
-    let mut out = BytesMut::with_capacity(size_line.len() + bytes.len() + 2);
-    out.put_slice(size_line.as_bytes());
-    out.put_slice(bytes);
-    out.put_slice(b"\r\n");
-    out.freeze()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn chunks_carry_their_size_in_hex() {
-        assert_eq!(&chunked(b"hello")[..], b"5\r\nhello\r\n");
-        let big = vec![b'x'; 300];
-        let chunk = chunked(&big);
-        assert!(chunk.starts_with(b"12c\r\nxxx"));
-        assert!(chunk.ends_with(b"xx\r\n"));
-        assert_eq!(chunk.len(), 5 + 300 + 2);
-    }
 
     #[test]
     fn frames_are_shared_by_key_and_position() {

@@ -14,8 +14,10 @@
 //! says `Connection: close`, since the connection cannot carry another request after it;
 //! the client then knows to open a new one instead of finding this one reset.
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -26,6 +28,42 @@ use hyper::header::{HeaderMap, HeaderValue, CONNECTION, CONTENT_LENGTH, RETRY_AF
 use hyper::StatusCode;
 
 use super::problem::Problem;
+
+/// A request's body as the routes see it: streamed in by hyper, or none at all (a request
+/// whose head says it has no body, served by the bare front, `crate::serve::bare`).
+pub enum RequestBody {
+    Streamed(Incoming),
+    Empty,
+}
+
+impl http_body::Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            RequestBody::Streamed(incoming) => Pin::new(incoming).poll_frame(cx),
+            RequestBody::Empty => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Streamed(incoming) => incoming.is_end_stream(),
+            RequestBody::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            RequestBody::Streamed(incoming) => incoming.size_hint(),
+            RequestBody::Empty => http_body::SizeHint::with_exact(0),
+        }
+    }
+}
 
 /// Request body bytes held in memory across all connections, against a maximum.
 #[derive(Debug)]
@@ -95,7 +133,7 @@ const DISCARD_WAIT: Duration = Duration::from_secs(1);
 /// `problem`, as the answer to a request whose body was not read: a short body is read and
 /// dropped first, so the connection stays usable; a longer one (or one that does not arrive
 /// at once) is left unread, and the answer closes the connection.
-pub async fn refuse_unread(body: Incoming, headers: &HeaderMap, problem: Problem) -> Problem {
+pub async fn refuse_unread(body: RequestBody, headers: &HeaderMap, problem: Problem) -> Problem {
     if body.is_end_stream() {
         return problem;
     }
@@ -108,7 +146,7 @@ pub async fn refuse_unread(body: Incoming, headers: &HeaderMap, problem: Problem
 
 /// Reads `body` to its end, keeping nothing; false if it fails or passes
 /// [`DISCARD_BYTES_MAX`].
-async fn discard(mut body: Incoming) -> bool {
+async fn discard(mut body: RequestBody) -> bool {
     let mut left = DISCARD_BYTES_MAX;
     loop {
         match body.frame().await {
@@ -139,7 +177,7 @@ pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
 /// as `rules.timeout`, and fits the shared budget; with its charge. A refusal leaves the
 /// rest of the body unread, and closes the connection.
 pub async fn read(
-    body: Incoming,
+    body: RequestBody,
     headers: &HeaderMap,
     rules: &BodyRules,
 ) -> Result<(Bytes, HeldBody), Problem> {
@@ -147,7 +185,7 @@ pub async fn read(
 }
 
 async fn read_whole(
-    mut body: Incoming,
+    mut body: RequestBody,
     headers: &HeaderMap,
     rules: &BodyRules,
 ) -> Result<(Bytes, HeldBody), Problem> {

@@ -4,10 +4,9 @@
 //! sends at most one frame (`crate::events::frame`, up to `FRAME_STORED_BYTES_MAX` stored bytes),
 //! so a slow client only slows itself. A poll first looks at the tail its live slot recorded
 //! at the last commit and touches the stream only when there is something new. When caught
-//! up on a plain HTTP/1.1 connection, the body lends itself to its stream's fan-out
-//! (`crate::direct`), which writes new events to the socket directly and hands the body
-//! back when it cannot; elsewhere (TLS) it waits on the tail notification (enabled before
-//! each look; the shutdown fires it too). Either way it also waits on the idle timer. It
+//! up it waits on the tail notification (enabled before each look; the shutdown fires it
+//! too) and on the idle timer, holding no buffer: frames are formatted once per stream and
+//! shared (`crate::events::frame`). It
 //! ends after the control event that reports a closed stream, when the stream is deleted,
 //! after `DS_SERVER__SSE_RECONNECT_INTERVAL_SECS` without data, or at shutdown.
 
@@ -15,7 +14,7 @@ use std::convert::Infallible;
 use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,8 +27,6 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 
 use crate::app::App;
-use crate::direct::socket_link::SocketLink;
-use crate::direct::{DirectPath, Standing};
 use crate::events::event::{EventFormat, SseEncoding};
 use crate::events::frame::{FrameCache, FrameSource, Next};
 use crate::http::cursor::response_cursor;
@@ -50,14 +47,12 @@ struct Start {
     format: EventFormat,
 }
 
-/// Starts an SSE response at `start` (400 when it is not a message boundary). `link`: the
-/// connection's socket, when the stream's fan-out may write to it directly.
+/// Starts an SSE response at `start` (400 when it is not a message boundary).
 pub fn serve(
     app: &Arc<App>,
     handle: StreamHandle,
     start: ReadStart,
     client_cursor: Option<String>,
-    link: Option<Arc<SocketLink>>,
 ) -> Result<Response<Body>, Problem> {
     let status = handle.status().ok_or_else(Problem::not_found)?;
     let from = match start.at {
@@ -74,7 +69,7 @@ pub fn serve(
     let content_type = &handle.config().content_type;
     let format = EventFormat::of(content_type);
     let start = Start { offset: from, client_cursor: client_cursor.map(Arc::from), format };
-    let body = SseBody::new(Arc::clone(app), handle, start, link);
+    let body = SseBody::new(Arc::clone(app), handle, start);
     let mut reply = response(StatusCode::OK, Body::Live(Box::pin(body)));
     let headers = reply.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -131,12 +126,10 @@ pub struct SseBody {
     /// A control event with `upToDate` went out since the reader last fell behind.
     told_up_to_date: bool,
     finished: bool,
-    /// The way to the stream's fan-out (plain HTTP/1.1 connections only).
-    direct: Option<DirectPath>,
 }
 
 impl SseBody {
-    fn new(app: Arc<App>, handle: StreamHandle, start: Start, link: Option<Arc<SocketLink>>) -> SseBody {
+    fn new(app: Arc<App>, handle: StreamHandle, start: Start) -> SseBody {
         let idle = app.sse_idle_close.map(|interval| IdleClose {
             interval,
             data_since_armed: false,
@@ -144,7 +137,6 @@ impl SseBody {
         });
         app.metrics.sse_started();
         let subscription = handle.subscribe();
-        let direct = link.map(|link| DirectPath::new(&app.direct, &handle, link));
         let frames = app.frames.join(&handle);
         SseBody {
             frames,
@@ -160,7 +152,6 @@ impl SseBody {
             touched_ms: 0,
             told_up_to_date: false,
             finished: false,
-            direct,
         }
     }
 
@@ -221,57 +212,10 @@ impl SseBody {
         self.woken_armed = !fired;
         fired
     }
-
-    /// Ready once the body owns its connection again: back from the fan-out, or taken back
-    /// to end. A chunk the fan-out left unfinished goes to the link, ahead of hyper's bytes.
-    fn poll_direct(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(direct) = self.direct.as_mut().filter(|direct| direct.is_lent()) else {
-            return Poll::Ready(());
-        };
-        let (back, wrote_data) = direct.poll_back(cx);
-        if let Some(idle) = self.idle.as_mut().filter(|_| wrote_data) {
-            idle.data_since_armed = true;
-        }
-        let returned = match back {
-            Poll::Ready(returned) => Some(returned),
-            Poll::Pending => {
-                let ending = self.app.shutdown.is_triggered()
-                    || self.idle.as_mut().is_some_and(|idle| idle.expired(cx));
-                if !ending {
-                    return Poll::Pending;
-                }
-                self.finished = true;
-                direct.take_back()
-            }
-        };
-        if let Some(returned) = returned {
-            assert!(returned.offset >= self.offset, "the fan-out only moves readers forward");
-            self.offset = returned.offset;
-            self.finished |= returned.finished;
-        }
-        Poll::Ready(())
-    }
-
-    /// Lends the body to its stream's fan-out if it can: caught up, told so, and nothing of
-    /// hyper's left to write (otherwise the flush wakes it to try again).
-    fn lend(&mut self, cx: &mut Context<'_>) {
-        let Some(direct) = &mut self.direct else { return };
-        if self.finished || !self.told_up_to_date || !direct.can_lend() {
-            return;
-        }
-        // No tail wait while lent: the fan-out writes, and hands the body back when it must.
-        self.woken.set(Arc::clone(self.subscription.notify()).notified_owned());
-        self.woken_armed = false;
-        let standing =
-            Standing { offset: self.offset, format: self.format, client_cursor: self.client_cursor.clone() };
-        direct.lend(&self.handle, standing, cx);
-    }
 }
 
 impl Drop for SseBody {
     fn drop(&mut self) {
-        // The direct path (if any) takes the body back as it goes.
-        self.direct = None;
         self.app.metrics.sse_ended();
     }
 }
@@ -285,7 +229,6 @@ impl http_body::Body for SseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = &mut *self;
-        ready!(this.poll_direct(cx));
         loop {
             // Arm the wait before looking, so an advance (or the shutdown's wake of every live
             // reader, `App::begin_shutdown`) right after the look still wakes us.
@@ -296,9 +239,6 @@ impl http_body::Body for SseBody {
             if this.may_have_news() {
                 if let Some(frame) = this.next_frame() {
                     Metrics::add(&this.app.metrics.read_bytes, frame.len() as u64);
-                    if let Some(direct) = &this.direct {
-                        direct.frame_handed();
-                    }
                     return Poll::Ready(Some(Ok(Frame::data(frame))));
                 }
                 if this.finished {
@@ -311,7 +251,6 @@ impl http_body::Body for SseBody {
             if this.idle.as_mut().is_some_and(|idle| idle.expired(cx)) {
                 return Poll::Ready(None);
             }
-            this.lend(cx);
             return Poll::Pending;
         }
     }

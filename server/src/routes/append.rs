@@ -5,21 +5,20 @@
 //! tags make retries safe: 200 for new data, 204 for a duplicate.
 
 use ds_engine::{AppendKind, AppendOutcome, AppendRequest, StreamName};
-use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 
 use super::{op_problem, payload_of};
 use crate::app::App;
 use crate::http::headers::{self, PRODUCER_EPOCH, PRODUCER_SEQ, STREAM_CLOSED, STREAM_NEXT_OFFSET};
 use crate::http::problem::Problem;
-use crate::http::request_body;
+use crate::http::request_body::{self, RequestBody};
 use crate::http::response::{response, Body};
 use crate::metrics::Metrics;
 
 pub async fn append(
     app: &App,
     name: StreamName,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Result<Response<Body>, Problem> {
     let (parts, body) = request.into_parts();
     let head = match judge_head(app, &name, &parts.headers) {

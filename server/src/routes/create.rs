@@ -11,7 +11,6 @@
 
 use ds_engine::ContentType;
 use ds_engine::{CreateRequest, ForkRequest, Offset, StreamConfig, StreamName};
-use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HOST, LOCATION};
 use hyper::{Request, Response, StatusCode};
 
@@ -19,14 +18,14 @@ use super::{op_problem, payload_of};
 use crate::app::App;
 use crate::http::headers::{self, STREAM_CLOSED, STREAM_NEXT_OFFSET};
 use crate::http::problem::Problem;
-use crate::http::request_body;
+use crate::http::request_body::{self, RequestBody};
 use crate::http::response::{response, set, Body};
 use crate::metrics::Metrics;
 
 pub async fn create(
     app: &App,
     name: StreamName,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Result<Response<Body>, Problem> {
     let (parts, body) = request.into_parts();
     let head = judge_head(&parts.headers).and_then(|(config, closed)| {

@@ -9,24 +9,22 @@
 use std::sync::Arc;
 
 use ds_engine::StreamName;
-use hyper::body::Incoming;
 use hyper::header::IF_NONE_MATCH;
-use hyper::{Request, Response, Version};
+use hyper::{Request, Response};
 
 use crate::app::App;
-use crate::direct::socket_link::SocketLink;
 use crate::http::problem::Problem;
 use crate::http::query::{Live, ReadQuery};
 use crate::http::read_reply::{chunk_response, read_once, ReadStart};
+use crate::http::request_body::RequestBody;
 use crate::http::response::Body;
 use crate::live::{long_poll, sse};
 
-/// Answers a read; `link` is the connection's socket when it is plain TCP.
+/// Answers a read.
 pub async fn read(
     app: &Arc<App>,
     name: StreamName,
-    request: Request<Incoming>,
-    link: Option<Arc<SocketLink>>,
+    request: Request<RequestBody>,
 ) -> Result<Response<Body>, Problem> {
     let query = ReadQuery::parse(request.uri().query())?;
     let start = ReadStart::resolve(&query, request.headers())?;
@@ -38,10 +36,6 @@ pub async fn read(
             Ok(chunk_response(&handle, result, &start.text, if_none_match.as_ref(), None))
         }
         Live::LongPoll => long_poll::serve(app, handle, start, query.cursor, if_none_match).await,
-        Live::Sse => {
-            // Direct writes frame their own chunks: only where hyper sends chunked bodies.
-            let link = link.filter(|_| request.version() == Version::HTTP_11);
-            sse::serve(app, handle, start, query.cursor, link)
-        }
+        Live::Sse => sse::serve(app, handle, start, query.cursor),
     }
 }

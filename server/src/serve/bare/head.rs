@@ -1,0 +1,163 @@
+//! Reading one request head for the bare front: what it may serve itself, and what it leaves
+//! to hyper.
+//!
+//! The bare front serves only requests whose head says there is no body and whose form is
+//! plain: HTTP/1.1, a valid method, target, header names and values, no `Transfer-Encoding`,
+//! a `Content-Length` that is absent or `0`, no `Expect` and no `Upgrade`. Anything else
+//! (a body to read, HTTP/1.0, a head hyper would refuse, one past [`HEAD_BYTES_BARE_MAX`])
+//! is [`Head::ToHyper`]: the connection goes to hyper with the bytes read so far, and hyper
+//! answers exactly as it answers every connection. Pure: bytes in, a request out.
+
+use hyper::header::{
+    HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE,
+};
+use hyper::{HeaderMap, Method, Request, Uri, Version};
+
+use crate::http::request_body::RequestBody;
+
+/// Largest head the bare front reads; a longer one goes to hyper (which applies the
+/// server's head limits and answers 414 or 431 as it does on every connection).
+pub const HEAD_BYTES_BARE_MAX: usize = 16 * 1024;
+/// Most headers a bare request may carry (hyper's default limit; more goes to hyper).
+const HEADERS_MAX: usize = 100;
+
+/// What the bytes read so far hold.
+pub enum Head {
+    /// Not a whole head yet: read more.
+    Partial,
+    /// A bodiless request the bare front serves; `consumed` bytes of the buffer were its head.
+    Bare { request: Box<Request<RequestBody>>, consumed: usize, close: bool },
+    /// Leave the connection, from the first byte not yet served, to hyper.
+    ToHyper,
+}
+
+/// Parses the head at the start of `bytes`.
+pub fn parse(bytes: &[u8]) -> Head {
+    let mut slots = [httparse::EMPTY_HEADER; HEADERS_MAX];
+    let mut parsed = httparse::Request::new(&mut slots);
+    let consumed = match parsed.parse(bytes) {
+        Ok(httparse::Status::Complete(consumed)) => consumed,
+        Ok(httparse::Status::Partial) if bytes.len() <= HEAD_BYTES_BARE_MAX => return Head::Partial,
+        Ok(httparse::Status::Partial) | Err(_) => return Head::ToHyper,
+    };
+    if parsed.version != Some(1) {
+        return Head::ToHyper;
+    }
+    let (Some(method), Some(target)) = (parsed.method, parsed.path) else { return Head::ToHyper };
+    let Ok(method) = Method::from_bytes(method.as_bytes()) else { return Head::ToHyper };
+    let Ok(uri) = target.parse::<Uri>() else { return Head::ToHyper };
+    let Some(headers) = header_map(parsed.headers) else { return Head::ToHyper };
+    if has_body_or_protocol_change(&headers) {
+        return Head::ToHyper;
+    }
+    let close = headers.get_all(CONNECTION).iter().any(|value| names_token(value, "close"));
+    let mut request = Request::new(RequestBody::Empty);
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+    Head::Bare { request: Box::new(request), consumed, close }
+}
+
+/// The parsed headers as a map; `None` when a name or value is not valid.
+fn header_map(parsed: &[httparse::Header<'_>]) -> Option<HeaderMap> {
+    let mut headers = HeaderMap::with_capacity(parsed.len());
+    for header in parsed {
+        let name = HeaderName::from_bytes(header.name.as_bytes()).ok()?;
+        let value = HeaderValue::from_bytes(header.value).ok()?;
+        headers.append(name, value);
+    }
+    Some(headers)
+}
+
+/// Whether the head announces a body (or a length other than one `0`), a continue or an
+/// upgrade: hyper's to handle.
+fn has_body_or_protocol_change(headers: &HeaderMap) -> bool {
+    if headers.contains_key(TRANSFER_ENCODING)
+        || headers.contains_key(EXPECT)
+        || headers.contains_key(UPGRADE)
+    {
+        return true;
+    }
+    let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
+    match (lengths.next(), lengths.next()) {
+        (None, _) => false,
+        (Some(length), None) => length.as_bytes() != b"0",
+        (Some(_), Some(_)) => true,
+    }
+}
+
+/// Whether a comma-separated header value names `token` (case-insensitively).
+fn names_token(value: &HeaderValue, token: &str) -> bool {
+    value
+        .as_bytes()
+        .split(|byte| *byte == b',')
+        .any(|part| part.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bare(bytes: &[u8]) -> (Box<Request<RequestBody>>, usize, bool) {
+        match parse(bytes) {
+            Head::Bare { request, consumed, close } => (request, consumed, close),
+            Head::Partial => panic!("partial: {:?}", String::from_utf8_lossy(bytes)),
+            Head::ToHyper => panic!("to hyper: {:?}", String::from_utf8_lossy(bytes)),
+        }
+    }
+
+    fn to_hyper(bytes: &[u8]) -> bool {
+        matches!(parse(bytes), Head::ToHyper)
+    }
+
+    #[test]
+    fn a_plain_get_is_served_bare_with_its_headers() {
+        let head =
+            b"GET /v1/stream/a?offset=-1&live=sse HTTP/1.1\r\nHost: x\r\nX-Two: 1\r\nx-two: 2\r\n\r\nPUT";
+        let (request, consumed, close) = bare(head);
+        assert_eq!(consumed, head.len() - 3, "the next request's bytes are left");
+        assert!(!close);
+        assert_eq!(request.method(), Method::GET);
+        assert_eq!(request.uri().path(), "/v1/stream/a");
+        assert_eq!(request.uri().query(), Some("offset=-1&live=sse"));
+        assert_eq!(request.headers().get_all("x-two").iter().count(), 2);
+        assert_eq!(request.version(), Version::HTTP_11);
+    }
+
+    #[test]
+    fn a_head_in_pieces_is_partial_until_whole() {
+        let head = b"HEAD /v1/stream/a HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n";
+        for cut in 0..head.len() {
+            assert!(matches!(parse(&head[..cut]), Head::Partial), "cut at {cut}");
+        }
+        assert!(bare(head).2, "Connection: close is seen among other tokens");
+    }
+
+    #[test]
+    fn bodiless_writes_are_served_bare() {
+        assert_eq!(bare(b"PUT /v1/stream/a HTTP/1.1\r\nContent-Length: 0\r\n\r\n").0.method(), Method::PUT);
+        assert_eq!(bare(b"POST /v1/stream/a HTTP/1.1\r\n\r\n").0.method(), Method::POST);
+    }
+
+    #[test]
+    fn bodies_and_unusual_forms_go_to_hyper() {
+        assert!(to_hyper(b"POST /v1/stream/a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"));
+        assert!(to_hyper(b"POST /v1/stream/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"));
+        assert!(to_hyper(b"GET /v1/stream/a HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n"));
+        assert!(to_hyper(b"PUT /v1/stream/a HTTP/1.1\r\nExpect: 100-continue\r\n\r\n"));
+        assert!(to_hyper(b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"));
+        assert!(to_hyper(b"GET /v1/stream/a HTTP/1.0\r\n\r\n"));
+        assert!(to_hyper(b"GET /v1/stream/a HTTP/1.1\r\nBad Name: x\r\n\r\n"));
+        assert!(to_hyper(b"NOT A REQUEST\r\n\r\n"));
+    }
+
+    #[test]
+    fn a_head_past_the_bare_limit_goes_to_hyper() {
+        let mut head = b"GET /v1/stream/a HTTP/1.1\r\nX-Big: ".to_vec();
+        head.resize(HEAD_BYTES_BARE_MAX + 1, b'a');
+        assert!(to_hyper(&head));
+        let many: String = (0..HEADERS_MAX + 1).map(|i| format!("X-{i}: v\r\n")).collect();
+        assert!(to_hyper(format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes()));
+    }
+}

@@ -1,0 +1,171 @@
+//! The bare front: ds's own lean HTTP/1.1 for requests without a body on plain TCP — reads
+//! above all, catch-up, long-poll and SSE — with everything else left to hyper.
+//!
+//! A connection starts here. Each request head is read into a buffer that lives only until
+//! the head is parsed (`head`); a request with no body is routed like any other
+//! (`crate::router::handle`) and its answer written by `reply`, straight to the socket, frame
+//! by frame. So a connection between requests holds its socket and nothing else, a waiting
+//! long-poll holds its route's state, and a caught-up SSE reader holds its body — none holds
+//! a read or write buffer (hyper keeps one of each per connection for its whole life). At the
+//! first request the bare front does not serve (one with a body, or any head it leaves to
+//! hyper's checks), the connection goes to hyper for the rest of its life, from that request's
+//! first byte (`super::rewind`); hyper never hands one back.
+//!
+//! Like hyper here: a head must arrive within `HEAD_READ_TIMEOUT` of the wait for it (an
+//! idle keep-alive connection closes then), a write blocked for `DS_SERVER__WRITE_STALL_
+//! TIMEOUT_SECS` ends the connection, `Connection: close` is honoured, shutdown closes idle
+//! connections and lets answers in flight finish. A client that hangs up while its answer is
+//! awaited (a long-poll) or streamed (SSE) is noticed at once, and its request dropped.
+
+pub mod head;
+pub mod reply;
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::Poll;
+
+use hyper::{Request, Response};
+use hyper_util::server::graceful::Watcher;
+use tokio::io::ReadBuf;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::app::App;
+use crate::http::request_body::RequestBody;
+use crate::http::response::Body;
+use crate::metrics::{ErrorKind, Metrics};
+use crate::router;
+use head::Head;
+
+use super::rewind::Rewind;
+use super::HEAD_READ_TIMEOUT;
+
+/// Bytes asked of the socket per read of a head, on the stack (most heads are a few hundred
+/// bytes).
+const READ_BYTES: usize = 4096;
+
+/// Serves `socket` until the client, an error or the shutdown ends it, or hands it to hyper.
+/// Each step is boxed, so the connection's task holds only what the step it is in needs (a
+/// waiting SSE reader: its body and the send's state; an idle connection: the head wait).
+pub async fn serve(app: &Arc<App>, socket: TcpStream, peer: SocketAddr, watcher: Watcher) {
+    let mut unread = Vec::new();
+    loop {
+        let (request, close) = match Box::pin(next_head(app, &socket, &mut unread)).await {
+            Ok(Some(bare)) => bare,
+            Ok(None) => {
+                app.metrics.bare_handoffs.fetch_add(1, Ordering::Relaxed);
+                let io = Rewind::new(unread, socket);
+                return Box::pin(super::serve_http(app, io, peer, watcher)).await;
+            }
+            Err(error) => {
+                tracing::debug!(%error, %peer, "connection ended");
+                return;
+            }
+        };
+        Metrics::add(&app.metrics.bare_requests, 1);
+        match Box::pin(answer(app, &socket, request, close)).await {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(error) if error.kind() == io::ErrorKind::TimedOut => {
+                app.metrics.error(ErrorKind::WriteStall);
+                tracing::debug!(%peer, "client stopped reading; closing");
+            }
+            Err(error) => tracing::debug!(%error, %peer, "client went away"),
+        }
+        return;
+    }
+}
+
+/// The next request the bare front serves (and whether the client asked to close after it);
+/// `None` when the connection goes to hyper, with `unread` holding every byte not served.
+async fn next_head(
+    app: &App,
+    socket: &TcpStream,
+    unread: &mut Vec<u8>,
+) -> io::Result<Option<(Box<Request<RequestBody>>, bool)>> {
+    let deadline = Instant::now() + HEAD_READ_TIMEOUT;
+    loop {
+        if !unread.is_empty() {
+            match head::parse(unread) {
+                Head::Partial => {}
+                Head::ToHyper => return Ok(None),
+                Head::Bare { request, consumed, close } => {
+                    unread.drain(..consumed);
+                    if unread.is_empty() {
+                        // Nothing held between requests.
+                        *unread = Vec::new();
+                    }
+                    return Ok(Some((request, close)));
+                }
+            }
+        }
+        tokio::select! {
+            ready = std::future::poll_fn(|cx| socket.poll_read_ready(cx)) => ready?,
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "no request head in time"));
+            }
+            () = app.shutdown.wait() => return Err(io::Error::other("shutting down")),
+        }
+        // Read on the stack and keep only what arrived: the buffer a connection holds is
+        // the size of its head, and only until the head is parsed.
+        let mut chunk = [0u8; READ_BYTES];
+        match socket.try_read(&mut chunk) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(read) => unread.extend_from_slice(&chunk[..read]),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// Routes `request` and writes its answer; true when the connection may carry another.
+async fn answer(
+    app: &Arc<App>,
+    socket: &TcpStream,
+    request: Box<Request<RequestBody>>,
+    close: bool,
+) -> io::Result<bool> {
+    // The route's state and its response are dropped before the body is sent: only the
+    // body (and the send's small state) is held while a live answer waits.
+    let (head, framing, body, close) = {
+        let method = request.method().clone();
+        let mut route = Box::pin(router::handle(Arc::clone(app), *request));
+        let Some(routed) = unless_gone(socket, route.as_mut()).await else { return Ok(false) };
+        let response: Response<Body> = routed.unwrap_or_else(|never| match never {});
+        let close = close || reply::closes(&response);
+        let (head, framing) = reply::head(&response, &method, close);
+        (head, framing, response.into_body(), close)
+    };
+    let mut send = std::pin::pin!(reply::send(socket, head, body, framing, app.write_stall_timeout));
+    match unless_gone(socket, send.as_mut()).await {
+        Some(sent) => sent.map(|()| !close),
+        None => Ok(false),
+    }
+}
+
+/// Runs `work` to its end, unless the client closes its end of the connection first
+/// (`None`). Watching stops once the client has sent more (its next request, read after
+/// this answer). Polled in place: no readiness future is stored, so a waiting reader stays
+/// small.
+fn unless_gone<'a, F: Future>(
+    socket: &'a TcpStream,
+    mut work: Pin<&'a mut F>,
+) -> impl Future<Output = Option<F::Output>> + 'a {
+    let mut watching = true;
+    std::future::poll_fn(move |cx| {
+        if let Poll::Ready(output) = work.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        let mut probe = [0u8; 1];
+        match watching.then(|| socket.poll_peek(cx, &mut ReadBuf::new(&mut probe))) {
+            Some(Poll::Ready(Ok(0) | Err(_))) => return Poll::Ready(None),
+            Some(Poll::Ready(Ok(_))) => watching = false,
+            Some(Poll::Pending) | None => {}
+        }
+        Poll::Pending
+    })
+}
