@@ -5,7 +5,7 @@
 //! default of 100 headers), a head read timeout, a write-stall guard ([`StallGuard`]) and
 //! small vectored writes joined into one ([`Coalesced`]). A plain TCP connection starts in
 //! the bare front (`bare`: ds's own lean HTTP/1.1 for requests without a body), which hands
-//! it to hyper at its first request with a body (`rewind`); `DS_SERVER__BARE_FRONT=false`
+//! it to hyper at its first request with a body; `DS_SERVER__BARE_FRONT=false`
 //! gives every connection to hyper from the start, and TLS connections always go to hyper.
 //! At most `DS_SERVER__MAX_CONNECTIONS` are served at once; one more gets a canned 503 with
 //! `Retry-After` and is closed (at most [`REFUSALS_MAX`] of those at a time, past which a
@@ -16,7 +16,6 @@
 pub mod bare;
 pub mod canned;
 pub mod coalesce;
-pub mod rewind;
 pub mod stall;
 pub mod tls;
 

@@ -50,7 +50,7 @@ pub fn parse(bytes: &[u8]) -> Head {
     if has_body_or_protocol_change(&headers) {
         return Head::ToHyper;
     }
-    let close = headers.get_all(CONNECTION).iter().any(|value| names_token(value, "close"));
+    let close = says_close(&headers);
     let mut request = Request::new(RequestBody::Empty);
     *request.method_mut() = method;
     *request.uri_mut() = uri;
@@ -87,12 +87,12 @@ fn has_body_or_protocol_change(headers: &HeaderMap) -> bool {
     }
 }
 
-/// Whether a comma-separated header value names `token` (case-insensitively).
-fn names_token(value: &HeaderValue, token: &str) -> bool {
-    value
-        .as_bytes()
-        .split(|byte| *byte == b',')
-        .any(|part| part.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+/// Whether `headers` carry `Connection: close` (among other tokens or not, any case): of a
+/// request, the client's wish; of a response, the route's.
+pub fn says_close(headers: &HeaderMap) -> bool {
+    let mut tokens =
+        headers.get_all(CONNECTION).iter().flat_map(|value| value.as_bytes().split(|byte| *byte == b','));
+    tokens.any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
 }
 
 #[cfg(test)]

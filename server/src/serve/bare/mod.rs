@@ -9,7 +9,8 @@
 //! a read or write buffer (hyper keeps one of each per connection for its whole life). At the
 //! first request the bare front does not serve (one with a body, or any head it leaves to
 //! hyper's checks), the connection goes to hyper for the rest of its life, from that request's
-//! first byte (`super::rewind`); hyper never hands one back.
+//! first byte (the bytes already read chained before the socket's, `tokio::io::join`); hyper
+//! never hands one back.
 //!
 //! Like hyper here: a head must arrive within `HEAD_READ_TIMEOUT` of the wait for it (an
 //! idle keep-alive connection closes then), a write blocked for `DS_SERVER__WRITE_STALL_
@@ -24,13 +25,12 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 
 use hyper::{Request, Response};
 use hyper_util::server::graceful::Watcher;
-use tokio::io::ReadBuf;
+use tokio::io::{AsyncReadExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -41,7 +41,6 @@ use crate::metrics::{ErrorKind, Metrics};
 use crate::router;
 use head::Head;
 
-use super::rewind::Rewind;
 use super::HEAD_READ_TIMEOUT;
 
 /// Bytes asked of the socket per read of a head, on the stack (most heads are a few hundred
@@ -57,8 +56,11 @@ pub async fn serve(app: &Arc<App>, socket: TcpStream, peer: SocketAddr, watcher:
         let (request, close) = match Box::pin(next_head(app, &socket, &mut unread)).await {
             Ok(Some(bare)) => bare,
             Ok(None) => {
-                app.metrics.bare_handoffs.fetch_add(1, Ordering::Relaxed);
-                let io = Rewind::new(unread, socket);
+                Metrics::add(&app.metrics.bare_handoffs, 1);
+                // hyper reads from the first byte not served (the bytes already read, then
+                // the socket) and writes to the socket.
+                let (reader, writer) = socket.into_split();
+                let io = tokio::io::join(std::io::Cursor::new(unread).chain(reader), writer);
                 return Box::pin(super::serve_http(app, io, peer, watcher)).await;
             }
             Err(error) => {

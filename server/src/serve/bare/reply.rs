@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use bytes::{Buf, BufMut};
 use http_body::Body as _;
 use http_body_util::BodyExt;
-use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH};
+use hyper::header::CONTENT_LENGTH;
 use hyper::{Method, Response, StatusCode};
 use tokio::net::TcpStream;
 
@@ -74,9 +74,7 @@ pub fn head(response: &Response<Body>, method: &Method, close: bool) -> (Vec<u8>
             }
         }
     };
-    if close
-        && !headers.get_all(CONNECTION).iter().any(|value| value.as_bytes().eq_ignore_ascii_case(b"close"))
-    {
+    if close && !closes(response) {
         line(&mut out, "connection", b"close");
     }
     line(&mut out, "date", httpdate::fmt_http_date(SystemTime::now()).as_bytes());
@@ -93,11 +91,7 @@ fn line(out: &mut Vec<u8>, name: &str, value: &[u8]) {
 
 /// Whether the route asked for the connection to end after its answer.
 pub fn closes(response: &Response<Body>) -> bool {
-    response
-        .headers()
-        .get_all(CONNECTION)
-        .iter()
-        .any(|value: &HeaderValue| value.as_bytes().eq_ignore_ascii_case(b"close"))
+    super::head::says_close(response.headers())
 }
 
 /// Writes `head` and then `body` framed as `framing`; a write blocked for `stall` fails
@@ -218,6 +212,7 @@ pub async fn write_all(
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use hyper::header::{HeaderValue, CONNECTION};
 
     use crate::http::response::response;
 
