@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ds_engine::Engine;
+use ds_engine::{Engine, StorageMode};
 
 use crate::config::Config;
 use crate::events::frame::FrameCache;
@@ -37,6 +37,10 @@ pub struct App {
     /// Whether requests without a body on plain TCP are served by the bare front
     /// (`crate::serve::bare`) rather than hyper.
     pub bare_front: bool,
+    /// Whether the bare front copies catch-up answers of many small messages into gather
+    /// buffers before writing them (`crate::serve::bare::gather`): in acid mode, where they
+    /// are slices of segment maps (measured faster); not where they are heap buffers.
+    pub gather_reads: bool,
 }
 
 impl App {
@@ -60,6 +64,7 @@ impl App {
             write_stall_timeout: config.write_stall_timeout,
             frames,
             bare_front: config.bare_front,
+            gather_reads: config.engine.mode == StorageMode::Acid,
         }
     }
 

@@ -142,6 +142,32 @@ fn catch_up_reads_are_capped_and_resume_at_the_next_offset(mode: &str) {
     assert_eq!(collected, message.repeat(10));
 }
 
+/// Answers of several megabytes made of many small messages (in acid mode: copied through
+/// gather buffers, whose edges cut messages and the head) arrive byte for byte.
+fn large_answers_of_small_messages_arrive_intact(mode: &str) {
+    let server = Server::start_in(mode, &[("DS_LIMITS__MAX_READ_BYTES", "3000000")]);
+    let client = server.client();
+    create(&client, "/v1/stream/many", "application/octet-stream", b"");
+    let mut expected = Vec::new();
+    for n in 0..1500u32 {
+        let message: Vec<u8> = (0..3001u32).map(|i| (i.wrapping_mul(31) ^ n) as u8).collect();
+        assert_eq!(client.post("/v1/stream/many", "application/octet-stream", &message).status, 204);
+        expected.extend_from_slice(&message);
+    }
+    let (mut offset, mut collected, mut responses) = ("-1".to_string(), Vec::new(), 0);
+    while collected.len() < expected.len() {
+        let response = client.get(&format!("/v1/stream/many?offset={offset}"));
+        assert_eq!(response.status, 200);
+        assert!(!response.body.is_empty() && response.body.len() <= 3_000_000);
+        assert_eq!(response.header("content-length"), Some(response.body.len().to_string().as_str()));
+        collected.extend_from_slice(&response.body);
+        offset = response.next_offset();
+        responses += 1;
+    }
+    assert!(responses >= 2, "the cap splits 4.5 MB into several answers");
+    assert!(collected == expected, "the bytes read are the bytes appended");
+}
+
 fn etags_follow_start_and_end_and_mark_closed_tails(mode: &str) {
     let server = Server::start_in(mode, &[]);
     let client = server.client();
@@ -359,6 +385,7 @@ in_every_mode!(
     stream_names_follow_the_naming_rules,
     json_messages_keep_their_exact_text,
     catch_up_reads_are_capped_and_resume_at_the_next_offset,
+    large_answers_of_small_messages_arrive_intact,
     etags_follow_start_and_end_and_mark_closed_tails,
     head_reports_remaining_ttl_and_expiry_without_renewing,
     put_compares_the_closed_state,

@@ -18,6 +18,7 @@
 //! connections and lets answers in flight finish. A client that hangs up while its answer is
 //! awaited (a long-poll) or streamed (SSE) is noticed at once, and its request dropped.
 
+mod gather;
 pub mod head;
 pub mod reply;
 
@@ -142,7 +143,7 @@ async fn answer(
         let (head, framing) = reply::head(&response, &method, close);
         (head, framing, response.into_body(), close)
     };
-    let mut send = std::pin::pin!(reply::send(socket, head, body, framing, app.write_stall_timeout));
+    let mut send = std::pin::pin!(reply::send(socket, head, body, framing, app));
     match unless_gone(socket, send.as_mut()).await {
         Some(sent) => sent.map(|()| !close),
         None => Ok(false),

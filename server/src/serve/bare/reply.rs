@@ -9,16 +9,19 @@
 //! joined with its framing first. Nothing is kept between frames: a caught-up SSE reader's
 //! connection holds its body and socket, no buffer.
 
+use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::time::{Duration, SystemTime};
 
-use bytes::{Buf, BufMut};
+use bytes::{Buf, BufMut, Bytes};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::header::CONTENT_LENGTH;
 use hyper::{Method, Response, StatusCode};
 use tokio::net::TcpStream;
 
+use super::gather;
+use crate::app::App;
 use crate::http::response::{Body, SliceBuf};
 
 /// Most slices one `writev` passes (the kernel's `IOV_MAX` is 1024).
@@ -94,18 +97,29 @@ pub fn closes(response: &Response<Body>) -> bool {
     super::head::says_close(response.headers())
 }
 
-/// Writes `head` and then `body` framed as `framing`; a write blocked for `stall` fails
-/// with `TimedOut`. Ends with the body (a chunked body with its last chunk).
+/// Writes `head` and then `body` framed as `framing`; a write blocked for the app's stall
+/// timeout fails with `TimedOut`. Ends with the body (a chunked body with its last chunk).
 pub async fn send(
     socket: &TcpStream,
     head: Vec<u8>,
     mut body: Body,
     framing: Framing,
-    stall: Duration,
+    app: &App,
 ) -> io::Result<()> {
+    let stall = app.write_stall_timeout;
     // Every write is a boxed step: what a live body holds while it waits for its next frame
     // is the body and this function's few locals.
     let mut pending_head = Some(head);
+    if let Body::Slices { slices, remaining } = &mut body {
+        if app.gather_reads && framing == Framing::Length && gather::worth_gathering(slices, *remaining) {
+            let head = pending_head.take().unwrap_or_default();
+            pending_head = Box::pin(send_gathered(socket, head, slices, remaining, stall)).await?;
+            if slices.is_empty() {
+                return Ok(());
+            }
+            // The budget is spent: the rest goes out as slices, as below.
+        }
+    }
     if framing == Framing::None || matches!(body, Body::Live(_)) {
         // Nothing to wait for, or a live body that may not have a frame yet: the head now.
         Box::pin(write_one(socket, pending_head.take().unwrap_or_default(), stall)).await?;
@@ -122,6 +136,26 @@ pub async fn send(
         (_, Some(head)) => Box::pin(write_one(socket, head, stall)).await,
         (_, None) => Ok(()),
     }
+}
+
+/// Writes `head` and `slices` through gather buffers, one `write` per buffer, until all is
+/// written or no buffer is free; `slices` and `remaining` keep what is left. Returns the
+/// head when it is not written yet.
+async fn send_gathered(
+    socket: &TcpStream,
+    head: Vec<u8>,
+    slices: &mut VecDeque<Bytes>,
+    remaining: &mut u64,
+    stall: Duration,
+) -> io::Result<Option<Vec<u8>>> {
+    let mut head = Some(head);
+    while !slices.is_empty() {
+        let Some(mut buffer) = gather::Buffer::take() else { return Ok(head) };
+        *remaining -= buffer.fill(&head.take().unwrap_or_default(), slices);
+        write_all(socket, &mut [IoSlice::new(buffer.as_slice())], stall).await?;
+    }
+    debug_assert_eq!(*remaining, 0);
+    Ok(head)
 }
 
 /// The body's next non-empty data frame.
