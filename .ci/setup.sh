@@ -1,6 +1,8 @@
 # What the tests need besides Rust, installed where missing:
 #
 # - HAProxy 2.6 for the proxy and cluster tests (Debian's package, as root or with sudo -n).
+# - etcd 3.4+ for the cluster tests (Debian's etcd-server package; where apt cannot provide
+#   it, etcd's official release build into .ci/.cache/).
 # - Node.js 20.19+ or 22.12+ for the public conformance suite (its locked vitest needs it);
 #   an official build is downloaded into .ci/.cache/ when the system's is missing or older.
 #
@@ -39,6 +41,29 @@ ds_fetch_node() {
   ln -sf ../lib/node_modules/npm/bin/npx-cli.js "${dir}/bin/npx"
 }
 
+# etcd from Debian's package, or else the official release build into .ci/.cache/.
+ds_setup_etcd() {
+  local version="3.5.17"
+  local dir
+  dir="$(pwd)/.ci/.cache/etcd-v${version}"
+  if [ -x "${dir}/etcd" ]; then
+    export PATH="${dir}:${PATH}"
+    return 0
+  fi
+  echo "setup: installing etcd" >&2
+  if ds_as_root apt-get update -qq >&2 \
+    && DEBIAN_FRONTEND=noninteractive ds_as_root apt-get install -y -qq etcd-server >&2 \
+    && command -v etcd >/dev/null 2>&1; then
+    return 0
+  fi
+  echo "setup: apt cannot provide etcd; fetching etcd ${version}" >&2
+  mkdir -p "${dir}"
+  curl -fsSL "https://github.com/etcd-io/etcd/releases/download/v${version}/etcd-v${version}-linux-amd64.tar.gz" \
+    | tar -xz --strip-components=1 -C "${dir}" || return 1
+  export PATH="${dir}:${PATH}"
+  command -v etcd >/dev/null 2>&1
+}
+
 ds_setup() {
   # Debian installs haproxy in /usr/sbin, which a user's PATH may not hold.
   case ":${PATH}:" in *:/usr/sbin:*) ;; *) export PATH="${PATH}:/usr/sbin" ;; esac
@@ -46,6 +71,9 @@ ds_setup() {
     echo "setup: installing haproxy" >&2
     ds_as_root apt-get update -qq >&2 || return 1
     DEBIAN_FRONTEND=noninteractive ds_as_root apt-get install -y -qq haproxy >&2 || return 1
+  fi
+  if ! command -v etcd >/dev/null 2>&1; then
+    ds_setup_etcd || return 1
   fi
   if ! ds_node_ok; then
     local version="22.12.0"

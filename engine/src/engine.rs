@@ -247,6 +247,16 @@ impl Engine {
         handle.status().is_some().then_some(handle)
     }
 
+    /// The names of every published stream (soft-deleted ones too; expired ones not).
+    pub fn stream_names(&self) -> Vec<StreamName> {
+        let mut names = Vec::new();
+        for shard in &self.inner.shards {
+            shard.directory.for_each(|stream| names.extend(StreamName::new(stream.name()).ok()));
+        }
+        names.retain(|name| self.open(name).is_some());
+        names
+    }
+
     pub fn stats(&self) -> EngineStats {
         EngineStats {
             streams: self.inner.shards.iter().map(|s| s.directory.len()).sum(),

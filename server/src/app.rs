@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ds_engine::{Engine, StorageMode};
 
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::events::frame::FrameCache;
 use crate::http::cors::CorsPolicy;
@@ -41,10 +42,12 @@ pub struct App {
     /// buffers before writing them (`crate::serve::bare::gather`): in acid mode, where they
     /// are slices of segment maps (measured faster); not where they are heap buffers.
     pub gather_reads: bool,
+    /// This node's membership of a cluster (`None`: a single node).
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 impl App {
-    pub fn new(engine: Engine, config: &Config) -> App {
+    pub fn new(engine: Engine, config: &Config, cluster: Option<Arc<Cluster>>) -> App {
         let (frames, metrics, shutdown) = (Arc::default(), Arc::new(Metrics::default()), Arc::default());
         App {
             body: BodyRules {
@@ -65,6 +68,7 @@ impl App {
             frames,
             bare_front: config.bare_front,
             gather_reads: config.engine.mode == StorageMode::Acid,
+            cluster,
         }
     }
 

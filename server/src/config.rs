@@ -93,6 +93,31 @@ pub struct Args {
     /// PEM private key; with --tls-cert-path, serve HTTPS
     #[arg(long, env = "DS_TLS__KEY_PATH")]
     pub tls_key_path: Option<PathBuf>,
+    /// etcd endpoints (comma-separated http://host:port): run as one node of a cluster whose
+    /// directory of streams is in etcd (unset: a single node)
+    #[arg(long, env = "DS_CLUSTER__ETCD_ENDPOINTS")]
+    pub etcd_endpoints: Option<String>,
+    /// This node's id in the cluster (letters, digits, '-', '_'; stored in the data directory
+    /// at first start)
+    #[arg(long, env = "DS_CLUSTER__NODE_ID")]
+    pub node_id: Option<String>,
+    /// How the other nodes reach this one (http://host:port)
+    #[arg(long, env = "DS_CLUSTER__ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
+    /// Seconds a node stays in the directory after its last keep-alive (a stopped node's
+    /// streams answer 503 after at most this long)
+    #[arg(long, env = "DS_CLUSTER__LEASE_TTL_SECS", default_value = "5")]
+    pub lease_ttl_secs: String,
+}
+
+/// How this node joins a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub etcd_endpoints: Vec<String>,
+    pub node_id: String,
+    /// `host:port` of this node, as the other nodes connect to it.
+    pub advertise: String,
+    pub lease_ttl_secs: u64,
 }
 
 /// A checked configuration.
@@ -115,6 +140,8 @@ pub struct Config {
     pub body_timeout: Duration,
     /// Certificate chain and key files: serve HTTPS.
     pub tls: Option<TlsFiles>,
+    /// `None`: a single node.
+    pub cluster: Option<ClusterConfig>,
     pub engine: EngineConfig,
 }
 
@@ -178,6 +205,7 @@ impl Args {
         )?;
         let bare_front = boolean("DS_SERVER__BARE_FRONT", &self.bare_front)?;
         let engine = self.engine_config()?;
+        let cluster = self.cluster_config()?;
         Ok(Config {
             host,
             port,
@@ -191,8 +219,32 @@ impl Args {
             body_buffer_bytes_max,
             body_timeout: Duration::from_secs(body_timeout_secs),
             tls,
+            cluster,
             engine,
         })
+    }
+
+    /// The cluster part: all three settings, or no endpoints at all.
+    fn cluster_config(&self) -> Result<Option<ClusterConfig>, ConfigError> {
+        let Some(endpoints) = self.etcd_endpoints.as_deref().filter(|text| !text.trim().is_empty()) else {
+            return Ok(None);
+        };
+        let etcd_endpoints: Vec<String> =
+            endpoints.split(',').map(|e| e.trim().to_string()).filter(|e| !e.is_empty()).collect();
+        let node_id = self.node_id.clone().unwrap_or_default();
+        let id_ok = !node_id.is_empty()
+            && node_id.len() <= 64
+            && node_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !id_ok {
+            return Err(invalid("DS_CLUSTER__NODE_ID", &node_id, "1 to 64 letters, digits, '-' or '_'"));
+        }
+        let url = self.advertise_url.clone().unwrap_or_default();
+        let advertise = url.strip_prefix("http://").unwrap_or("").trim_end_matches('/').to_string();
+        if advertise.is_empty() || advertise.contains('/') || !advertise.contains(':') {
+            return Err(invalid("DS_CLUSTER__ADVERTISE_URL", &url, "http://host:port"));
+        }
+        let lease_ttl_secs = number("DS_CLUSTER__LEASE_TTL_SECS", &self.lease_ttl_secs, 2, 600)?;
+        Ok(Some(ClusterConfig { etcd_endpoints, node_id, advertise, lease_ttl_secs }))
     }
 
     /// The certificate chain and key files: both or neither.
@@ -366,5 +418,22 @@ mod tests {
         let config = args(&["--sse-reconnect-interval-secs", "0", "--storage-mode", "wal"]).unwrap();
         assert_eq!(config.sse_idle_close, None);
         assert_eq!(config.engine.mode, StorageMode::Acid);
+    }
+
+    #[test]
+    fn cluster_settings_come_together_or_not_at_all() {
+        assert!(args(&[]).unwrap().cluster.is_none());
+        let etcd = ["--etcd-endpoints", "http://127.0.0.1:2379, http://127.0.0.2:2379"];
+        let node = ["--node-id", "n-1", "--advertise-url", "http://10.0.0.1:4437/"];
+        let cluster = args(&[&etcd[..], &node[..]].concat()).unwrap().cluster.unwrap();
+        assert_eq!(cluster.etcd_endpoints, ["http://127.0.0.1:2379", "http://127.0.0.2:2379"]);
+        assert_eq!((cluster.node_id.as_str(), cluster.advertise.as_str()), ("n-1", "10.0.0.1:4437"));
+        for (bad, variable) in [
+            (["--node-id", "a b", "--advertise-url", "http://h:1"], "DS_CLUSTER__NODE_ID"),
+            (["--node-id", "n", "--advertise-url", "h:1"], "DS_CLUSTER__ADVERTISE_URL"),
+        ] {
+            let error = args(&[&etcd[..], &bad[..]].concat()).unwrap_err();
+            assert!(error.0.contains(variable), "{}", error.0);
+        }
     }
 }

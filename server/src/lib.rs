@@ -15,10 +15,15 @@
 //!   request bodies, response bodies, and what every read answer shares (`read_reply`).
 //! - `per_stream`: what the live readers of one stream share in the server.
 //! - `events`: the SSE wire format, and frames of events shared by a stream's readers.
+//! - `cluster`: cluster mode's membership: this node's lease in etcd, the directory of
+//!   which node owns each stream (cached, kept fresh by watch), HTTP to etcd and the other
+//!   nodes, the streams registered at start.
 //! - `app`: the state every request handler shares.
 //! - `live`: long-poll and SSE reads.
 //! - `routes`: one module per endpoint (create, append, read, head, delete, health,
 //!   metrics, preflight); `access_log`: one line per request.
+//! - `placement`: in cluster mode, where a stream request is served (here, forwarded to the
+//!   stream's owner, or 503), and the directory's part of creates and deletes.
 //! - `router`: path and method to route; the headers every response carries; metrics and
 //!   the access line of each request.
 //! - `serve`: the accept loop (the connection limit, TLS handshakes, graceful shutdown); the
@@ -32,11 +37,13 @@
 //! `serve` accepts a connection; the bare front (or hyper, for requests with a body and TLS)
 //! reads each request head and hands the request to `router::handle`, which picks a route. A write route parses and checks headers and body into an engine request and awaits
 //! the shard's answer; a read route opens the stream's published view and answers from it
-//! (live routes wait on the stream's tail notifications). Errors become problem documents;
+//! (live routes wait on the stream's tail notifications). In cluster mode `placement` comes
+//! first: a stream this node does not hold is forwarded to its owner. Errors become problem documents;
 //! `router::handle` adds the common headers to whatever comes back.
 
 mod access_log;
 mod app;
+mod cluster;
 mod config;
 mod descriptors;
 mod events;
@@ -45,6 +52,7 @@ mod live;
 mod log_writer;
 mod metrics;
 mod per_stream;
+mod placement;
 mod router;
 mod routes;
 mod serve;
@@ -70,6 +78,7 @@ pub enum RunError {
     Engine(ds_engine::EngineError),
     Bind(SocketAddr, std::io::Error),
     Tls(serve::tls::TlsError),
+    Cluster(String),
 }
 
 impl std::fmt::Display for RunError {
@@ -79,6 +88,7 @@ impl std::fmt::Display for RunError {
             RunError::Engine(error) => write!(f, "cannot start the engine: {error}"),
             RunError::Bind(address, error) => write!(f, "cannot listen on {address}: {error}"),
             RunError::Tls(error) => write!(f, "cannot set up TLS: {error}"),
+            RunError::Cluster(why) => write!(f, "cluster: {why}"),
         }
     }
 }
@@ -95,7 +105,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let address = SocketAddr::new(config.host, config.port);
     let listener = TcpListener::bind(address).await.map_err(|error| RunError::Bind(address, error))?;
     let bound = listener.local_addr().map_err(|error| RunError::Bind(address, error))?;
-    let app = Arc::new(App::new(engine.clone(), &config));
+    let cluster = match &config.cluster {
+        Some(cluster) => Some(cluster::Cluster::start(cluster, &engine).await.map_err(RunError::Cluster)?),
+        None => None,
+    };
+    let app = Arc::new(App::new(engine.clone(), &config, cluster));
     tracing::info!(
         "ds-server listening on {}://{bound} (mode {}, {} shards)",
         app.scheme,

@@ -21,6 +21,7 @@ use crate::http::problem::Problem;
 use crate::http::request_body::{self, RequestBody};
 use crate::http::response::{finish, Body};
 use crate::metrics::{Metrics, Route};
+use crate::placement;
 use crate::routes;
 
 use routes::STREAM_PREFIX;
@@ -158,21 +159,27 @@ async fn route(
         Ok(name) => name,
         Err(problem) => return Err(refuse(request, problem).await),
     };
-    match label {
-        Route::Create => routes::create::create(app, name, request).await,
-        Route::Append => routes::append::append(app, name, request).await,
-        Route::Read | Route::LongPoll | Route::Sse => routes::read::read(app, name, request).await,
-        Route::Head => routes::head::head(app, &name),
-        Route::Delete => routes::delete::delete(app, name).await,
-        _ => {
-            let problem = Problem::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method-not-allowed",
-                format!("{} is not allowed on streams", request.method()),
-            );
-            let problem = problem.with_header(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
-            Err(refuse(request, problem).await)
-        }
+    if !matches!(
+        label,
+        Route::Create
+            | Route::Append
+            | Route::Read
+            | Route::LongPoll
+            | Route::Sse
+            | Route::Head
+            | Route::Delete
+    ) {
+        let problem = Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            format!("{} is not allowed on streams", request.method()),
+        );
+        let problem = problem.with_header(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+        return Err(refuse(request, problem).await);
+    }
+    match &app.cluster {
+        Some(cluster) => placement::serve(app, cluster, label, name, request).await,
+        None => routes::stream(app, label, name, request).await,
     }
 }
 

@@ -6,13 +6,15 @@
 //! - `data_dir`: temporary data directories for servers of the disk modes.
 //! - `haproxy` and `jwt`: the shipped proxy configuration, started for end-to-end tests, and
 //!   tokens minted with the committed test-only keys.
-//! - `prerequisites`: HAProxy and Node.js, found or installed by `.ci/setup.sh`.
+//! - `etcd`: a one-member etcd for the cluster tests, stopped and started at will.
+//! - `prerequisites`: HAProxy, etcd and Node.js, found or installed by `.ci/setup.sh`.
 //!
 //! The tests themselves live in `tests/tests/`: protocol behaviour, configuration, and the
 //! public conformance suite.
 
 pub mod client;
 pub mod data_dir;
+pub mod etcd;
 pub mod haproxy;
 pub mod jwt;
 pub mod prerequisites;

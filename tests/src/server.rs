@@ -40,7 +40,7 @@ struct Confinement {
 
 /// Storage settings for a test server of `mode`: a small shard count and small segments, so
 /// that starting one stays cheap.
-const TEST_STORAGE: [(&str, &str); 2] =
+pub const TEST_STORAGE: [(&str, &str); 2] =
     [("DS_STORAGE__ACID_SHARD_COUNT", "4"), ("DS_STORAGE__SEGMENT_BYTES", "12582912")];
 
 /// Path of a workspace binary, built (once per test process) in this test's profile so a

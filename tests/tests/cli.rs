@@ -6,7 +6,7 @@ use ds_tests::server::binary;
 use ds_tests::Server;
 
 /// Every variable of the spec (plus the listen host), with its default.
-const VARIABLES: [(&str, Option<&str>); 15] = [
+const VARIABLES: [(&str, Option<&str>); 19] = [
     ("DS_SERVER__HOST", Some("0.0.0.0")),
     ("DS_SERVER__PORT", Some("4437")),
     ("DS_SERVER__LONG_POLL_TIMEOUT_SECS", Some("30")),
@@ -22,6 +22,10 @@ const VARIABLES: [(&str, Option<&str>); 15] = [
     ("DS_SERVER__WRITE_STALL_TIMEOUT_SECS", Some("30")),
     ("DS_TLS__CERT_PATH", None),
     ("DS_TLS__KEY_PATH", None),
+    ("DS_CLUSTER__ETCD_ENDPOINTS", None),
+    ("DS_CLUSTER__NODE_ID", None),
+    ("DS_CLUSTER__ADVERTISE_URL", None),
+    ("DS_CLUSTER__LEASE_TTL_SECS", Some("5")),
 ];
 
 #[test]

@@ -14,17 +14,40 @@ pub mod metrics;
 pub mod preflight;
 pub mod read;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use ds_engine::ContentType;
+use ds_engine::StreamName;
 use ds_engine::{OpError, Payload};
 use hyper::header::HeaderValue;
-use hyper::StatusCode;
+use hyper::{Request, Response, StatusCode};
 
+use crate::app::App;
 use crate::http::headers::{self, STREAM_CLOSED, STREAM_NEXT_OFFSET};
 use crate::http::problem::Problem;
+use crate::http::request_body::RequestBody;
+use crate::http::response::Body;
+use crate::metrics::Route;
 
 /// Where stream names start in a path (request paths and `Stream-Forked-From`).
 pub const STREAM_PREFIX: &str = "/v1/stream/";
+
+/// Serves a stream request on this node (`label` one of the stream routes).
+pub async fn stream(
+    app: &Arc<App>,
+    label: Route,
+    name: StreamName,
+    request: Request<RequestBody>,
+) -> Result<Response<Body>, Problem> {
+    match label {
+        Route::Create => create::create(app, name, request).await,
+        Route::Append => append::append(app, name, request).await,
+        Route::Head => head::head(app, &name),
+        Route::Delete => delete::delete(app, name).await,
+        _ => read::read(app, name, request).await,
+    }
+}
 
 /// The HTTP answer to an engine refusal.
 pub fn op_problem(error: OpError) -> Problem {

@@ -1,0 +1,141 @@
+//! HTTP/1.1 requests from this node to the other processes of a cluster: etcd's JSON
+//! gateway and the other ds nodes (forwarded requests).
+//!
+//! Connections are kept alive and reused per `host:port`: a connection goes back to its
+//! pool only once the answer it carried was read to its end (see [`Pooled`]); one dropped
+//! halfway is closed, so no answer's leftovers reach the next request. At most
+//! [`IDLE_PER_PEER_MAX`] idle connections are kept per peer. The pool's lock is taken once
+//! per forwarded request, never on a request this node serves itself.
+
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use http_body_util::combinators::BoxBody;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// The body of a request this node sends.
+pub type OutBody = BoxBody<Bytes, hyper::Error>;
+
+/// Most idle connections kept to one peer.
+const IDLE_PER_PEER_MAX: usize = 32;
+
+/// Kept-alive connections to peers, by `host:port`.
+#[derive(Default)]
+pub struct Peers {
+    idle: Mutex<HashMap<String, Vec<SendRequest<OutBody>>>>,
+}
+
+/// Why a request to a peer got no answer.
+#[derive(Debug)]
+pub enum PeerError {
+    /// No connection could be made (refused, unreachable, or not within the timeout).
+    Connect(io::Error),
+    /// The connection failed before the answer's head arrived.
+    Request(hyper::Error),
+}
+
+impl std::fmt::Display for PeerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerError::Connect(error) => write!(f, "cannot connect: {error}"),
+            PeerError::Request(error) => write!(f, "request failed: {error}"),
+        }
+    }
+}
+
+impl Peers {
+    /// Sends `request` to `authority` (`host:port`) and returns the answer's head; its body
+    /// streams from the peer as it is read.
+    pub async fn send(
+        self: &Arc<Self>,
+        authority: &str,
+        request: Request<OutBody>,
+        connect_timeout: Duration,
+    ) -> Result<Response<Pooled>, PeerError> {
+        let mut sender = match self.idle_sender(authority) {
+            Some(sender) => sender,
+            None => connect(authority, connect_timeout).await?,
+        };
+        let response = sender.send_request(request).await.map_err(PeerError::Request)?;
+        let peers = Arc::clone(self);
+        let key = authority.to_string();
+        Ok(response.map(|body| Pooled { body, home: Some((sender, peers, key)) }))
+    }
+
+    fn idle_sender(&self, authority: &str) -> Option<SendRequest<OutBody>> {
+        let mut idle = self.idle.lock().expect("peer pool lock");
+        let senders = idle.get_mut(authority)?;
+        while let Some(sender) = senders.pop() {
+            if sender.is_ready() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    fn give_back(&self, authority: String, sender: SendRequest<OutBody>) {
+        let mut idle = self.idle.lock().expect("peer pool lock");
+        let senders = idle.entry(authority).or_default();
+        if senders.len() < IDLE_PER_PEER_MAX {
+            senders.push(sender);
+        }
+    }
+}
+
+async fn connect(authority: &str, timeout: Duration) -> Result<SendRequest<OutBody>, PeerError> {
+    let connecting = TcpStream::connect(authority);
+    let stream = match tokio::time::timeout(timeout, connecting).await {
+        Ok(stream) => stream.map_err(PeerError::Connect)?,
+        Err(_) => return Err(PeerError::Connect(io::ErrorKind::TimedOut.into())),
+    };
+    stream.set_nodelay(true).map_err(PeerError::Connect)?;
+    let (sender, connection) = http1::handshake(TokioIo::new(stream)).await.map_err(PeerError::Request)?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "connection to a peer ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// An answer's body from a peer; its connection returns to the pool when the body ends.
+pub struct Pooled {
+    body: Incoming,
+    home: Option<(SendRequest<OutBody>, Arc<Peers>, String)>,
+}
+
+impl http_body::Body for Pooled {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            if let Some((sender, peers, key)) = self.home.take() {
+                peers.give_back(key, sender);
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}

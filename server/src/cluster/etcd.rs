@@ -1,0 +1,306 @@
+//! A small client of etcd's v3 API through its JSON gateway (`POST /v3/kv/range` and the
+//! like; keys and values base64, 64-bit numbers as strings): the few calls the directory
+//! needs (read, create-if-absent, compare-and-swap, compare-and-delete, leases, watch).
+//!
+//! Every call but the watch must answer within [`CALL_TIMEOUT`]; endpoints are tried in
+//! turn, starting with the last one that answered. Anything that is not a well-formed
+//! answer is an [`EtcdError`]: the directory turns it into 503s, never into a guess.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{CONTENT_TYPE, HOST};
+use hyper::{Method, Request};
+use serde_json::{json, Value};
+
+use super::client::{OutBody, PeerError, Peers, Pooled};
+
+/// Longest wait for one call's answer.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// etcd could not be asked, or answered something unexpected.
+#[derive(Debug)]
+pub struct EtcdError(pub String);
+
+impl std::fmt::Display for EtcdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "etcd: {}", self.0)
+    }
+}
+
+/// One key and its value, with the revisions a compare needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kv {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub mod_revision: i64,
+}
+
+/// The etcd cluster, by its endpoints' `host:port`.
+pub struct Etcd {
+    endpoints: Vec<String>,
+    next: AtomicUsize,
+    peers: Arc<Peers>,
+}
+
+impl Etcd {
+    /// Endpoints as `http://host:port` URLs (comma-separated in the configuration).
+    pub fn new(urls: &[String], peers: Arc<Peers>) -> Result<Etcd, String> {
+        let endpoints = urls
+            .iter()
+            .map(|url| {
+                let authority =
+                    url.trim().strip_prefix("http://").unwrap_or(url.trim()).trim_end_matches('/');
+                if authority.is_empty() || authority.contains('/') {
+                    return Err(format!("{url}: an etcd endpoint is http://host:port"));
+                }
+                Ok(authority.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if endpoints.is_empty() {
+            return Err("no etcd endpoint".to_string());
+        }
+        Ok(Etcd { endpoints, next: AtomicUsize::new(0), peers })
+    }
+
+    /// Sends `body` to `path` on the endpoints in turn; the first answer that parses wins.
+    async fn call(&self, path: &str, body: &Value) -> Result<Value, EtcdError> {
+        let start = self.next.load(Ordering::Relaxed);
+        let mut last_error = String::new();
+        for step in 0..self.endpoints.len() {
+            let index = (start + step) % self.endpoints.len();
+            let answer = tokio::time::timeout(CALL_TIMEOUT, self.call_one(index, path, body)).await;
+            match answer {
+                Ok(Ok(value)) => {
+                    self.next.store(index, Ordering::Relaxed);
+                    return Ok(value);
+                }
+                Ok(Err(error)) => last_error = error.0,
+                Err(_) => {
+                    last_error = format!("{}: no answer within {CALL_TIMEOUT:?}", self.endpoints[index])
+                }
+            }
+        }
+        Err(EtcdError(last_error))
+    }
+
+    async fn call_one(&self, index: usize, path: &str, body: &Value) -> Result<Value, EtcdError> {
+        let response = self.post(index, path, body).await?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await.map_err(|e| EtcdError(e.to_string()))?.to_bytes();
+        let value: Value =
+            serde_json::from_slice(&bytes).map_err(|_| EtcdError(format!("{path}: not JSON ({status})")))?;
+        if !status.is_success() || value.get("error").is_some() {
+            return Err(EtcdError(format!("{path}: {status} {value}")));
+        }
+        Ok(value)
+    }
+
+    async fn post(
+        &self,
+        index: usize,
+        path: &str,
+        body: &Value,
+    ) -> Result<hyper::Response<Pooled>, EtcdError> {
+        let authority = &self.endpoints[index];
+        let full: OutBody = Full::new(Bytes::from(body.to_string())).map_err(|never| match never {}).boxed();
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(HOST, authority.as_str())
+            .header(CONTENT_TYPE, "application/json")
+            .body(full)
+            .expect("a well-formed etcd request");
+        let response = self.peers.send(authority, request, CALL_TIMEOUT).await;
+        response.map_err(|error: PeerError| EtcdError(format!("{authority}: {error}")))
+    }
+
+    /// The keys from `key` up to `range_end` (exclusive; `None`: `key` alone), at most
+    /// `limit` of them (0: all), with the store's revision and whether more follow.
+    pub async fn range(
+        &self,
+        key: &[u8],
+        range_end: Option<&[u8]>,
+        limit: i64,
+    ) -> Result<(Vec<Kv>, i64, bool), EtcdError> {
+        let mut body = json!({ "key": BASE64.encode(key), "limit": limit.to_string() });
+        if let Some(end) = range_end {
+            body["range_end"] = Value::String(BASE64.encode(end));
+        }
+        let answer = self.call("/v3/kv/range", &body).await?;
+        let kvs = kvs(answer.get("kvs"))?;
+        Ok((kvs, revision(&answer)?, answer.get("more").and_then(Value::as_bool).unwrap_or(false)))
+    }
+
+    /// `key` alone, if present.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Kv>, EtcdError> {
+        Ok(self.range(key, None, 1).await?.0.into_iter().next())
+    }
+
+    /// Puts `key` only where it does not exist: `Ok(Ok(mod_revision))` when put, or
+    /// `Ok(Err(existing))` when another value holds it.
+    pub async fn create(&self, key: &[u8], value: &[u8], lease: i64) -> Result<Result<i64, Kv>, EtcdError> {
+        let compare = json!({ "key": BASE64.encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" });
+        self.put_if(key, value, lease, compare).await
+    }
+
+    /// Puts `key` only where its last change is `mod_revision`.
+    pub async fn replace(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        mod_revision: i64,
+        lease: i64,
+    ) -> Result<Result<i64, Kv>, EtcdError> {
+        let compare = json!({ "key": BASE64.encode(key), "target": "MOD", "result": "EQUAL", "mod_revision": mod_revision.to_string() });
+        self.put_if(key, value, lease, compare).await
+    }
+
+    async fn put_if(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        lease: i64,
+        compare: Value,
+    ) -> Result<Result<i64, Kv>, EtcdError> {
+        let mut put = json!({ "key": BASE64.encode(key), "value": BASE64.encode(value) });
+        if lease != 0 {
+            put["lease"] = Value::String(lease.to_string());
+        }
+        let body = json!({
+            "compare": [compare],
+            "success": [{ "request_put": put }],
+            "failure": [{ "request_range": { "key": BASE64.encode(key) } }],
+        });
+        let answer = self.call("/v3/kv/txn", &body).await?;
+        if answer.get("succeeded").and_then(Value::as_bool).unwrap_or(false) {
+            return Ok(Ok(revision(&answer)?));
+        }
+        let existing = answer
+            .pointer("/responses/0/response_range/kvs")
+            .map(|kvs_value| kvs(Some(kvs_value)))
+            .transpose()?
+            .and_then(|found| found.into_iter().next());
+        match existing {
+            Some(kv) => Ok(Err(kv)),
+            // Gone between the compare and the read: an absent key, as it now is.
+            None => Ok(Err(Kv { key: key.to_vec(), value: Vec::new(), mod_revision: 0 })),
+        }
+    }
+
+    /// Deletes `key` only where its last change is `mod_revision`; whether it did.
+    pub async fn delete_at(&self, key: &[u8], mod_revision: i64) -> Result<bool, EtcdError> {
+        let body = json!({
+            "compare": [{ "key": BASE64.encode(key), "target": "MOD", "result": "EQUAL", "mod_revision": mod_revision.to_string() }],
+            "success": [{ "request_delete_range": { "key": BASE64.encode(key) } }],
+        });
+        let answer = self.call("/v3/kv/txn", &body).await?;
+        Ok(answer.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
+    }
+
+    /// A new lease of `ttl_secs`; its id.
+    pub async fn grant(&self, ttl_secs: u64) -> Result<i64, EtcdError> {
+        let answer = self.call("/v3/lease/grant", &json!({ "TTL": ttl_secs.to_string() })).await?;
+        number(answer.get("ID")).ok_or_else(|| EtcdError(format!("lease grant: no ID in {answer}")))
+    }
+
+    /// Renews `lease`; its remaining seconds (0: it had expired).
+    pub async fn keep_alive(&self, lease: i64) -> Result<i64, EtcdError> {
+        let answer = self.call("/v3/lease/keepalive", &json!({ "ID": lease.to_string() })).await?;
+        Ok(answer.pointer("/result/TTL").and_then(|ttl| number(Some(ttl))).unwrap_or(0))
+    }
+
+    /// Opens a watch of the keys from `key` to `range_end` from `start_revision` on; its
+    /// answers stream in the returned body, one JSON object after another.
+    pub async fn watch(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        start_revision: i64,
+    ) -> Result<Pooled, EtcdError> {
+        let body = json!({ "create_request": {
+            "key": BASE64.encode(key),
+            "range_end": BASE64.encode(range_end),
+            "start_revision": start_revision.to_string(),
+        }});
+        let index = self.next.load(Ordering::Relaxed) % self.endpoints.len();
+        let answer = tokio::time::timeout(CALL_TIMEOUT, self.post(index, "/v3/watch", &body)).await;
+        let response = answer.map_err(|_| EtcdError("watch: no answer".to_string()))??;
+        if !response.status().is_success() {
+            self.next.store(index + 1, Ordering::Relaxed);
+            return Err(EtcdError(format!("watch: {}", response.status())));
+        }
+        Ok(response.into_body())
+    }
+}
+
+/// The key just past every key that starts with `prefix` (etcd's range end of a prefix).
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// A 64-bit number the gateway spells as a string (or, sometimes, as a number).
+pub fn number(value: Option<&Value>) -> Option<i64> {
+    match value? {
+        Value::String(text) => text.parse().ok(),
+        Value::Number(n) => n.as_i64(),
+        _ => None,
+    }
+}
+
+fn revision(answer: &Value) -> Result<i64, EtcdError> {
+    number(answer.pointer("/header/revision")).ok_or_else(|| EtcdError(format!("no revision in {answer}")))
+}
+
+/// The key-values of an answer's `kvs` (absent: none).
+pub fn kvs(value: Option<&Value>) -> Result<Vec<Kv>, EtcdError> {
+    let Some(Value::Array(items)) = value else { return Ok(Vec::new()) };
+    items.iter().map(kv).collect()
+}
+
+pub fn kv(item: &Value) -> Result<Kv, EtcdError> {
+    let bytes = |field: &str| -> Result<Vec<u8>, EtcdError> {
+        match item.get(field).and_then(Value::as_str) {
+            Some(text) => BASE64.decode(text).map_err(|_| EtcdError(format!("{field}: not base64"))),
+            None => Ok(Vec::new()),
+        }
+    };
+    Ok(Kv {
+        key: bytes("key")?,
+        value: bytes("value")?,
+        mod_revision: number(item.get("mod_revision")).unwrap_or(0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_ends_just_past_its_last_key() {
+        assert_eq!(prefix_end(b"/ds/"), b"/ds0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff"), vec![0]);
+    }
+
+    #[test]
+    fn key_values_decode_from_the_gateways_spelling() {
+        let item = json!({ "key": BASE64.encode("k"), "value": BASE64.encode("v"), "mod_revision": "42" });
+        assert_eq!(kv(&item).unwrap(), Kv { key: b"k".to_vec(), value: b"v".to_vec(), mod_revision: 42 });
+        assert!(kvs(None).unwrap().is_empty());
+        assert!(kv(&json!({ "key": "!!" })).is_err());
+        assert_eq!(number(Some(&json!(7))), Some(7));
+    }
+}

@@ -1,0 +1,158 @@
+//! Cluster mode: several nodes, one directory of streams in etcd, any node serves any stream.
+//!
+//! Each stream has one owner, the node that holds its data and is its only writer, as on a
+//! single node. etcd holds which node owns each stream and which nodes are alive (each node
+//! keeps its `/ds/nodes/{id}` key under a lease). A request for a stream this node holds is
+//! served here with no etcd round trip; one for a stream held elsewhere is forwarded to its
+//! owner; a create claims the name in etcd with one compare-and-set before the stream is
+//! made, so two racing creates on two nodes never both make it.
+//!
+//! - `client`: HTTP/1.1 to etcd and to the other nodes, over kept-alive connections.
+//! - `etcd`: the few etcd calls the directory needs, through etcd's JSON gateway.
+//! - `directory`: the directory's keys and the cache of them this node keeps by watch.
+//! - `identity`: the node id a data directory belongs to.
+//! - `register`: at start, this node's streams entered in the directory, and what a crash
+//!   between a local change and its directory change left behind repaired.
+//!
+//! Where a request is served, and the directory's part of creates and deletes, is
+//! `crate::placement`'s: this module is the membership and the directory it uses.
+
+mod client;
+mod directory;
+mod etcd;
+mod identity;
+mod register;
+
+pub use client::{OutBody, Peers, Pooled};
+pub use directory::{stream_key, Directory, Entry, State};
+pub use etcd::Etcd;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ds_engine::{Engine, StorageMode};
+
+use crate::config::ClusterConfig;
+use directory::{node_authority, node_key, node_value};
+use etcd::EtcdError;
+
+/// Longest wait at start for the directory cache to follow etcd.
+const FOLLOW_WAIT: Duration = Duration::from_secs(5);
+
+/// This node's membership of the cluster.
+pub struct Cluster {
+    pub node_id: String,
+    /// `host:port` the other nodes reach this one at.
+    advertise: String,
+    lease_ttl_secs: u64,
+    directory: Arc<Directory>,
+    peers: Arc<Peers>,
+    /// Names this node is creating right now, each with the lock its creates take turns on.
+    creating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Cluster {
+    /// Joins the cluster: checks the data directory's node id, enters this node and its
+    /// streams in the directory, and starts following the directory and renewing the lease.
+    pub async fn start(config: &ClusterConfig, engine: &Engine) -> Result<Arc<Cluster>, String> {
+        if engine.config().mode != StorageMode::Memory {
+            identity::claim(&engine.config().data_dir, &config.node_id)?;
+        }
+        let peers = Arc::new(Peers::default());
+        let etcd = Arc::new(Etcd::new(&config.etcd_endpoints, Arc::clone(&peers))?);
+        let cluster = Arc::new(Cluster {
+            node_id: config.node_id.clone(),
+            advertise: config.advertise.clone(),
+            lease_ttl_secs: config.lease_ttl_secs,
+            directory: Arc::new(Directory::new(etcd)),
+            peers,
+            creating: Mutex::default(),
+        });
+        let lease = cluster.join().await.map_err(|error| format!("cannot join the cluster: {error}"))?;
+        register::local_streams(&cluster, engine).await?;
+        tokio::spawn(Arc::clone(&cluster.directory).follow());
+        // Serve with a warm cache where etcd allows (lookups go to etcd until then).
+        let deadline = tokio::time::Instant::now() + FOLLOW_WAIT;
+        while !cluster.directory.synced() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::spawn(Arc::clone(&cluster).renew(lease));
+        tracing::info!(node = %cluster.node_id, advertise = %cluster.advertise, "joined the cluster");
+        Ok(cluster)
+    }
+
+    pub fn etcd(&self) -> &Etcd {
+        &self.directory.etcd
+    }
+
+    pub fn directory(&self) -> &Directory {
+        &self.directory
+    }
+
+    pub fn peers(&self) -> &Arc<Peers> {
+        &self.peers
+    }
+
+    /// Names this node is creating right now (see [`Cluster::creating`]'s users in
+    /// `crate::placement`).
+    pub fn creating(&self) -> &Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+        &self.creating
+    }
+
+    /// Enters this node under a new lease; returns the lease. A node key left by this
+    /// node's previous run (same address, lease not yet expired) is taken over; one held by
+    /// another live node with this id is refused.
+    async fn join(&self) -> Result<i64, String> {
+        let etcd = self.etcd();
+        let lease = etcd.grant(self.lease_ttl_secs).await.map_err(|e| e.to_string())?;
+        let (key, value) = (node_key(&self.node_id), node_value(&self.advertise));
+        for _ in 0..3 {
+            let existing = match etcd.create(&key, &value, lease).await.map_err(|e| e.to_string())? {
+                Ok(_) => return Ok(lease),
+                Err(existing) => existing,
+            };
+            if existing.mod_revision == 0 {
+                continue;
+            }
+            let address = node_authority(&existing.value);
+            if address.as_deref() != Some(self.advertise.as_str()) {
+                return Err(format!(
+                    "node id {:?} is in use by a live node at {}",
+                    self.node_id,
+                    address.unwrap_or_default()
+                ));
+            }
+            if etcd
+                .replace(&key, &value, existing.mod_revision, lease)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_ok()
+            {
+                return Ok(lease);
+            }
+        }
+        Err("the node key kept changing while joining".to_string())
+    }
+
+    /// Keeps the lease alive (every third of its time to live); rejoins under a new one
+    /// when it expired (etcd was out of reach for longer than that).
+    async fn renew(self: Arc<Self>, mut lease: i64) {
+        let period = Duration::from_millis(self.lease_ttl_secs * 1000 / 3);
+        loop {
+            tokio::time::sleep(period).await;
+            match self.etcd().keep_alive(lease).await {
+                Ok(ttl) if ttl > 0 => continue,
+                Ok(_) => tracing::warn!("the node's lease expired; rejoining"),
+                Err(EtcdError(error)) => {
+                    tracing::warn!(%error, "cannot renew the node's lease");
+                    continue;
+                }
+            }
+            match self.join().await {
+                Ok(renewed) => lease = renewed,
+                Err(error) => tracing::warn!(%error, "cannot rejoin the cluster"),
+            }
+        }
+    }
+}
