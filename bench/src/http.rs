@@ -29,6 +29,7 @@ impl Reply {
 pub struct Connection {
     sender: SendRequest<Full<Bytes>>,
     authority: String,
+    authorization: Option<String>,
 }
 
 impl Connection {
@@ -40,7 +41,8 @@ impl Connection {
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        Ok(Connection { sender, authority: target.authority.clone() })
+        let authorization = target.authorization.clone();
+        Ok(Connection { sender, authority: target.authority.clone(), authorization })
     }
 
     /// Sends a request and starts the response; the body is left to the caller.
@@ -52,6 +54,9 @@ impl Connection {
         body: Bytes,
     ) -> Result<Response<Incoming>, hyper::Error> {
         let mut request = Request::builder().method(method).uri(path).header("host", &self.authority);
+        if let Some(authorization) = &self.authorization {
+            request = request.header("authorization", authorization);
+        }
         for (name, value) in headers {
             request = request.header(*name, *value);
         }

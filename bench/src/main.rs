@@ -72,6 +72,9 @@ struct Common {
     /// No progress line
     #[arg(long)]
     quiet: bool,
+    /// Bearer token sent with every request (a proxy that checks tokens)
+    #[arg(long)]
+    bearer: Option<String>,
 }
 
 #[derive(Subcommand, Clone)]
@@ -92,6 +95,10 @@ enum Scenario {
         /// Send idempotent-producer headers (each connection a producer on its own stream)
         #[arg(long)]
         producer: bool,
+        /// Create the streams through this base URL instead (a cluster's other node: every
+        /// append is then forwarded)
+        #[arg(long)]
+        create_url: Option<String>,
     },
     /// C connections reading a pre-filled stream from the start, following Stream-Next-Offset
     Read {
@@ -221,7 +228,10 @@ fn settings(common: &Common, url: &str) -> Result<Settings, String> {
         Duration::try_from_secs_f64(value).map_err(|_| format!("--{name} {value}: give a number of seconds"))
     };
     Ok(Settings {
-        target: Target::parse(url, &common.prefix)?,
+        target: Target {
+            authorization: common.bearer.as_ref().map(|t| format!("Bearer {t}")),
+            ..Target::parse(url, &common.prefix)?
+        },
         warmup: seconds(common.warmup, "warmup")?,
         duration: seconds(common.duration, "duration")?,
         requests_max: common.requests_max,
@@ -232,8 +242,17 @@ fn settings(common: &Common, url: &str) -> Result<Settings, String> {
 
 async fn run(scenario: &Scenario, settings: &Settings) -> Result<Report, String> {
     match scenario.clone() {
-        Scenario::Append { connections, streams, bytes, producer, .. } => {
-            append::run(settings, &append::AppendOptions { connections, streams, bytes, producer }).await
+        Scenario::Append { connections, streams, bytes, producer, create_url, .. } => {
+            let create_at = create_url
+                .map(|url| {
+                    Ok::<_, String>(Target {
+                        authorization: settings.target.authorization.clone(),
+                        ..Target::parse(&url, &settings.target.prefix)?
+                    })
+                })
+                .transpose()?;
+            let options = append::AppendOptions { connections, streams, bytes, producer, create_at };
+            append::run(settings, &options).await
         }
         Scenario::Read { connections, fill_bytes, append_bytes, .. } => {
             read::run(settings, &read::ReadOptions { connections, fill_bytes, append_bytes }).await

@@ -10,6 +10,8 @@ pub struct Target {
     pub authority: String,
     /// Path prefix of streams, such as `/v1/stream/` (always ends with `/`).
     pub prefix: String,
+    /// `Authorization` header value sent with every request (a proxy that wants a token).
+    pub authorization: Option<String>,
 }
 
 impl Target {
@@ -34,7 +36,7 @@ impl Target {
         if !prefix.ends_with('/') {
             prefix.push('/');
         }
-        Ok(Target { addr, authority, prefix })
+        Ok(Target { addr, authority, prefix, authorization: None })
     }
 
     /// The path of stream `name`.

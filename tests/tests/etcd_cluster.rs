@@ -10,6 +10,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use ds_tests::etcd::{free_port, Etcd};
 use ds_tests::haproxy::Proxy;
 use ds_tests::jwt::{mint, valid_claims, TRUSTED_KEY};
@@ -289,6 +291,42 @@ fn a_data_directory_keeps_its_node_id_and_split_streams_are_refused() {
     assert_eq!(other.client().put("/v1/stream/mine", "text/plain", b"y").status, 201);
     let stderr = start("alpha");
     assert!(stderr.contains("mine"), "a split stream is refused: {stderr}");
+}
+
+#[test]
+fn a_restart_settles_what_a_crash_left_in_the_directory() {
+    let etcd = Etcd::start();
+    let mut alpha = node(&etcd, "alpha", free_port());
+    for name in ["being-deleted", "made"] {
+        assert_eq!(alpha.client().put(&format!("/v1/stream/{name}"), "text/plain", b"x").status, 201);
+    }
+    alpha.kill();
+    // As a crash leaves them: a delete begun, a claim whose create never ran, a create
+    // whose entry was never marked live.
+    put_entry(&etcd, "being-deleted", r#"{"owner":"alpha","state":"deleting"}"#);
+    put_entry(&etcd, "never-made", r#"{"owner":"alpha","state":"creating"}"#);
+    put_entry(&etcd, "made", r#"{"owner":"alpha","state":"creating"}"#);
+    alpha.restart();
+    let beta = node(&etcd, "beta", free_port());
+    assert_eq!(entry(&etcd, "being-deleted"), None, "the delete was finished");
+    assert_eq!(alpha.client().get("/v1/stream/being-deleted").status, 404);
+    assert_eq!(entry(&etcd, "never-made"), None, "the claim was given back");
+    assert_eq!(beta.client().put("/v1/stream/never-made", "text/plain", b"").status, 201);
+    assert_eq!(entry(&etcd, "made").as_deref(), Some(r#"{"owner":"alpha","state":"live"}"#));
+    assert_eq!(beta.client().get("/v1/stream/made?offset=-1").text(), "x");
+}
+
+fn put_entry(etcd: &Etcd, name: &str, value: &str) {
+    let body = serde_json::json!({ "key": BASE64.encode(format!("/ds/streams/{name}")), "value": BASE64.encode(value) });
+    let put = Client::new(etcd.client_addr).send("POST", "/v3/kv/put", &[], body.to_string().as_bytes());
+    assert_eq!(put.status, 200, "{}", put.text());
+}
+
+fn entry(etcd: &Etcd, name: &str) -> Option<String> {
+    let body = serde_json::json!({ "key": BASE64.encode(format!("/ds/streams/{name}")) });
+    let range = Client::new(etcd.client_addr).send("POST", "/v3/kv/range", &[], body.to_string().as_bytes());
+    let value = range.json()["kvs"][0]["value"].as_str().map(|text| BASE64.decode(text).unwrap())?;
+    Some(String::from_utf8(value).unwrap())
 }
 
 /// Runs `command`, which must exit unsuccessfully within 20 s; its standard error.

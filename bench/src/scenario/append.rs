@@ -1,7 +1,9 @@
 //! `append`: C keep-alive connections appending B-byte bodies to S streams as fast as the
 //! server answers (a closed loop: each connection sends its next append when the last is
 //! answered). With `--producer`, each connection is an idempotent producer on its own
-//! stream, and retries an unanswered append with the same sequence number.
+//! stream, and retries an unanswered append with the same sequence number. With
+//! `--create-url`, the streams are created through another server than the one appended to
+//! (in a cluster: appends forwarded to the streams' owner).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,12 +22,16 @@ pub struct AppendOptions {
     pub streams: usize,
     pub bytes: usize,
     pub producer: bool,
+    /// Where the streams are created, when not at the target (in a cluster: another node,
+    /// so that the target forwards every append to it).
+    pub create_at: Option<crate::target::Target>,
 }
 
 pub async fn run(settings: &Settings, options: &AppendOptions) -> Result<Report, String> {
     let prefix = format!("append-{}", unique_suffix());
     let streams = options.streams.max(1);
-    let mut setup = Connection::open(&settings.target).await.map_err(|e| format!("connect: {e}"))?;
+    let create_at = options.create_at.as_ref().unwrap_or(&settings.target);
+    let mut setup = Connection::open(create_at).await.map_err(|e| format!("connect: {e}"))?;
     let paths: Arc<Vec<String>> =
         Arc::new((0..streams).map(|i| settings.target.stream_path(&format!("{prefix}-{i}"))).collect());
     for path in paths.iter() {

@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Frame, SizeHint};
+use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 pub type OutBody = BoxBody<Bytes, hyper::Error>;
 
 /// Most idle connections kept to one peer.
-const IDLE_PER_PEER_MAX: usize = 32;
+const IDLE_PER_PEER_MAX: usize = 256;
 
 /// Kept-alive connections to peers, by `host:port`.
 #[derive(Default)]
@@ -67,6 +67,12 @@ impl Peers {
             None => connect(authority, connect_timeout).await?,
         };
         let response = sender.send_request(request).await.map_err(PeerError::Request)?;
+        // An answer without a body (204, HEAD, length 0) frees its connection at once: its
+        // body may never be polled.
+        if response.body().is_end_stream() {
+            self.give_back(authority.to_string(), sender);
+            return Ok(response.map(|body| Pooled { body, home: None }));
+        }
         let peers = Arc::clone(self);
         let key = authority.to_string();
         Ok(response.map(|body| Pooled { body, home: Some((sender, peers, key)) }))

@@ -24,7 +24,7 @@ use super::client::{OutBody, PeerError, Peers, Pooled};
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// etcd could not be asked, or answered something unexpected.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct EtcdError(pub String);
 
 impl std::fmt::Display for EtcdError {
@@ -39,6 +39,28 @@ pub struct Kv {
     pub key: Vec<u8>,
     pub value: Vec<u8>,
     pub mod_revision: i64,
+}
+
+/// What must hold of a key for a transaction to put it.
+#[derive(Clone, Copy, Debug)]
+pub enum Guard {
+    /// The key does not exist.
+    Absent,
+    /// The key's last change is at this revision.
+    At(i64),
+}
+
+impl Guard {
+    fn compare(self, key: &[u8]) -> Value {
+        match self {
+            Guard::Absent => {
+                json!({ "key": BASE64.encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" })
+            }
+            Guard::At(revision) => {
+                json!({ "key": BASE64.encode(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision.to_string() })
+            }
+        }
+    }
 }
 
 /// The etcd cluster, by its endpoints' `host:port`.
@@ -145,8 +167,7 @@ impl Etcd {
     /// Puts `key` only where it does not exist: `Ok(Ok(mod_revision))` when put, or
     /// `Ok(Err(existing))` when another value holds it.
     pub async fn create(&self, key: &[u8], value: &[u8], lease: i64) -> Result<Result<i64, Kv>, EtcdError> {
-        let compare = json!({ "key": BASE64.encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" });
-        self.put_if(key, value, lease, compare).await
+        self.put_if(key, value, lease, Guard::Absent.compare(key)).await
     }
 
     /// Puts `key` only where its last change is `mod_revision`.
@@ -157,8 +178,7 @@ impl Etcd {
         mod_revision: i64,
         lease: i64,
     ) -> Result<Result<i64, Kv>, EtcdError> {
-        let compare = json!({ "key": BASE64.encode(key), "target": "MOD", "result": "EQUAL", "mod_revision": mod_revision.to_string() });
-        self.put_if(key, value, lease, compare).await
+        self.put_if(key, value, lease, Guard::At(mod_revision).compare(key)).await
     }
 
     async fn put_if(
@@ -193,10 +213,25 @@ impl Etcd {
         }
     }
 
+    /// Puts every `(key, value)` in one transaction, only where each key's [`Guard`] holds;
+    /// the store's revision when they were put, `None` when any guard failed (none is put).
+    pub async fn put_all(&self, changes: &[(Vec<u8>, Vec<u8>, Guard)]) -> Result<Option<i64>, EtcdError> {
+        let compare: Vec<Value> = changes.iter().map(|(key, _, guard)| guard.compare(key)).collect();
+        let success: Vec<Value> = changes
+            .iter()
+            .map(|(key, value, _)| json!({ "request_put": { "key": BASE64.encode(key), "value": BASE64.encode(value) } }))
+            .collect();
+        let answer = self.call("/v3/kv/txn", &json!({ "compare": compare, "success": success })).await?;
+        match answer.get("succeeded").and_then(Value::as_bool).unwrap_or(false) {
+            true => Ok(Some(revision(&answer)?)),
+            false => Ok(None),
+        }
+    }
+
     /// Deletes `key` only where its last change is `mod_revision`; whether it did.
     pub async fn delete_at(&self, key: &[u8], mod_revision: i64) -> Result<bool, EtcdError> {
         let body = json!({
-            "compare": [{ "key": BASE64.encode(key), "target": "MOD", "result": "EQUAL", "mod_revision": mod_revision.to_string() }],
+            "compare": [Guard::At(mod_revision).compare(key)],
             "success": [{ "request_delete_range": { "key": BASE64.encode(key) } }],
         });
         let answer = self.call("/v3/kv/txn", &body).await?;

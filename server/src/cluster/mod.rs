@@ -11,12 +11,15 @@
 //! - `etcd`: the few etcd calls the directory needs, through etcd's JSON gateway.
 //! - `directory`: the directory's keys and the cache of them this node keeps by watch.
 //! - `identity`: the node id a data directory belongs to.
+//! - `batch`: the directory writes of creates, batched: claims group-committed, `live`
+//!   marks off the create's path.
 //! - `register`: at start, this node's streams entered in the directory, and what a crash
 //!   between a local change and its directory change left behind repaired.
 //!
 //! Where a request is served, and the directory's part of creates and deletes, is
 //! `crate::placement`'s: this module is the membership and the directory it uses.
 
+mod batch;
 mod client;
 mod directory;
 mod etcd;
@@ -48,6 +51,8 @@ pub struct Cluster {
     lease_ttl_secs: u64,
     directory: Arc<Directory>,
     peers: Arc<Peers>,
+    /// Claims and `live` marks of this node's creates, batched.
+    batcher: batch::Batcher,
     /// Names this node is creating right now, each with the lock its creates take turns on.
     creating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -61,7 +66,9 @@ impl Cluster {
         }
         let peers = Arc::new(Peers::default());
         let etcd = Arc::new(Etcd::new(&config.etcd_endpoints, Arc::clone(&peers))?);
+        let batcher = batch::Batcher::start(Arc::clone(&etcd), config.node_id.clone());
         let cluster = Arc::new(Cluster {
+            batcher,
             node_id: config.node_id.clone(),
             advertise: config.advertise.clone(),
             lease_ttl_secs: config.lease_ttl_secs,
@@ -84,6 +91,18 @@ impl Cluster {
 
     pub fn etcd(&self) -> &Etcd {
         &self.directory.etcd
+    }
+
+    /// Marks the entry of `name`, which this node created after claiming it at `revision`,
+    /// `live` (soon, batched with others).
+    pub async fn mark_live(&self, name: &str, revision: i64) {
+        self.batcher.mark_live(name, revision).await;
+    }
+
+    /// Puts `value` at `key` where no entry is (batched with this node's other claims):
+    /// `Ok(revision)`, or `Err(existing)` when an entry holds the name.
+    pub async fn claim(&self, key: &[u8], value: &[u8]) -> batch::Claimed {
+        self.batcher.claim(key.to_vec(), value.to_vec()).await
     }
 
     pub fn directory(&self) -> &Directory {

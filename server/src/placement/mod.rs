@@ -125,17 +125,12 @@ async fn create(
         }
     };
     let created = routes::stream(app, Route::Create, name.clone(), request).await;
-    let etcd = cluster.etcd();
     let made = created.as_ref().is_ok_and(|response| response.status().is_success());
-    let settled = match made {
-        true => {
-            etcd.replace(&key, &Entry::encode(&cluster.node_id, State::Live), revision, 0).await.map(|_| ())
-        }
-        false => etcd.delete_at(&key, revision).await.map(|_| ()),
-    };
-    if let Err(error) = settled {
-        // The entry stays `creating`; it is settled when next met, or at the next start.
-        tracing::warn!(%error, stream = name.as_str(), "cannot settle a directory entry after a create");
+    if made {
+        cluster.mark_live(name.as_str(), revision).await;
+    } else if let Err(error) = cluster.etcd().delete_at(&key, revision).await {
+        // The entry stays `creating`; it is removed when next met, or at the next start.
+        tracing::warn!(%error, stream = name.as_str(), "cannot give a claim back after a refused create");
     }
     created
 }
@@ -152,7 +147,7 @@ enum Claim {
 async fn claim(cluster: &Cluster, name: &StreamName, key: &[u8]) -> Result<Claim, Problem> {
     let value = Entry::encode(&cluster.node_id, State::Creating);
     for _ in 0..CLAIM_ATTEMPTS {
-        let existing = match cluster.etcd().create(key, &value, 0).await.map_err(etcd_down)? {
+        let existing = match cluster.claim(key, &value).await.map_err(etcd_down)? {
             Ok(revision) => return Ok(Claim::Ours(revision)),
             Err(existing) => existing,
         };

@@ -110,10 +110,16 @@ pub async fn send(
     // Every write is a boxed step: what a live body holds while it waits for its next frame
     // is the body and this function's few locals.
     let mut pending_head = Some(head);
+    // What a known length promises; a body that ends short of it (a relayed answer that
+    // broke off) fails the send, so the connection ends rather than leave the client waiting.
+    let promised = body.size_hint().exact().filter(|_| framing == Framing::Length);
+    let mut sent = 0u64;
     if let Body::Slices { slices, remaining } = &mut body {
         if app.gather_reads && framing == Framing::Length && gather::worth_gathering(slices, *remaining) {
             let head = pending_head.take().unwrap_or_default();
+            let before = *remaining;
             pending_head = Box::pin(send_gathered(socket, head, slices, remaining, stall)).await?;
+            sent += before - *remaining;
             if slices.is_empty() {
                 return Ok(());
             }
@@ -129,7 +135,11 @@ pub async fn send(
     }
     while let Some(data) = next_data(&mut body).await {
         let head = pending_head.take().unwrap_or_default();
+        sent += data.remaining() as u64;
         Box::pin(send_frame(socket, &head, data, framing, stall)).await?;
+    }
+    if promised.is_some_and(|promised| sent < promised) {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the body ended short of its length"));
     }
     match (framing, pending_head) {
         (Framing::Chunked, _) => Box::pin(write_one(socket, b"0\r\n\r\n".to_vec(), stall)).await,
