@@ -5,8 +5,8 @@
 //! included, leaves through [`handle`], which adds the common headers, counts the request
 //! in the metrics and writes its access log line.
 
-use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use ds_engine::StreamName;
@@ -22,24 +22,35 @@ use crate::http::request_body::{self, RequestBody};
 use crate::http::response::{finish, Body};
 use crate::metrics::{Metrics, Route};
 use crate::placement;
-use crate::routes;
+use crate::routes::{self, Reply};
 
 use routes::STREAM_PREFIX;
 
 /// Answers one request (never fails: errors become problem responses).
-pub fn handle(
-    app: Arc<App>,
-    request: Request<RequestBody>,
-) -> impl Future<Output = Result<Response<Body>, Infallible>> + Send + 'static {
+pub fn handle(app: Arc<App>, request: Request<RequestBody>) -> impl Future<Output = Routed> + Send + 'static {
     let label = route_label(request.method(), request.uri());
     handle_route(app, request, label)
 }
 
-async fn handle_route(
-    app: Arc<App>,
-    request: Request<RequestBody>,
-    label: Route,
-) -> Result<Response<Body>, Infallible> {
+/// A request's answer: ready, or a long-poll still waiting. A waiting answer holds only
+/// the wait's own state (stream handle, offsets, timer) and what finishes the answer
+/// (metrics, the access line): the request and the route's state are gone.
+pub enum Routed {
+    Now(Response<Body>),
+    Later(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
+}
+
+impl Routed {
+    /// The answer, once it is there.
+    pub async fn resolve(self) -> Response<Body> {
+        match self {
+            Routed::Now(response) => response,
+            Routed::Later(waiting) => waiting.await,
+        }
+    }
+}
+
+async fn handle_route(app: Arc<App>, request: Request<RequestBody>, label: Route) -> Routed {
     // A worker kept busy never goes idle to ring the shards it held rings back for.
     ds_engine::wake_batch::ring_overdue();
     let origin = request.headers().get(ORIGIN).cloned();
@@ -47,23 +58,18 @@ async fn handle_route(
         let mut response = problem.into_response();
         finish(&mut response, &app.cors, origin.as_ref());
         app.metrics.request(label, response.status().as_u16());
-        return Ok(response);
+        return Routed::Now(response);
     }
-    let mut answer =
+    let answer =
         Unanswered { app: Arc::clone(&app), label, access: AccessRecord::begin(&request), answered: false };
-    let mut response = route(&app, label, request).await.unwrap_or_else(Problem::into_response);
-    finish(&mut response, &app.cors, origin.as_ref());
-    let status = response.status().as_u16();
-    let bytes = response.body().size_hint().exact();
-    app.metrics.request(label, status);
-    if matches!(label, Route::Read | Route::LongPoll) && response.status().is_success() {
-        Metrics::add(&app.metrics.read_bytes, bytes.unwrap_or(0));
+    match route(&app, label, request).await {
+        Ok(Reply::Now(response)) => Routed::Now(answer.finish(response, origin)),
+        Err(problem) => Routed::Now(answer.finish(problem.into_response(), origin)),
+        Ok(Reply::Later(waiting)) => Routed::Later(Box::pin(async move {
+            let response = waiting.await.unwrap_or_else(Problem::into_response);
+            answer.finish(response, origin)
+        })),
     }
-    answer.answered = true;
-    if let Some(access) = answer.access.take() {
-        access.finish(status, bytes);
-    }
-    Ok(response)
 }
 
 /// Largest request head (request line and headers) accepted, in bytes (`router` answers
@@ -101,6 +107,24 @@ struct Unanswered {
     label: Route,
     access: Option<AccessRecord>,
     answered: bool,
+}
+
+impl Unanswered {
+    /// Adds the common headers to `response`, counts it and writes its access line.
+    fn finish(mut self, mut response: Response<Body>, origin: Option<HeaderValue>) -> Response<Body> {
+        finish(&mut response, &self.app.cors, origin.as_ref());
+        let status = response.status().as_u16();
+        let bytes = response.body().size_hint().exact();
+        self.app.metrics.request(self.label, status);
+        if matches!(self.label, Route::Read | Route::LongPoll) && response.status().is_success() {
+            Metrics::add(&self.app.metrics.read_bytes, bytes.unwrap_or(0));
+        }
+        self.answered = true;
+        if let Some(access) = self.access.take() {
+            access.finish(status, bytes);
+        }
+        response
+    }
 }
 
 impl Drop for Unanswered {
@@ -144,15 +168,11 @@ fn route_label(method: &Method, uri: &Uri) -> Route {
 }
 
 /// Runs the route `label` names (an unknown path is a 404, an unknown method a 405).
-async fn route(
-    app: &Arc<App>,
-    label: Route,
-    request: Request<RequestBody>,
-) -> Result<Response<Body>, Problem> {
+async fn route(app: &Arc<App>, label: Route, request: Request<RequestBody>) -> Result<Reply, Problem> {
     match label {
-        Route::Health => return routes::health::health(request.method()),
-        Route::Metrics => return routes::metrics::metrics(app, request.method()),
-        Route::Preflight => return Ok(routes::preflight::preflight()),
+        Route::Health => return routes::health::health(request.method()).map(Reply::Now),
+        Route::Metrics => return routes::metrics::metrics(app, request.method()).map(Reply::Now),
+        Route::Preflight => return Ok(Reply::Now(routes::preflight::preflight())),
         _ => {}
     }
     let name = match stream_name(request.uri()) {
@@ -177,8 +197,10 @@ async fn route(
         let problem = problem.with_header(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
         return Err(refuse(request, problem).await);
     }
+    // Boxed: a request's future then holds only the route it takes (a waiting long-poll
+    // does not carry the state of a forwarded create).
     match &app.cluster {
-        Some(cluster) => placement::serve(app, cluster, label, name, request).await,
+        Some(cluster) => Box::pin(placement::serve(app, cluster, label, name, request)).await,
         None => routes::stream(app, label, name, request).await,
     }
 }

@@ -6,6 +6,8 @@
 //! the timeout (after which it looks once more) or server shutdown. `offset=now` waits for
 //! data after the tail as it was when the request arrived.
 
+use std::sync::Arc;
+
 use ds_engine::{ReadResult, StartAt, StreamHandle};
 use hyper::header::HeaderValue;
 use hyper::{Response, StatusCode};
@@ -19,7 +21,7 @@ use crate::http::read_reply::{chunk_response, read_once, ReadStart};
 use crate::http::response::{response, Body};
 
 pub async fn serve(
-    app: &App,
+    app: Arc<App>,
     handle: StreamHandle,
     start: ReadStart,
     client_cursor: Option<String>,

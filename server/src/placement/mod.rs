@@ -30,7 +30,7 @@ use crate::http::problem::Problem;
 use crate::http::request_body::RequestBody;
 use crate::http::response::Body;
 use crate::metrics::Route;
-use crate::routes::{self, STREAM_PREFIX};
+use crate::routes::{self, Reply, STREAM_PREFIX};
 use forward::{forward, unavailable};
 
 /// How often a create retries when the entry it read changed before its compare-and-set.
@@ -43,13 +43,13 @@ pub async fn serve(
     label: Route,
     name: StreamName,
     request: Request<RequestBody>,
-) -> Result<Response<Body>, Problem> {
+) -> Result<Reply, Problem> {
     let held = app.engine.open(&name).is_some();
     match label {
-        Route::Create if !held => create(app, cluster, name, request).await,
-        Route::Delete if held => delete(app, cluster, name, request).await,
+        Route::Create if !held => create(app, cluster, name, request).await.map(Reply::Now),
+        Route::Delete if held => delete(app, cluster, name).await.map(Reply::Now),
         _ if held => routes::stream(app, label, name, request).await,
-        _ => elsewhere(app, cluster, &name, request).await,
+        _ => elsewhere(app, cluster, &name, request).await.map(Reply::Now),
     }
 }
 
@@ -114,7 +114,7 @@ async fn create(
     // stale unless the stream is here by the time this create has its turn.
     let turn = CreateTurn::take(cluster, name.as_str()).await;
     if app.engine.open(&name).is_some() {
-        return routes::stream(app, Route::Create, name, request).await;
+        return routes::create::create(app, name, request).await;
     }
     let key = stream_key(name.as_str());
     let revision = match claim(cluster, &name, &key).await? {
@@ -124,7 +124,7 @@ async fn create(
             return forward(cluster, &owner, request).await;
         }
     };
-    let created = routes::stream(app, Route::Create, name.clone(), request).await;
+    let created = routes::create::create(app, name.clone(), request).await;
     let made = created.as_ref().is_ok_and(|response| response.status().is_success());
     if made {
         cluster.mark_live(name.as_str(), revision).await;
@@ -201,12 +201,7 @@ impl Drop for CreateTurn<'_> {
 }
 
 /// DELETE of a stream this node holds.
-async fn delete(
-    app: &Arc<App>,
-    cluster: &Cluster,
-    name: StreamName,
-    request: Request<RequestBody>,
-) -> Result<Response<Body>, Problem> {
+async fn delete(app: &Arc<App>, cluster: &Cluster, name: StreamName) -> Result<Response<Body>, Problem> {
     let key = stream_key(name.as_str());
     let etcd = cluster.etcd();
     let entry = etcd.get(&key).await.map_err(etcd_down)?.as_ref().and_then(Entry::decode);
@@ -226,7 +221,7 @@ async fn delete(
         }
         None => None,
     };
-    let deleted = routes::stream(app, Route::Delete, name.clone(), request).await;
+    let deleted = routes::delete::delete(app, name.clone()).await;
     let Some(revision) = revision else { return deleted };
     // Gone: the entry goes. Still here (refused, or soft-deleted while forks read it): live.
     let settled = match app.engine.open(&name) {

@@ -14,6 +14,8 @@ pub mod metrics;
 pub mod preflight;
 pub mod read;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -33,20 +35,31 @@ use crate::metrics::Route;
 /// Where stream names start in a path (request paths and `Stream-Forked-From`).
 pub const STREAM_PREFIX: &str = "/v1/stream/";
 
+/// A route's answer: ready now, or once a wait ends (a long-poll). A waiting answer owns
+/// what it needs; the request and the route's state are gone while it waits.
+pub enum Reply {
+    Now(Response<Body>),
+    Later(Waiting),
+}
+
+/// An answer still waiting, as a boxed future that owns its state.
+pub type Waiting = Pin<Box<dyn Future<Output = Result<Response<Body>, Problem>> + Send>>;
+
 /// Serves a stream request on this node (`label` one of the stream routes).
 pub async fn stream(
     app: &Arc<App>,
     label: Route,
     name: StreamName,
     request: Request<RequestBody>,
-) -> Result<Response<Body>, Problem> {
-    match label {
+) -> Result<Reply, Problem> {
+    let now = match label {
         Route::Create => create::create(app, name, request).await,
         Route::Append => append::append(app, name, request).await,
         Route::Head => head::head(app, &name),
         Route::Delete => delete::delete(app, name).await,
-        _ => read::read(app, name, request).await,
-    }
+        _ => return read::read(app, name, request),
+    };
+    now.map(Reply::Now)
 }
 
 /// The HTTP answer to an engine refusal.

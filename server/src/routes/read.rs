@@ -10,22 +10,18 @@ use std::sync::Arc;
 
 use ds_engine::StreamName;
 use hyper::header::IF_NONE_MATCH;
-use hyper::{Request, Response};
+use hyper::Request;
 
 use crate::app::App;
 use crate::http::problem::Problem;
 use crate::http::query::{Live, ReadQuery};
 use crate::http::read_reply::{chunk_response, read_once, ReadStart};
 use crate::http::request_body::RequestBody;
-use crate::http::response::Body;
 use crate::live::{long_poll, sse};
+use crate::routes::Reply;
 
-/// Answers a read.
-pub async fn read(
-    app: &Arc<App>,
-    name: StreamName,
-    request: Request<RequestBody>,
-) -> Result<Response<Body>, Problem> {
+/// Answers a read: a catch-up or SSE answer now, a long-poll once it has data or times out.
+pub fn read(app: &Arc<App>, name: StreamName, request: Request<RequestBody>) -> Result<Reply, Problem> {
     let query = ReadQuery::parse(request.uri().query())?;
     let start = ReadStart::resolve(&query, request.headers())?;
     let if_none_match = request.headers().get(IF_NONE_MATCH).cloned();
@@ -33,9 +29,12 @@ pub async fn read(
     match query.live {
         Live::No => {
             let result = read_once(&handle, &start, app.read_bytes_max)?;
-            Ok(chunk_response(&handle, result, &start.text, if_none_match.as_ref(), None))
+            Ok(Reply::Now(chunk_response(&handle, result, &start.text, if_none_match.as_ref(), None)))
         }
-        Live::LongPoll => long_poll::serve(app, handle, start, query.cursor, if_none_match).await,
-        Live::Sse => sse::serve(app, handle, start, query.cursor),
+        Live::LongPoll => {
+            let wait = long_poll::serve(Arc::clone(app), handle, start, query.cursor, if_none_match);
+            Ok(Reply::Later(Box::pin(wait)))
+        }
+        Live::Sse => sse::serve(app, handle, start, query.cursor).map(Reply::Now),
     }
 }

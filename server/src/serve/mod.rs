@@ -148,7 +148,8 @@ where
     let io = Canned::new(io);
     let service_app = Arc::clone(app);
     let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-        router::handle(Arc::clone(&service_app), request.map(RequestBody::Streamed))
+        let routed = router::handle(Arc::clone(&service_app), request.map(RequestBody::Streamed));
+        async move { Ok::<_, std::convert::Infallible>(routed.await.resolve().await) }
     });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())

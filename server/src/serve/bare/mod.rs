@@ -39,7 +39,7 @@ use crate::app::App;
 use crate::http::request_body::RequestBody;
 use crate::http::response::Body;
 use crate::metrics::{ErrorKind, Metrics};
-use crate::router;
+use crate::router::{self, Routed};
 use head::Head;
 
 use super::HEAD_READ_TIMEOUT;
@@ -138,7 +138,15 @@ async fn answer(
         let method = request.method().clone();
         let mut route = Box::pin(router::handle(Arc::clone(app), *request));
         let Some(routed) = unless_gone(socket, route.as_mut()).await else { return Ok(false) };
-        let response: Response<Body> = routed.unwrap_or_else(|never| match never {});
+        drop(route);
+        let response: Response<Body> = match routed {
+            Routed::Now(response) => response,
+            // A long-poll: only its own boxed wait is held while it waits.
+            Routed::Later(mut waiting) => {
+                let Some(response) = unless_gone(socket, waiting.as_mut()).await else { return Ok(false) };
+                response
+            }
+        };
         let close = close || reply::closes(&response);
         let (head, framing) = reply::head(&response, &method, close);
         (head, framing, response.into_body(), close)
@@ -154,7 +162,7 @@ async fn answer(
 /// (`None`). Watching stops once the client has sent more (its next request, read after
 /// this answer). Polled in place: no readiness future is stored, so a waiting reader stays
 /// small.
-fn unless_gone<'a, F: Future>(
+fn unless_gone<'a, F: Future + ?Sized>(
     socket: &'a TcpStream,
     mut work: Pin<&'a mut F>,
 ) -> impl Future<Output = Option<F::Output>> + 'a {
