@@ -97,6 +97,8 @@ pub struct Metrics {
     pub read_bytes: AtomicU64,
     live_long_poll: AtomicI64,
     live_sse: AtomicI64,
+    /// SSE readers parked by the bare front (caught up, held by a lot rather than a task).
+    pub sse_parked: AtomicI64,
     pub connections_open: AtomicI64,
     pub connections_refused: AtomicU64,
     /// Requests the bare front answered (`crate::serve::bare`).
@@ -115,6 +117,7 @@ impl Default for Metrics {
             read_bytes: AtomicU64::new(0),
             live_long_poll: AtomicI64::new(0),
             live_sse: AtomicI64::new(0),
+            sse_parked: AtomicI64::new(0),
             connections_open: AtomicI64::new(0),
             connections_refused: AtomicU64::new(0),
             bare_requests: AtomicU64::new(0),
@@ -245,6 +248,8 @@ fn render_front(out: &mut String, metrics: &Metrics) {
     for (kind, gauge) in [("long-poll", &metrics.live_long_poll), ("sse", &metrics.live_sse)] {
         let _ = writeln!(out, "ds_live_readers{{kind=\"{kind}\"}} {}", gauge.load(Ordering::Relaxed));
     }
+    let parked_help = "Caught-up SSE readers parked by the bare front (part of the SSE live readers).";
+    single(out, "ds_sse_parked_readers", "gauge", parked_help, metrics.sse_parked.load(Ordering::Relaxed));
     let open = metrics.connections_open.load(Ordering::Relaxed);
     single(out, "ds_connections", "gauge", "Client connections open.", open);
     let refused_help = "Connections refused (503) past the connection limit.";

@@ -4,6 +4,7 @@
 //! slices of stored messages (exact length known, so hyper sends `Content-Length`), or a
 //! live stream (SSE, no length). [`finish`] adds the headers the spec puts on every response.
 
+use std::any::Any;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io::IoSlice;
@@ -17,8 +18,17 @@ use hyper::{Response, StatusCode};
 
 use super::cors::CorsPolicy;
 
-/// A live response body produced while it is sent (SSE).
-pub type LiveBody = Pin<Box<dyn http_body::Body<Data = Bytes, Error = Infallible> + Send>>;
+/// A live response body produced while it is sent (SSE, a relayed answer).
+pub type LiveBody = Pin<Box<dyn LiveSource>>;
+
+/// A body produced while it is sent, which a front may take over to serve its own way.
+pub trait LiveSource: http_body::Body<Data = Bytes, Error = Infallible> + Send {
+    /// Takes the body's state out for a front that writes it itself (the bare front takes
+    /// SSE readers, `crate::serve::bare`); the body then ends. `None`: only polled as a body.
+    fn hand_off(self: Pin<&mut Self>) -> Option<Box<dyn Any + Send>> {
+        None
+    }
+}
 
 /// Every response body of the server.
 pub enum Body {

@@ -1,11 +1,15 @@
 //! Live reads: clients that wait for data instead of polling.
 //!
 //! - `long_poll`: one response, as soon as data arrives or the wait times out (204).
-//! - `sse`: a server-sent-event body that pulls from the stream as the client drains it
-//!   (formatted by `crate::events`; lent to `crate::direct` when caught up on plain TCP).
+//! - `sse`: the server-sent-event answer and its body, which pulls from the stream as the
+//!   client drains it (formatted by `crate::events`).
+//! - `sse_reader`: one SSE reader's state and step, driven by the body under hyper and by
+//!   the bare front's writers and parking lots (`crate::serve::bare`) on plain TCP.
 //!
-//! Both modes subscribe to the stream's tail-advance notifications and enable the wait
-//! before looking at the tail, so no append between the look and the wait is missed.
+//! Every live reader subscribes to the stream's tail-advance notifications (or shares a
+//! subscription with others) and enables the wait before looking at the tail, so no append
+//! between the look and the wait is missed.
 
 pub mod long_poll;
 pub mod sse;
+pub mod sse_reader;

@@ -1,51 +1,42 @@
-//! `live=sse`: a response body that pulls events from the stream as the client drains it.
+//! `live=sse`: the answer, and a response body that pulls events from the stream as the
+//! client drains it.
 //!
-//! [`SseBody`] holds no queue: hyper polls it when the socket can take more, and each poll
-//! sends at most one frame (`crate::events::frame`, up to `FRAME_STORED_BYTES_MAX` stored bytes),
-//! so a slow client only slows itself. A poll first looks at the tail its live slot recorded
-//! at the last commit and touches the stream only when there is something new. When caught
-//! up it waits on the tail notification (enabled before each look; the shutdown fires it
-//! too) and on the idle timer, holding no buffer: frames are formatted once per stream and
-//! shared (`crate::events::frame`). It
+//! [`serve`] checks the start and answers 200 with an [`SseBody`]. The body holds no queue:
+//! its writer polls it when the socket can take more, and each poll sends at most one frame
+//! (`crate::events::frame`, up to `FRAME_STORED_BYTES_MAX` stored bytes), so a slow client
+//! only slows itself. The frames come from the reader's step (`super::sse_reader`), which
+//! touches the stream only when the tail its live slot recorded at the last commit says there
+//! is something new. The bare front takes the reader out of the body (`SseBody::hand_off`)
+//! and writes and parks it itself (`crate::serve::bare`); under hyper (TLS, or a connection
+//! handed to hyper) the body waits itself: on the tail notification (enabled before each look;
+//! the shutdown fires it too) and on the idle timer, both made at its first wait. The answer
 //! ends after the control event that reports a closed stream, when the stream is deleted,
 //! after `DS_SERVER__SSE_RECONNECT_INTERVAL_SECS` without data, or at shutdown.
 
+use std::any::Any;
 use std::convert::Infallible;
 use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
-use ds_engine::Subscription;
 use ds_engine::{Offset, StartAt, StreamHandle};
 use http_body::Frame;
 use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
-use tokio::sync::futures::OwnedNotified;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
+use super::sse_reader::{SseHandoff, SseReader, SseStream, Step, TailWatch};
 use crate::app::App;
 use crate::events::event::{EventFormat, SseEncoding};
-use crate::events::frame::{FrameCache, FrameSource, Next};
-use crate::http::cursor::response_cursor;
 use crate::http::headers::STREAM_SSE_DATA_ENCODING;
 use crate::http::problem::Problem;
 use crate::http::read_reply::{read_problem, ReadStart};
-use crate::http::response::{response, Body};
-use crate::metrics::Metrics;
-use crate::per_stream::Member;
+use crate::http::response::{response, Body, LiveSource};
 
 /// Tells nginx-style proxies not to buffer the event stream.
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
-
-/// Where a body starts and how it formats.
-struct Start {
-    offset: Offset,
-    client_cursor: Option<Arc<str>>,
-    format: EventFormat,
-}
 
 /// Starts an SSE response at `start` (400 when it is not a message boundary).
 pub fn serve(
@@ -66,10 +57,10 @@ pub fn serve(
         .map_err(|error| read_problem(error, &start.text))?
         .ok_or_else(Problem::not_found)?;
     handle.touch();
-    let content_type = &handle.config().content_type;
-    let format = EventFormat::of(content_type);
-    let start = Start { offset: from, client_cursor: client_cursor.map(Arc::from), format };
-    let body = SseBody::new(Arc::clone(app), handle, start);
+    let format = EventFormat::of(&handle.config().content_type);
+    let reader = SseReader::new(Arc::clone(&app.metrics), from, client_cursor.map(Arc::from));
+    let stream = Arc::new(SseStream::new(Arc::clone(app), handle, format));
+    let body = SseBody { stream, reader: Some(reader), wait: None };
     let mut reply = response(StatusCode::OK, Body::Live(Box::pin(body)));
     let headers = reply.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -81,142 +72,42 @@ pub fn serve(
     Ok(reply)
 }
 
-/// Closes the connection after a full interval without data. Data only raises a flag; the
-/// timer checks it when it fires, so an idle connection closes after one to two intervals
-/// and a busy one costs no timer work per frame.
-struct IdleClose {
-    interval: Duration,
-    data_since_armed: bool,
-    sleep: Pin<Box<Sleep>>,
-}
-
-impl IdleClose {
-    /// True once a whole interval passed without data (registers for a wake otherwise).
-    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        while self.sleep.as_mut().poll(cx).is_ready() {
-            if !std::mem::take(&mut self.data_since_armed) {
-                return true;
-            }
-            self.sleep.as_mut().reset(Instant::now() + self.interval);
-        }
-        false
-    }
-}
-
-/// How often a live reader renews the stream's TTL while data flows.
-const TOUCH_INTERVAL_MS: u64 = 1000;
-
 /// The body of one SSE response.
 pub struct SseBody {
-    app: Arc<App>,
-    handle: StreamHandle,
-    subscription: Subscription,
-    /// Frames formatted by the stream's other SSE readers.
-    frames: Member<FrameCache>,
-    /// The wait for the next tail advance; its allocation is reused for every wait.
-    woken: Pin<Box<OwnedNotified>>,
-    /// `woken` is enabled and has not fired yet.
-    woken_armed: bool,
-    idle: Option<IdleClose>,
-    offset: Offset,
-    client_cursor: Option<Arc<str>>,
-    format: EventFormat,
-    /// When this reader last renewed the stream's TTL (clock milliseconds).
-    touched_ms: u64,
-    /// A control event with `upToDate` went out since the reader last fell behind.
-    told_up_to_date: bool,
-    finished: bool,
+    stream: Arc<SseStream>,
+    /// `None` once the answer ended or was handed off.
+    reader: Option<SseReader>,
+    /// Made at the first wait.
+    wait: Option<Box<TailWait>>,
 }
 
-impl SseBody {
-    fn new(app: Arc<App>, handle: StreamHandle, start: Start) -> SseBody {
-        let idle = app.sse_idle_close.map(|interval| IdleClose {
-            interval,
-            data_since_armed: false,
-            sleep: Box::pin(tokio::time::sleep(interval)),
-        });
-        app.metrics.sse_started();
-        let subscription = handle.subscribe();
-        let frames = app.frames.join(&handle);
-        SseBody {
-            frames,
-            woken: Box::pin(Arc::clone(subscription.notify()).notified_owned()),
-            woken_armed: false,
-            subscription,
-            app,
-            handle,
-            idle,
-            offset: start.offset,
-            client_cursor: start.client_cursor,
-            format: start.format,
-            touched_ms: 0,
-            told_up_to_date: false,
-            finished: false,
+/// What a body waits on when it has nothing to send.
+struct TailWait {
+    tail: TailWatch,
+    idle: Option<Pin<Box<Sleep>>>,
+}
+
+impl TailWait {
+    fn new(stream: &SseStream, reader: &SseReader) -> TailWait {
+        TailWait {
+            tail: TailWatch::new(&stream.handle),
+            idle: reader.idle_deadline(stream).map(|deadline| Box::pin(tokio::time::sleep_until(deadline))),
         }
     }
 
-    /// Whether the last commit left anything this reader has not seen (no stream lock).
-    fn may_have_news(&self) -> bool {
-        let tail = self.subscription.tail();
-        tail.messages > self.offset.messages || tail.closed || tail.gone || !self.told_up_to_date
-    }
-
-    /// The events to send now, if any: new messages, or the catch-up or closing control.
-    fn next_frame(&mut self) -> Option<Bytes> {
-        let now_ms = ds_engine::Clock::System.now_ms();
-        let cursor = response_cursor(self.client_cursor.as_deref(), now_ms);
-        let source = FrameSource { handle: &self.handle, frames: &self.frames, format: self.format, cursor };
-        let frame = match source.next_frame(self.offset, self.told_up_to_date) {
-            Next::Frame(frame) => frame,
-            Next::Nothing => return None,
-            // Damage ends the response after the intact events: the client reconnects from
-            // the last `id:` it got and is answered with the problem at the damage.
-            Next::Gone | Next::Damaged => {
-                self.finished = true;
-                return None;
-            }
+    /// True once the reader went a whole interval without data (registers for a wake
+    /// otherwise).
+    fn idle_expired(&mut self, stream: &SseStream, reader: &SseReader, cx: &mut Context<'_>) -> bool {
+        let (Some(sleep), Some(deadline)) = (self.idle.as_mut(), reader.idle_deadline(stream)) else {
+            return false;
         };
-        if frame.to == self.offset {
-            // A control event alone: caught up, or closed.
-            self.told_up_to_date = true;
-            self.finished = frame.closes;
-        } else {
-            self.advance(frame.to, frame.closes, now_ms);
+        while sleep.as_mut().poll(cx).is_ready() {
+            if tokio::time::Instant::now() >= deadline {
+                return true;
+            }
+            sleep.as_mut().reset(deadline);
         }
-        Some(frame.bytes)
-    }
-
-    /// Moves past a sent frame ending at `to` (`closes`: it carried the closing event).
-    fn advance(&mut self, to: Offset, closes: bool, now_ms: u64) {
-        debug_assert!(to > self.offset, "offsets only move forward");
-        self.offset = to;
-        self.told_up_to_date = true;
-        self.finished = closes;
-        if now_ms.saturating_sub(self.touched_ms) >= TOUCH_INTERVAL_MS {
-            self.touched_ms = now_ms;
-            self.handle.touch();
-        }
-        if let Some(idle) = &mut self.idle {
-            idle.data_since_armed = true;
-        }
-    }
-
-    /// Arms (once) the wait for the next tail advance; true if it already fired.
-    fn woken(&mut self, cx: &mut Context<'_>) -> bool {
-        if !self.woken_armed {
-            self.woken.set(Arc::clone(self.subscription.notify()).notified_owned());
-            self.woken.as_mut().enable();
-            self.woken_armed = true;
-        }
-        let fired = self.woken.as_mut().poll(cx).is_ready();
-        self.woken_armed = !fired;
-        fired
-    }
-}
-
-impl Drop for SseBody {
-    fn drop(&mut self) {
-        self.app.metrics.sse_ended();
+        false
     }
 }
 
@@ -229,33 +120,39 @@ impl http_body::Body for SseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = &mut *self;
-        loop {
-            // Arm the wait before looking, so an advance (or the shutdown's wake of every live
-            // reader, `App::begin_shutdown`) right after the look still wakes us.
-            let fired = this.woken(cx);
-            if this.finished || this.app.shutdown.is_triggered() {
-                return Poll::Ready(None);
-            }
-            if this.may_have_news() {
-                if let Some(frame) = this.next_frame() {
-                    Metrics::add(&this.app.metrics.read_bytes, frame.len() as u64);
-                    return Poll::Ready(Some(Ok(Frame::data(frame))));
-                }
-                if this.finished {
-                    return Poll::Ready(None);
+        let Some(reader) = this.reader.as_mut() else { return Poll::Ready(None) };
+        let wait = this.wait.get_or_insert_with(|| Box::new(TailWait::new(&this.stream, reader)));
+        let ended = loop {
+            // Armed before the look (`TailWatch::fired`).
+            let fired = wait.tail.fired(cx);
+            if reader.wants_step(wait.tail.tail(), &this.stream) {
+                match reader.step(&this.stream) {
+                    Step::Frame(frame) => return Poll::Ready(Some(Ok(Frame::data(frame)))),
+                    Step::End => break true,
+                    Step::Nothing => {}
                 }
             }
-            if fired {
-                continue;
+            if !fired {
+                break wait.idle_expired(&this.stream, reader, cx);
             }
-            if this.idle.as_mut().is_some_and(|idle| idle.expired(cx)) {
-                return Poll::Ready(None);
-            }
+        };
+        if !ended {
             return Poll::Pending;
         }
+        this.reader = None;
+        this.wait = None;
+        Poll::Ready(None)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.finished
+        self.reader.is_none()
+    }
+}
+
+impl LiveSource for SseBody {
+    fn hand_off(self: Pin<&mut Self>) -> Option<Box<dyn Any + Send>> {
+        let this = self.get_mut();
+        let reader = this.reader.take()?;
+        Some(Box::new(SseHandoff { stream: Arc::clone(&this.stream), reader }))
     }
 }

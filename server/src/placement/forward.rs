@@ -20,7 +20,7 @@ use hyper::{Request, Response, StatusCode};
 use crate::cluster::{Cluster, OutBody, Pooled};
 use crate::http::problem::Problem;
 use crate::http::request_body::RequestBody;
-use crate::http::response::Body;
+use crate::http::response::{Body, LiveSource};
 
 /// Marks a request one node passed to another (its value: the forwarding node's id).
 pub const FORWARDED_BY: HeaderName = HeaderName::from_static("ds-forwarded-by");
@@ -103,6 +103,8 @@ fn strip_hop_by_hop(headers: &mut hyper::HeaderMap) {
 /// The owner's answer body, relayed; an error from the owner ends it (the connection to the
 /// client then ends too, short of the length promised, so the client sees the failure).
 struct Relayed(Pooled);
+
+impl LiveSource for Relayed {}
 
 impl http_body::Body for Relayed {
     type Data = Bytes;

@@ -37,6 +37,7 @@ use crate::app::App;
 use crate::http::request_body::RequestBody;
 use crate::metrics::ErrorKind;
 use crate::router::{self, HEAD_BYTES_MAX};
+use crate::serve::bare::Parking;
 use crate::serve::canned::Canned;
 use crate::serve::coalesce::Coalesced;
 use crate::serve::stall::StallGuard;
@@ -60,11 +61,13 @@ const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
 content-type: application/problem+json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 125\r\n\r\n\
 {\"type\":\"urn:ds:problem:too-many-connections\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"connection limit reached\"}";
 
-/// Serves `listener` until the app's shutdown signal fires, then drains.
+/// Serves `listener` until the app's shutdown signal fires, then drains. Readers the bare
+/// front parks (`bare::Parking`) belong to this loop's lots.
 pub async fn serve(listener: TcpListener, app: Arc<App>, tls: Option<TlsAcceptor>) {
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(app.connections_max));
     let refusals = Arc::new(Semaphore::new(REFUSALS_MAX));
+    let parking = Arc::new(Parking::default());
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -89,7 +92,16 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, tls: Option<TlsAcceptor
         if let Err(error) = socket.set_nodelay(true) {
             tracing::debug!(%error, %peer, "cannot set TCP_NODELAY");
         }
-        tokio::spawn(connection(Arc::clone(&app), socket, peer, tls.clone(), graceful.watcher(), slot));
+        let watcher = graceful.watcher();
+        tokio::spawn(connection(
+            Arc::clone(&app),
+            socket,
+            peer,
+            tls.clone(),
+            watcher,
+            slot,
+            Arc::clone(&parking),
+        ));
     }
     drop(listener);
     tokio::select! {
@@ -105,17 +117,43 @@ async fn connection(
     peer: SocketAddr,
     tls: Option<TlsAcceptor>,
     watcher: Watcher,
-    _slot: OwnedSemaphorePermit,
+    slot: OwnedSemaphorePermit,
+    parking: Arc<Parking>,
 ) {
-    app.metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+    let open = OpenConnection::new(Arc::clone(&app), slot);
     match tls {
         // hyper's connection state (and a TLS session) is boxed: the task of a bare
         // connection holds only the bare front's state.
-        None if app.bare_front => bare::serve(&app, socket, peer, watcher).await,
+        None if app.bare_front => {
+            bare::serve(parking, bare::Conn::new(socket, peer, watcher, open), None).await
+        }
         None => Box::pin(serve_http(&app, socket, peer, watcher)).await,
         Some(acceptor) => Box::pin(serve_tls(&app, acceptor, socket, peer, watcher)).await,
     }
-    app.metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// A connection counted in `connections_open`, holding its slot under the connection limit,
+/// until dropped (the bare front moves it with the connection when it parks a reader).
+pub struct OpenConnection {
+    app: Arc<App>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl OpenConnection {
+    fn new(app: Arc<App>, slot: OwnedSemaphorePermit) -> OpenConnection {
+        app.metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection { app, _slot: slot }
+    }
+
+    pub fn app(&self) -> &Arc<App> {
+        &self.app
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.app.metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A TLS handshake bounded by [`HANDSHAKE_TIMEOUT`], then HTTP/1.1 through hyper.

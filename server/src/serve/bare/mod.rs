@@ -1,26 +1,36 @@
 //! The bare front: ds's own lean HTTP/1.1 for requests without a body on plain TCP — reads
 //! above all, catch-up, long-poll and SSE — with everything else left to hyper.
 //!
-//! A connection starts here. Each request head is read into a buffer that lives only until
-//! the head is parsed (`head`); a request with no body is routed like any other
+//! A connection ([`Conn`]) starts here. Each request head is read into a buffer that lives
+//! only until the head is parsed (`head`); a request with no body is routed like any other
 //! (`crate::router::handle`) and its answer written by `reply`, straight to the socket, frame
-//! by frame. So a connection between requests holds its socket and nothing else, a waiting
-//! long-poll holds its route's state, and a caught-up SSE reader holds its body — none holds
-//! a read or write buffer (hyper keeps one of each per connection for its whole life). At the
+//! by frame. An SSE answer is written by `events`: every frame that is ready, and then, caught
+//! up, the connection itself is parked (`park`): it leaves its task and joins a lot of its
+//! stream's caught-up readers, one task per lot, which writes each new frame to every reader
+//! that can take it at once and hands a reader back to a task of its own (this function
+//! again, resuming) when its socket is full or its answer ends. So a connection between
+//! requests holds its socket and nothing else, a waiting long-poll holds its route's state,
+//! and a caught-up SSE reader holds its socket and its place in the stream — none holds a
+//! read or write buffer (hyper keeps one of each per connection for its whole life). At the
 //! first request the bare front does not serve (one with a body, or any head it leaves to
-//! hyper's checks), the connection goes to hyper for the rest of its life, from that request's
-//! first byte (the bytes already read chained before the socket's, `tokio::io::join`); hyper
-//! never hands one back.
+//! hyper's checks), the connection goes to hyper for the rest of its life, from that
+//! request's first byte (the bytes already read chained before the socket's,
+//! `tokio::io::join`); hyper never hands one back.
 //!
 //! Like hyper here: a head must arrive within `HEAD_READ_TIMEOUT` of the wait for it (an
 //! idle keep-alive connection closes then), a write blocked for `DS_SERVER__WRITE_STALL_
 //! TIMEOUT_SECS` ends the connection, `Connection: close` is honoured, shutdown closes idle
 //! connections and lets answers in flight finish. A client that hangs up while its answer is
-//! awaited (a long-poll) or streamed (SSE) is noticed at once, and its request dropped.
+//! awaited (a long-poll) or streamed (SSE, parked or not) is noticed at once, and its request
+//! dropped.
 
+mod events;
 mod gather;
 pub mod head;
+mod park;
 pub mod reply;
+
+pub use park::Parking;
 
 use std::future::Future;
 use std::io;
@@ -38,48 +48,95 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::http::request_body::RequestBody;
 use crate::http::response::Body;
+use crate::live::sse_reader::SseHandoff;
 use crate::metrics::{ErrorKind, Metrics};
 use crate::router::{self, Routed};
+use events::{Events, Written};
 use head::Head;
+use reply::Framing;
 
-use super::HEAD_READ_TIMEOUT;
+use super::{OpenConnection, HEAD_READ_TIMEOUT};
 
 /// Bytes asked of the socket per read of a head, on the stack (most heads are a few hundred
 /// bytes).
 const READ_BYTES: usize = 4096;
 
-/// Serves `socket` until the client, an error or the shutdown ends it, or hands it to hyper.
-/// Each step is boxed, so the connection's task holds only what the step it is in needs (a
-/// waiting SSE reader: its body and the send's state; an idle connection: the head wait).
-pub async fn serve(app: &Arc<App>, socket: TcpStream, peer: SocketAddr, watcher: Watcher) {
-    let mut unread = Vec::new();
+/// A plain TCP connection of the bare front: its socket, and what it holds for the server.
+pub struct Conn {
+    socket: TcpStream,
+    peer: SocketAddr,
+    watcher: Watcher,
+    /// Bytes read past the requests served so far (the start of the next head).
+    unread: Vec<u8>,
+    open: OpenConnection,
+}
+
+impl Conn {
+    pub fn new(socket: TcpStream, peer: SocketAddr, watcher: Watcher, open: OpenConnection) -> Conn {
+        Conn { socket, peer, watcher, unread: Vec::new(), open }
+    }
+}
+
+/// What is left to do after an answer's route.
+enum Answered {
+    /// The answer is written; the connection may carry another.
+    Again,
+    /// The connection ends.
+    Done,
+    /// An SSE answer, to be written by `events` (and parked when caught up).
+    Events(Events),
+}
+
+/// Serves `conn` until the client, an error or the shutdown ends it, hands it to hyper, or
+/// parks it; `events`: an SSE answer to go on with first (a parked reader resuming). Each
+/// step is boxed, so the connection's task holds only what the step it is in needs.
+pub async fn serve(parking: Arc<Parking>, mut conn: Conn, mut events: Option<Events>) {
+    let app = Arc::clone(conn.open.app());
     loop {
-        let (request, close) = match Box::pin(next_head(app, &socket, &mut unread)).await {
-            Ok(Some(bare)) => bare,
-            Ok(None) => {
-                Metrics::add(&app.metrics.bare_handoffs, 1);
-                // hyper reads from the first byte not served (the bytes already read, then
-                // the socket) and writes to the socket.
-                let (reader, writer) = socket.into_split();
-                let io = tokio::io::join(std::io::Cursor::new(unread).chain(reader), writer);
-                return Box::pin(super::serve_http(app, io, peer, watcher)).await;
+        if let Some(answer) = events.take() {
+            match Box::pin(events::write(&conn.socket, answer, app.write_stall_timeout)).await {
+                Ok(Written::Ended { again: true }) => {}
+                Ok(Written::Ended { again: false }) => return,
+                Ok(Written::CaughtUp(answer)) => return parking.park(conn, answer),
+                Err(error) => return ended(&app, conn.peer, &error),
             }
+        }
+        let (request, close) = match Box::pin(next_head(&app, &conn.socket, &mut conn.unread)).await {
+            Ok(Some(bare)) => bare,
+            Ok(None) => return Box::pin(hand_to_hyper(&app, conn)).await,
             Err(error) => {
-                tracing::debug!(%error, %peer, "connection ended");
+                tracing::debug!(%error, peer = %conn.peer, "connection ended");
                 return;
             }
         };
         Metrics::add(&app.metrics.bare_requests, 1);
-        match Box::pin(answer(app, &socket, request, close)).await {
-            Ok(true) => continue,
-            Ok(false) => {}
-            Err(error) if error.kind() == io::ErrorKind::TimedOut => {
-                app.metrics.error(ErrorKind::WriteStall);
-                tracing::debug!(%peer, "client stopped reading; closing");
-            }
-            Err(error) => tracing::debug!(%error, %peer, "client went away"),
+        match Box::pin(answer(&app, &conn.socket, request, close)).await {
+            Ok(Answered::Again) => {}
+            Ok(Answered::Done) => return,
+            Ok(Answered::Events(answer)) => events = Some(answer),
+            Err(error) => return ended(&app, conn.peer, &error),
         }
-        return;
+    }
+}
+
+/// Gives the connection to hyper, from the first byte not served: hyper reads the bytes
+/// already read, then the socket, and writes to the socket.
+async fn hand_to_hyper(app: &Arc<App>, conn: Conn) {
+    Metrics::add(&app.metrics.bare_handoffs, 1);
+    let Conn { socket, peer, watcher, unread, open } = conn;
+    let (reader, writer) = socket.into_split();
+    let io = tokio::io::join(std::io::Cursor::new(unread).chain(reader), writer);
+    super::serve_http(app, io, peer, watcher).await;
+    drop(open);
+}
+
+/// Logs why an answer's connection ended.
+fn ended(app: &App, peer: SocketAddr, error: &io::Error) {
+    if error.kind() == io::ErrorKind::TimedOut {
+        app.metrics.error(ErrorKind::WriteStall);
+        tracing::debug!(%peer, "client stopped reading; closing");
+    } else {
+        tracing::debug!(%error, %peer, "client went away");
     }
 }
 
@@ -125,25 +182,27 @@ async fn next_head(
     }
 }
 
-/// Routes `request` and writes its answer; true when the connection may carry another.
+/// Routes `request` and writes its answer, or leaves an SSE answer to `events`.
 async fn answer(
     app: &Arc<App>,
     socket: &TcpStream,
     request: Box<Request<RequestBody>>,
     close: bool,
-) -> io::Result<bool> {
+) -> io::Result<Answered> {
     // The route's state and its response are dropped before the body is sent: only the
     // body (and the send's small state) is held while a live answer waits.
-    let (head, framing, body, close) = {
+    let (head, framing, mut body, close) = {
         let method = request.method().clone();
         let mut route = Box::pin(router::handle(Arc::clone(app), *request));
-        let Some(routed) = unless_gone(socket, route.as_mut()).await else { return Ok(false) };
+        let Some(routed) = unless_gone(socket, route.as_mut()).await else { return Ok(Answered::Done) };
         drop(route);
         let response: Response<Body> = match routed {
             Routed::Now(response) => response,
             // A long-poll: only its own boxed wait is held while it waits.
             Routed::Later(mut waiting) => {
-                let Some(response) = unless_gone(socket, waiting.as_mut()).await else { return Ok(false) };
+                let Some(response) = unless_gone(socket, waiting.as_mut()).await else {
+                    return Ok(Answered::Done);
+                };
                 response
             }
         };
@@ -151,11 +210,24 @@ async fn answer(
         let (head, framing) = reply::head(&response, &method, close);
         (head, framing, response.into_body(), close)
     };
+    if let Some(SseHandoff { stream, reader }) = sse_handoff(&mut body, framing) {
+        return Ok(Answered::Events(Events { stream, reader, head: Some(head), leftover: None, close }));
+    }
     let mut send = std::pin::pin!(reply::send(socket, head, body, framing, app));
     match unless_gone(socket, send.as_mut()).await {
-        Some(sent) => sent.map(|()| !close),
-        None => Ok(false),
+        Some(sent) => sent.map(|()| if close { Answered::Done } else { Answered::Again }),
+        None => Ok(Answered::Done),
     }
+}
+
+/// The SSE reader of an event-stream answer, taken out of its body.
+fn sse_handoff(body: &mut Body, framing: Framing) -> Option<SseHandoff> {
+    let Body::Live(live) = body else { return None };
+    if framing != Framing::Chunked {
+        return None;
+    }
+    let taken = live.as_mut().hand_off()?;
+    Some(*taken.downcast::<SseHandoff>().expect("only SSE readers are handed off"))
 }
 
 /// Runs `work` to its end, unless the client closes its end of the connection first

@@ -6,8 +6,8 @@
 //! answers, 1xx, 204 and 304 carry no body; `date` is added. The head goes out with the first
 //! frame of a body that is already there, in one `writev`; a frame's slices (up to
 //! `FRAME_SLICES_MAX` stored messages) go out with one `writev`, and a small chunked frame is
-//! joined with its framing first. Nothing is kept between frames: a caught-up SSE reader's
-//! connection holds its body and socket, no buffer.
+//! joined with its framing first. Nothing is kept between frames. (SSE answers are written by
+//! `super::events` with `send_frame` and `write_all` from here.)
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -184,7 +184,7 @@ async fn write_one(socket: &TcpStream, bytes: Vec<u8>, stall: Duration) -> io::R
 }
 
 /// One frame (with the head before it when it is the first), chunk-framed if chunked.
-async fn send_frame(
+pub async fn send_frame(
     socket: &TcpStream,
     head: &[u8],
     data: SliceBuf,
@@ -301,6 +301,8 @@ mod tests {
 
     /// A live body with no frames and no known length.
     struct Unknown;
+
+    impl crate::http::response::LiveSource for Unknown {}
 
     impl http_body::Body for Unknown {
         type Data = Bytes;

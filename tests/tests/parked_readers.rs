@@ -1,0 +1,184 @@
+//! Caught-up SSE readers of the bare front are parked: their connections leave their tasks
+//! for a lot of the stream's readers (`server/src/serve/bare/park.rs`). Parked readers get
+//! every event, a client that hangs up while parked is let go without waiting for an event,
+//! a connection carries on after its parked answer ends (with a request sent afterwards or
+//! pipelined behind it), and more readers than one lot holds are served by several.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use ds_tests::{Client, Server};
+
+/// The gauge or counter `name` of the server's metrics.
+fn metric(client: &Client, name: &str) -> i64 {
+    let text = client.get("/metrics").text();
+    let prefix = format!("{name} ");
+    let line =
+        text.lines().find(|line| line.starts_with(&prefix)).unwrap_or_else(|| panic!("{name}: {text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Waits until the metric `name` equals `wanted` (5 s at most).
+fn wait_for_metric(client: &Client, name: &str, wanted: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let value = metric(client, name);
+        if value == wanted {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name} stayed {value}, wanted {wanted}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn address(server: &Server) -> SocketAddr {
+    server.base_url().trim_start_matches("http://").parse().unwrap()
+}
+
+/// A raw connection and all it received.
+struct Raw {
+    socket: TcpStream,
+    received: Vec<u8>,
+}
+
+impl Raw {
+    /// Connects and sends `request` (keep-alive unless it says otherwise).
+    fn send(addr: SocketAddr, request: &str) -> Raw {
+        let mut socket = TcpStream::connect(addr).unwrap();
+        socket.write_all(request.as_bytes()).unwrap();
+        Raw { socket, received: Vec::new() }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.received).into_owned()
+    }
+
+    /// Reads until the text received contains `needle` (10 s at most).
+    fn read_until(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.text().contains(needle) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "no {needle:?} in {:?}", self.text());
+            self.socket.set_read_timeout(Some(left)).unwrap();
+            let mut buffer = [0u8; 16384];
+            match self.socket.read(&mut buffer) {
+                Ok(0) => panic!("closed before {needle:?}: {:?}", self.text()),
+                Ok(read) => self.received.extend_from_slice(&buffer[..read]),
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(error) if error.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(error) => panic!("read: {error}"),
+            }
+        }
+        self.text()
+    }
+}
+
+fn sse_request(path: &str) -> String {
+    format!("GET {path}?offset=-1&live=sse HTTP/1.1\r\nHost: ds\r\n\r\n")
+}
+
+#[test]
+fn caught_up_readers_are_parked_and_get_every_event() {
+    let server = Server::start(&[]);
+    let client = server.client();
+    let path = "/v1/stream/parked";
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    let mut readers: Vec<Raw> = (0..40).map(|_| Raw::send(address(&server), &sse_request(path))).collect();
+    for reader in &mut readers {
+        reader.read_until("upToDate");
+    }
+    wait_for_metric(&client, "ds_sse_parked_readers", 40);
+    for i in 0..20 {
+        assert_eq!(client.post(path, "text/plain", format!("event-{i:02}").as_bytes()).status, 204);
+    }
+    for reader in &mut readers {
+        let text = reader.read_until("event-19");
+        let order: Vec<usize> =
+            (0..20).map(|i| text.find(&format!("event-{i:02}")).expect("every event")).collect();
+        assert!(order.windows(2).all(|pair| pair[0] < pair[1]), "in order: {text}");
+    }
+    // Back in the lot once they caught up again.
+    wait_for_metric(&client, "ds_sse_parked_readers", 40);
+    assert_eq!(metric(&client, "ds_live_readers{kind=\"sse\"}"), 40);
+}
+
+#[test]
+fn a_parked_reader_that_hangs_up_is_let_go_without_an_event() {
+    let server = Server::start(&[]);
+    let client = server.client();
+    let path = "/v1/stream/parked-gone";
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    let mut readers: Vec<Raw> = (0..3).map(|_| Raw::send(address(&server), &sse_request(path))).collect();
+    for reader in &mut readers {
+        reader.read_until("upToDate");
+    }
+    wait_for_metric(&client, "ds_sse_parked_readers", 3);
+    let connections = metric(&client, "ds_connections");
+    drop(readers.pop());
+    wait_for_metric(&client, "ds_sse_parked_readers", 2);
+    wait_for_metric(&client, "ds_live_readers{kind=\"sse\"}", 2);
+    wait_for_metric(&client, "ds_connections", connections - 1);
+    // The others are untouched.
+    assert_eq!(client.post(path, "text/plain", b"still here").status, 204);
+    for reader in &mut readers {
+        reader.read_until("still here");
+    }
+}
+
+#[test]
+fn a_connection_carries_on_after_its_parked_answer_ends() {
+    let server = Server::start(&[]);
+    let client = server.client();
+    let path = "/v1/stream/parked-keep-alive";
+    assert_eq!(client.put(path, "text/plain", b"first").status, 201);
+    let mut reader = Raw::send(address(&server), &sse_request(path));
+    reader.read_until("upToDate");
+    wait_for_metric(&client, "ds_sse_parked_readers", 1);
+    assert_eq!(client.send("POST", path, &[("Stream-Closed", "true")], b"").status, 204);
+    reader.read_until("\r\n0\r\n\r\n");
+    assert!(reader.text().contains("streamClosed"), "{}", reader.text());
+    // The same connection serves the next request.
+    reader.socket.write_all(b"GET /healthz HTTP/1.1\r\nHost: ds\r\nConnection: close\r\n\r\n").unwrap();
+    let after = reader.read_until("\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n");
+    assert_eq!(after.matches("HTTP/1.1 200 OK").count(), 2, "{after}");
+}
+
+#[test]
+fn a_request_pipelined_behind_a_parked_answer_is_served_after_it() {
+    let server = Server::start(&[]);
+    let client = server.client();
+    let path = "/v1/stream/parked-pipelined";
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    let both = format!("{}GET /healthz HTTP/1.1\r\nHost: ds\r\nConnection: close\r\n\r\n", sse_request(path));
+    let mut reader = Raw::send(address(&server), &both);
+    reader.read_until("upToDate");
+    wait_for_metric(&client, "ds_sse_parked_readers", 1);
+    assert_eq!(client.post(path, "text/plain", b"while parked").status, 204);
+    reader.read_until("while parked");
+    assert_eq!(reader.text().matches("HTTP/1.1 200 OK").count(), 1, "the health check waits its turn");
+    assert_eq!(client.send("POST", path, &[("Stream-Closed", "true")], b"").status, 204);
+    let text = reader.read_until("\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n");
+    assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
+}
+
+#[test]
+fn readers_beyond_one_lot_are_all_served() {
+    let server = Server::start(&[]);
+    let client = server.client();
+    let path = "/v1/stream/parked-many";
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    // One lot holds 1,024 readers.
+    let mut readers: Vec<Raw> = (0..1100).map(|_| Raw::send(address(&server), &sse_request(path))).collect();
+    for reader in &mut readers {
+        reader.read_until("upToDate");
+    }
+    wait_for_metric(&client, "ds_sse_parked_readers", 1100);
+    for i in 0..3 {
+        assert_eq!(client.post(path, "text/plain", format!("wide-{i}").as_bytes()).status, 204);
+    }
+    for reader in &mut readers {
+        let text = reader.read_until("wide-2");
+        assert!(text.contains("wide-0") && text.contains("wide-1"), "{text}");
+    }
+}
