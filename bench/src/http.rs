@@ -17,7 +17,10 @@ use crate::target::Target;
 pub struct Reply {
     pub status: u16,
     pub headers: hyper::HeaderMap,
+    /// The body (empty when it was only counted, [`Connection::send_counting`]).
     pub body: Bytes,
+    /// Bytes the body had.
+    pub body_bytes: u64,
 }
 
 impl Reply {
@@ -77,6 +80,22 @@ impl Connection {
         let status = response.status().as_u16();
         let (parts, body) = response.into_parts();
         let body = body.collect().await?.to_bytes();
-        Ok(Reply { status, headers: parts.headers, body })
+        Ok(Reply { status, headers: parts.headers, body_bytes: body.len() as u64, body })
+    }
+
+    /// Sends a request and reads the whole response, counting its body's bytes as they
+    /// arrive instead of keeping them: a reader that only measures pays no copy or
+    /// allocation per answer, however large the server makes its answers.
+    pub async fn send_counting(&mut self, method: Method, path: &str) -> Result<Reply, hyper::Error> {
+        let response = self.start(method, path, &[], Bytes::new()).await?;
+        let status = response.status().as_u16();
+        let (parts, mut body) = response.into_parts();
+        let mut body_bytes = 0u64;
+        while let Some(frame) = body.frame().await {
+            if let Some(data) = frame?.data_ref() {
+                body_bytes += data.len() as u64;
+            }
+        }
+        Ok(Reply { status, headers: parts.headers, body: Bytes::new(), body_bytes })
     }
 }

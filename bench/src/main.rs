@@ -40,6 +40,13 @@ enum Command {
         /// Runs against each server
         #[arg(long, default_value_t = 3)]
         rounds: u32,
+        /// Path prefix of streams on server A (default: the scenario's --prefix)
+        #[arg(long)]
+        a_prefix: Option<String>,
+        /// Path prefix of streams on server B (default: the scenario's --prefix), for a
+        /// peer that mounts streams elsewhere (`--b-prefix /` for one at the root)
+        #[arg(long)]
+        b_prefix: Option<String>,
         #[command(subcommand)]
         scenario: Scenario,
     },
@@ -240,6 +247,15 @@ fn settings(common: &Common, url: &str) -> Result<Settings, String> {
     })
 }
 
+/// [`settings`] for the server at `url`, its streams under `prefix` when given.
+fn settings_at(common: &Common, url: &str, prefix: Option<&str>) -> Result<Settings, String> {
+    let mut settings = settings(common, url)?;
+    if let Some(prefix) = prefix {
+        settings.target.prefix = Target::parse(url, prefix)?.prefix;
+    }
+    Ok(settings)
+}
+
 async fn run(scenario: &Scenario, settings: &Settings) -> Result<Report, String> {
     match scenario.clone() {
         Scenario::Append { connections, streams, bytes, producer, create_url, .. } => {
@@ -286,8 +302,9 @@ async fn execute(command: &Command) -> Result<(String, serde_json::Value), Strin
             let report = run(scenario, &settings(scenario.common(), &scenario.common().url)?).await?;
             Ok((report.table(), report.to_json()))
         }
-        Command::Compare { a, b, rounds, scenario } => {
-            let (settings_a, settings_b) = (settings(scenario.common(), a)?, settings(scenario.common(), b)?);
+        Command::Compare { a, b, rounds, a_prefix, b_prefix, scenario } => {
+            let settings_a = settings_at(scenario.common(), a, a_prefix.as_deref())?;
+            let settings_b = settings_at(scenario.common(), b, b_prefix.as_deref())?;
             let mut comparison = Comparison::new(a, b);
             for round in 0..(*rounds).max(1) {
                 eprintln!("round {} of {rounds}: A ({a})", round + 1);

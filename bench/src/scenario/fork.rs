@@ -124,12 +124,11 @@ async fn catch_up(connection: &mut Connection, path: &str) -> Result<f64, String
     let (mut offset, mut bytes) = ("-1".to_string(), 0u64);
     loop {
         let url = format!("{path}?offset={offset}");
-        let reply =
-            connection.send(Method::GET, &url, &[], Bytes::new()).await.map_err(|e| format!("read: {e}"))?;
+        let reply = connection.send_counting(Method::GET, &url).await.map_err(|e| format!("read: {e}"))?;
         if reply.status != 200 {
             return Err(format!("read {path}: status {}", reply.status));
         }
-        bytes += reply.body.len() as u64;
+        bytes += reply.body_bytes;
         let next = reply.header("stream-next-offset").ok_or("a read without Stream-Next-Offset")?;
         offset = next.to_string();
         if reply.header("stream-up-to-date").is_some() {

@@ -164,15 +164,14 @@ async fn catch_up(
         count += 1;
         let path = &paths[stream % paths.len()];
         let sent = Instant::now();
-        let reply =
-            match connection.send(Method::GET, &format!("{path}?offset={offset}"), &[], Bytes::new()).await {
-                Ok(reply) => reply,
-                Err(_) => {
-                    recover(&mut tally, &clock, live, connection, &settings.target).await?;
-                    continue;
-                }
-            };
-        tally.record(&clock, live, sent, reply.status, reply.status == 200, reply.body.len() as u64);
+        let reply = match connection.send_counting(Method::GET, &format!("{path}?offset={offset}")).await {
+            Ok(reply) => reply,
+            Err(_) => {
+                recover(&mut tally, &clock, live, connection, &settings.target).await?;
+                continue;
+            }
+        };
+        tally.record(&clock, live, sent, reply.status, reply.status == 200, reply.body_bytes);
         match (reply.header("stream-next-offset"), reply.header("stream-up-to-date")) {
             (Some(next), None) => offset = next.to_string(),
             _ => {

@@ -69,15 +69,14 @@ async fn read_loop(
     while !clock.done() && count < settings.requests_max {
         count += 1;
         let sent = Instant::now();
-        let reply =
-            match connection.send(Method::GET, &format!("{path}?offset={offset}"), &[], Bytes::new()).await {
-                Ok(reply) => reply,
-                Err(_) => {
-                    recover(&mut tally, &clock, live, &mut connection, &settings.target).await?;
-                    continue;
-                }
-            };
-        tally.record(&clock, live, sent, reply.status, reply.status == 200, reply.body.len() as u64);
+        let reply = match connection.send_counting(Method::GET, &format!("{path}?offset={offset}")).await {
+            Ok(reply) => reply,
+            Err(_) => {
+                recover(&mut tally, &clock, live, &mut connection, &settings.target).await?;
+                continue;
+            }
+        };
+        tally.record(&clock, live, sent, reply.status, reply.status == 200, reply.body_bytes);
         let next = reply.header("stream-next-offset").map(str::to_string);
         match (reply.status, next, reply.header("stream-up-to-date").is_some()) {
             (200, Some(_), true) => {
