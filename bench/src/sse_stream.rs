@@ -46,8 +46,12 @@ impl SseStream {
     pub async fn open(target: &Target, path_and_query: &str) -> Result<SseStream, String> {
         let mut socket = TcpStream::connect(target.addr).await.map_err(|e| format!("connect: {e}"))?;
         socket.set_nodelay(true).map_err(|e| format!("TCP_NODELAY: {e}"))?;
+        let authorization = target
+            .authorization
+            .as_ref()
+            .map_or(String::new(), |value| format!("authorization: {value}\r\n"));
         let request = format!(
-            "GET {path_and_query} HTTP/1.1\r\nhost: {}\r\naccept: text/event-stream\r\n\r\n",
+            "GET {path_and_query} HTTP/1.1\r\nhost: {}\r\naccept: text/event-stream\r\n{authorization}\r\n",
             target.authority
         );
         socket.write_all(request.as_bytes()).await.map_err(|e| format!("send request: {e}"))?;
@@ -234,5 +238,25 @@ mod tests {
         let mut stream = SseStream::open(&target, "/s").await.unwrap();
         assert_eq!(stream.next().await.unwrap(), Some(&b"abc"[..]));
         assert!(stream.next().await.is_err(), "data not followed by CRLF");
+    }
+
+    #[tokio::test]
+    async fn sends_the_bearer_token_it_was_given() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 1024];
+            let read = socket.read(&mut request).await.unwrap();
+            socket.write_all(RESPONSE).await.unwrap();
+            String::from_utf8(request[..read].to_vec()).unwrap()
+        });
+        let mut target = Target::parse(&format!("http://{addr}"), "/").unwrap();
+        target.authorization = Some("Bearer t0ken".to_owned());
+        let mut stream = SseStream::open(&target, "/s").await.unwrap();
+        while stream.next().await.unwrap().is_some() {}
+        let request = server.await.unwrap();
+        assert!(request.contains("\r\nauthorization: Bearer t0ken\r\n"), "{request:?}");
+        assert!(request.ends_with("\r\n\r\n"));
     }
 }
