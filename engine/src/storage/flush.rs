@@ -9,8 +9,11 @@
 //! `fdatasync` ends in a cache flush of the whole device. There a commit instead starts the
 //! write-back of its own range (`sync_file_range`, not waiting) and joins a **round**; one
 //! member of the round (its leader) waits until every member's range is written back, then
-//! runs one `fdatasync` of its own file, whose cache flush covers them all. Elsewhere (a
-//! per-file group) each commit runs its own `fdatasync`.
+//! runs one `fdatasync` of the group's **flush file**, whose cache flush covers them all.
+//! The flush file is never written, so its `fdatasync` is the cache flush alone: a log's own
+//! file would first write its inode, synchronously, on ext4 without a journal (every write
+//! changes its modification time) — one more device write and wait in every round.
+//! Elsewhere (a per-file group) each commit runs its own `fdatasync`.
 //!
 //! Rounds: a commit enters the open round and gets its number; `wait` returns once a flush
 //! that started after the commit entered has finished. If no flush is running, the waiter
@@ -36,7 +39,8 @@ const MEMBERS_MAX: usize = 256;
 
 /// How the commits of the logs on one file system become durable.
 pub struct FlushGroup {
-    shared: bool,
+    /// The shared group's flush file (never written); `None` in a per-file group.
+    flush_file: Option<Arc<dyn VfsFile>>,
     rounds: Mutex<Rounds>,
     finished: Condvar,
     counters: FlushCounters,
@@ -119,19 +123,20 @@ impl FlushStats {
 
 impl FlushGroup {
     /// A group whose members share each device flush (only where the file system makes one
-    /// flush cover every member's written-back overwrites).
-    pub fn shared() -> Arc<FlushGroup> {
-        Arc::new(FlushGroup::new(true))
+    /// flush cover every member's written-back overwrites), run as an `fdatasync` of
+    /// `flush_file`, a file on that file system that nothing writes.
+    pub fn shared(flush_file: Arc<dyn VfsFile>) -> Arc<FlushGroup> {
+        Arc::new(FlushGroup::new(Some(flush_file)))
     }
 
     /// A group where each commit flushes its own file.
     pub fn per_file() -> Arc<FlushGroup> {
-        Arc::new(FlushGroup::new(false))
+        Arc::new(FlushGroup::new(None))
     }
 
-    fn new(shared: bool) -> FlushGroup {
+    fn new(flush_file: Option<Arc<dyn VfsFile>>) -> FlushGroup {
         FlushGroup {
-            shared,
+            flush_file,
             rounds: Mutex::new(Rounds::default()),
             finished: Condvar::new(),
             counters: FlushCounters::default(),
@@ -139,7 +144,7 @@ impl FlushGroup {
     }
 
     pub fn is_shared(&self) -> bool {
-        self.shared
+        self.flush_file.is_some()
     }
 
     /// After a commit wrote `len` bytes at `position` of `file` (`records` records): starts
@@ -151,7 +156,7 @@ impl FlushGroup {
         len: u64,
         records: u64,
     ) -> io::Result<Ticket> {
-        if !self.shared {
+        if !self.is_shared() {
             return Ok(Ticket { round: 0, records });
         }
         file.start_write_back(position, len)?;
@@ -163,12 +168,12 @@ impl FlushGroup {
         Ok(Ticket { round: rounds.open, records })
     }
 
-    /// Returns once the commit of `ticket` is durable, flushing `file` (the commit's own)
-    /// when no one else is.
+    /// Returns once the commit of `ticket` (written to `file`) is durable: in a per-file
+    /// group by flushing `file`, in a shared one by leading a round when no one else is.
     pub fn wait(&self, ticket: Ticket, file: &dyn VfsFile) -> io::Result<()> {
-        if !self.shared {
+        let Some(flush_file) = &self.flush_file else {
             return self.flush(file, Covered { commits: 1, records: ticket.records });
-        }
+        };
         let mut rounds = self.lock();
         loop {
             if rounds.failed {
@@ -181,13 +186,17 @@ impl FlushGroup {
                 rounds = self.finished.wait(rounds).expect("flush group lock");
                 continue;
             }
-            rounds = self.lead(rounds, file);
+            rounds = self.lead(rounds, flush_file.as_ref());
         }
     }
 
-    /// Closes the open round, waits for its members' write-back, flushes with `file` and
-    /// wakes the members.
-    fn lead<'a>(&'a self, mut rounds: MutexGuard<'a, Rounds>, file: &dyn VfsFile) -> MutexGuard<'a, Rounds> {
+    /// Closes the open round, waits for its members' write-back, flushes with `flush_file`
+    /// and wakes the members.
+    fn lead<'a>(
+        &'a self,
+        mut rounds: MutexGuard<'a, Rounds>,
+        flush_file: &dyn VfsFile,
+    ) -> MutexGuard<'a, Rounds> {
         let closing = rounds.open;
         let members = std::mem::take(&mut rounds.members);
         let covered =
@@ -197,7 +206,7 @@ impl FlushGroup {
         drop(rounds);
         let written_back =
             members.iter().try_for_each(|member| member.file.write_back(member.position, member.len));
-        let flushed = written_back.and_then(|()| self.flush(file, covered));
+        let flushed = written_back.and_then(|()| self.flush(flush_file, covered));
         let mut rounds = self.lock();
         assert!(rounds.flushing && rounds.done <= closing, "one leader at a time, rounds in order");
         rounds.flushing = false;
@@ -228,7 +237,7 @@ impl FlushGroup {
     pub fn stats(&self) -> FlushStats {
         let counters = &self.counters;
         FlushStats {
-            shared: self.shared,
+            shared: self.is_shared(),
             flushes: counters.flushes.load(Ordering::Relaxed),
             commits: counters.commits.load(Ordering::Relaxed),
             records: counters.records.load(Ordering::Relaxed),
@@ -262,6 +271,11 @@ mod tests {
         files
     }
 
+    /// A shared group whose flush file is `/d/flush`.
+    fn shared_group(vfs: &SimVfs) -> Arc<FlushGroup> {
+        FlushGroup::shared(vfs.create_new(Path::new("/d/flush")).unwrap())
+    }
+
     fn read(vfs: &SimVfs, name: &str) -> Vec<u8> {
         let file = vfs.open(Path::new(name)).unwrap();
         let mut bytes = vec![0; 4096];
@@ -273,7 +287,7 @@ mod tests {
     fn one_flush_covers_every_member_of_its_round() {
         let vfs = SimVfs::new();
         let files = files(&vfs, 3);
-        let group = FlushGroup::shared();
+        let group = shared_group(&vfs);
         let tickets: Vec<Ticket> = files
             .iter()
             .enumerate()
@@ -287,6 +301,11 @@ mod tests {
         }
         let stats = group.stats();
         assert_eq!((stats.flushes, stats.commits, stats.records), (1, 3, 6), "one flush for all three");
+        assert_eq!(
+            vfs.open(Path::new("/d/flush")).unwrap().size().unwrap(),
+            0,
+            "the flush file is never written"
+        );
         for seed in 0..20 {
             let after = vfs.crash(&mut SimRng::new(seed));
             for i in 0..3 {
@@ -299,7 +318,7 @@ mod tests {
     fn a_commit_that_enters_after_the_flush_started_waits_for_the_next_round() {
         let vfs = SimVfs::new();
         let files = files(&vfs, 2);
-        let group = FlushGroup::shared();
+        let group = shared_group(&vfs);
         files[0].write_all_at(0, &[b"first"]).unwrap();
         let first = group.enter(&files[0], 0, 5, 1).unwrap();
         group.wait(first, files[0].as_ref()).unwrap();
@@ -314,7 +333,7 @@ mod tests {
     fn writes_never_written_back_are_not_covered() {
         let vfs = SimVfs::new();
         let files = files(&vfs, 2);
-        let group = FlushGroup::shared();
+        let group = shared_group(&vfs);
         files[0].write_all_at(0, &[&[7u8; 512]]).unwrap();
         files[1].write_all_at(0, &[&[9u8; 512]]).unwrap();
         let ticket = group.enter(&files[0], 0, 512, 1).unwrap();
@@ -328,7 +347,7 @@ mod tests {
     fn a_failed_flush_fails_every_waiter_after_it() {
         let vfs = SimVfs::new();
         let files = files(&vfs, 2);
-        let group = FlushGroup::shared();
+        let group = shared_group(&vfs);
         let ticket = group.enter(&files[0], 0, 0, 1).unwrap();
         vfs.fail_after(0);
         assert!(group.wait(ticket, files[0].as_ref()).is_err());
@@ -341,7 +360,7 @@ mod tests {
     fn threads_share_flushes_and_each_returns_durable() {
         let vfs = SimVfs::new();
         let files = files(&vfs, 4);
-        let group = FlushGroup::shared();
+        let group = shared_group(&vfs);
         std::thread::scope(|scope| {
             for (i, file) in files.iter().enumerate() {
                 let group = &group;

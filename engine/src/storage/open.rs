@@ -214,9 +214,12 @@ fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
         let ledger = Arc::new(Ledger::from_state(recovered.ledger));
         let pending: Vec<Location> = ledger.snapshot().pending.into_iter().collect();
         let domain = config.shared_flush.then(|| vfs.flush_domain(&dir)).flatten();
+        let flush = flush_groups
+            .for_domain(domain, vfs.as_ref(), &dir)
+            .map_err(storage_error(format!("opening the flush file in {}", dir.display())))?;
         let files = ShardFiles {
             vfs: Arc::clone(&vfs),
-            flush: flush_groups.for_domain(domain),
+            flush,
             dir,
             shard: shard as u32,
             segment_bytes: config.segment_bytes,
@@ -258,16 +261,41 @@ struct FlushGroups {
     per_file: Option<Arc<FlushGroup>>,
 }
 
+/// The file a shared group's flushes `fdatasync` (`flush`), in the directory of the first
+/// shard on its file system: empty, never written.
+const FLUSH_FILE_NAME: &str = "FLUSH";
+
 impl FlushGroups {
-    fn for_domain(&mut self, domain: Option<u64>) -> Arc<FlushGroup> {
+    /// The group of the shard in `dir`, on the file system `domain` names (`None`: per file).
+    fn for_domain(
+        &mut self,
+        domain: Option<u64>,
+        vfs: &dyn Vfs,
+        dir: &Path,
+    ) -> std::io::Result<Arc<FlushGroup>> {
         let group = match domain {
-            Some(domain) => self.shared.entry(domain).or_insert_with(FlushGroup::shared),
+            Some(domain) => match self.shared.entry(domain) {
+                std::collections::btree_map::Entry::Occupied(group) => group.into_mut(),
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    slot.insert(FlushGroup::shared(open_flush_file(vfs, dir)?))
+                }
+            },
             None => self.per_file.get_or_insert_with(FlushGroup::per_file),
         };
-        Arc::clone(group)
+        Ok(Arc::clone(group))
     }
 
     fn all(self) -> Vec<Arc<FlushGroup>> {
         self.shared.into_values().chain(self.per_file).collect()
     }
+}
+
+/// Opens `dir`'s flush file, creating it when absent (a crash may lose a new one: it holds
+/// nothing, and the next start makes it again).
+fn open_flush_file(vfs: &dyn Vfs, dir: &Path) -> std::io::Result<Arc<dyn crate::storage::vfs::VfsFile>> {
+    let path = dir.join(FLUSH_FILE_NAME);
+    if vfs.exists(&path) {
+        return vfs.open(&path);
+    }
+    vfs.create_new(&path)
 }
