@@ -6,6 +6,7 @@
 //! directories are on one file system that allows it share device flushes (`flush`).
 
 use std::any::Any;
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use crate::storage::files::source::FileStore;
 use crate::storage::files::writer::FileWriter;
 use crate::storage::flush::FlushGroup;
 use crate::storage::record::codec::{HEADER_BYTES, META_BYTES_MAX, RECORD_ALIGN};
-use crate::storage::vfs::{create_dir_durably, Vfs};
+use crate::storage::vfs::{create_dir_durably, Vfs, VfsFile};
 use crate::storage::wal::housekeeper::{Housekeeper, Task};
 use crate::storage::wal::ledger::Ledger;
 use crate::storage::wal::recovery::{self, Recovered, RecoverySettings};
@@ -275,10 +276,8 @@ impl FlushGroups {
     ) -> std::io::Result<Arc<FlushGroup>> {
         let group = match domain {
             Some(domain) => match self.shared.entry(domain) {
-                std::collections::btree_map::Entry::Occupied(group) => group.into_mut(),
-                std::collections::btree_map::Entry::Vacant(slot) => {
-                    slot.insert(FlushGroup::shared(open_flush_file(vfs, dir)?))
-                }
+                Entry::Occupied(group) => group.into_mut(),
+                Entry::Vacant(slot) => slot.insert(FlushGroup::shared(open_flush_file(vfs, dir)?)),
             },
             None => self.per_file.get_or_insert_with(FlushGroup::per_file),
         };
@@ -292,7 +291,7 @@ impl FlushGroups {
 
 /// Opens `dir`'s flush file, creating it when absent (a crash may lose a new one: it holds
 /// nothing, and the next start makes it again).
-fn open_flush_file(vfs: &dyn Vfs, dir: &Path) -> std::io::Result<Arc<dyn crate::storage::vfs::VfsFile>> {
+fn open_flush_file(vfs: &dyn Vfs, dir: &Path) -> std::io::Result<Arc<dyn VfsFile>> {
     let path = dir.join(FLUSH_FILE_NAME);
     if vfs.exists(&path) {
         return vfs.open(&path);
