@@ -399,27 +399,9 @@ impl Drop for EngineInner {
 
 /// A shard that panics has left its streams in an unknown state: stop the process.
 fn run_or_abort(worker: Worker) {
-    batch_scheduling();
+    crate::scheduling::batch_scheduling();
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run())).is_err() {
         tracing::error!("a shard thread panicked; aborting");
         std::process::abort();
-    }
-}
-
-/// Asks the kernel not to let a shard thread preempt the thread that just woke it.
-///
-/// A shard is woken by the front for each op; with wakeup preemption on a busy core every op
-/// would cost two context switches. `SCHED_BATCH` lets the waker finish its turn, so ops
-/// queue up and the shard drains them as one batch; on a host with idle cores nothing
-/// changes. Failure is harmless (the thread keeps the normal policy).
-fn batch_scheduling() {
-    #[cfg(target_os = "linux")]
-    {
-        let parameters = libc::sched_param { sched_priority: 0 };
-        // SAFETY: plain syscall on the calling thread (pid 0) with a valid parameter block.
-        let result = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &parameters) };
-        if result != 0 {
-            tracing::debug!(error = %std::io::Error::last_os_error(), "SCHED_BATCH unavailable for a shard thread");
-        }
     }
 }

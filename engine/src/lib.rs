@@ -10,6 +10,7 @@
 //! Bottom up; a module uses only those above it in this list.
 //!
 //! - Leaves: `offset`, `name`, `content_type`, `payload` (JSON framing), `producer`, `time`,
+//!   `scheduling` (shard threads run `SCHED_BATCH`; reads offer the core now and then),
 //!   `histogram`, `binary` (the little-endian encoding of state files), `limits` (the byte
 //!   budget and what each thing is charged).
 //! - `meta`: what is known of a stream besides its bytes, in every layer: its configuration,
@@ -72,6 +73,7 @@ mod payload;
 mod producer;
 #[cfg(test)]
 mod properties;
+mod scheduling;
 mod shard;
 mod storage;
 mod stream;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::ids::{Location, StreamId};
 use crate::meta::{StreamConfig, StreamDamage};
 use crate::offset::{Offset, StartAt};
+use crate::scheduling;
 use crate::storage::chunk::{Chunk, Message, ReadError};
 use crate::storage::memory::MemLog;
 use crate::storage::{LogStore, LogView};
@@ -132,6 +133,7 @@ impl StreamHandle {
         let from = resolve(start, published.tail);
         let chunk = self.read_below(from, published.tail, bytes_max)?;
         self.touch();
+        scheduling::offer_core();
         Ok(Some(ReadResult { start: from, chunk, tail: published.tail, closed: published.closed }))
     }
 
@@ -141,6 +143,7 @@ impl StreamHandle {
             return Ok(None);
         };
         let messages = self.messages_below(from, published.tail, bytes_max)?;
+        scheduling::offer_core();
         Ok(Some(MessagesResult { messages, tail: published.tail, closed: published.closed }))
     }
 
