@@ -1,28 +1,67 @@
 //! How shard threads and the threads that read share a core.
 //!
-//! Shard threads run `SCHED_BATCH` ([`batch_scheduling`]): woken by an op, a shard does not
-//! preempt the thread that woke it, so the front finishes its turn and the shard drains a
-//! batch. The other side of that bargain: a front thread kept busy by readers would hold
-//! the core until the scheduler's tick, and every step of a write with it, so reads offer
-//! the core now and then ([`offer_core`]). Leaf module: it touches only the calling thread.
+//! Shard threads wait for ops under `SCHED_BATCH` ([`batch_scheduling`]): woken by an op, a
+//! shard does not preempt the thread that woke it, so the front finishes its turn and the
+//! shard drains a batch. A shard thread about to block on a device flush switches to the
+//! normal policy first ([`prompt_scheduling`]): the flush's completion then preempts the
+//! front at once and the batch is answered, instead of waiting for the front's turn to end
+//! (on one core, acid appends +5 % and p99 -15 %, alternating A/B). The policy is cached per
+//! thread, so a switch costs a syscall only when the policy changes. The other side of the
+//! bargain: a front thread kept busy by readers would hold the core until the scheduler's
+//! tick, and every step of a write with it, so reads offer the core now and then
+//! ([`offer_core`]). Leaf module: it touches only the calling thread.
 
 use std::cell::Cell;
 use std::time::Instant;
 
-/// Asks the kernel not to let a shard thread preempt the thread that just woke it.
+/// The scheduling policies a shard thread switches between.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Policy {
+    /// `SCHED_BATCH`: a wake-up never preempts the running thread.
+    Batch,
+    /// `SCHED_OTHER`: a wake-up may preempt it.
+    Normal,
+}
+
+thread_local! {
+    /// The policy this thread last asked for (`None`: it never asked).
+    static POLICY: Cell<Option<Policy>> = const { Cell::new(None) };
+}
+
+/// Before a shard thread waits for ops: `SCHED_BATCH`.
 ///
 /// A shard is woken by the front for each op; with wakeup preemption on a busy core every op
 /// would cost two context switches. `SCHED_BATCH` lets the waker finish its turn, so ops
 /// queue up and the shard drains them as one batch; on a host with idle cores nothing
 /// changes. Failure is harmless (the thread keeps the normal policy).
 pub(crate) fn batch_scheduling() {
+    set_policy(Policy::Batch);
+}
+
+/// Before a thread blocks on a device flush (or on the round another thread flushes): the
+/// normal policy, so that the wake-up when it completes preempts the front and the
+/// committed batch is published and answered at once.
+pub(crate) fn prompt_scheduling() {
+    set_policy(Policy::Normal);
+}
+
+fn set_policy(policy: Policy) {
+    if POLICY.with(Cell::get) == Some(policy) {
+        return;
+    }
+    // Remembered even when refused: a refusal would only repeat.
+    POLICY.with(|current| current.set(Some(policy)));
     #[cfg(target_os = "linux")]
     {
+        let raw = match policy {
+            Policy::Batch => libc::SCHED_BATCH,
+            Policy::Normal => libc::SCHED_OTHER,
+        };
         let parameters = libc::sched_param { sched_priority: 0 };
         // SAFETY: plain syscall on the calling thread (pid 0) with a valid parameter block.
-        let result = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &parameters) };
+        let result = unsafe { libc::sched_setscheduler(0, raw, &parameters) };
         if result != 0 {
-            tracing::debug!(error = %std::io::Error::last_os_error(), "SCHED_BATCH unavailable for a shard thread");
+            tracing::debug!(error = %std::io::Error::last_os_error(), ?policy, "scheduling policy unavailable");
         }
     }
 }
@@ -77,5 +116,31 @@ mod tests {
         assert!(!offer_due(Some(start), start + Duration::from_micros(OFFER_CORE_EVERY_US - 1)));
         assert!(offer_due(Some(start), start + Duration::from_micros(OFFER_CORE_EVERY_US)));
         assert!(!offer_due(Some(start + Duration::from_secs(1)), start), "a clock that went back waits");
+    }
+
+    #[test]
+    fn a_thread_switches_policy_only_when_it_changes() {
+        std::thread::spawn(|| {
+            assert_eq!(POLICY.with(Cell::get), None);
+            prompt_scheduling();
+            assert_eq!(POLICY.with(Cell::get), Some(Policy::Normal));
+            batch_scheduling();
+            batch_scheduling();
+            assert_eq!(POLICY.with(Cell::get), Some(Policy::Batch));
+            #[cfg(target_os = "linux")]
+            {
+                // SAFETY: plain syscall reading the calling thread's policy.
+                let raw = unsafe { libc::sched_getscheduler(0) };
+                assert_eq!(raw, libc::SCHED_BATCH, "the kernel holds the policy asked for last");
+            }
+            prompt_scheduling();
+            #[cfg(target_os = "linux")]
+            {
+                // SAFETY: as above.
+                assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
+            }
+        })
+        .join()
+        .unwrap();
     }
 }

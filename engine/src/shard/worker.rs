@@ -105,6 +105,7 @@ impl Worker {
         let until_full_ms = self.full_turn_due_ms.saturating_sub(now_ms);
         let wait_ms = self.shards.iter().map(|shard| shard.idle_ms(now_ms)).fold(until_full_ms, u64::min);
         let shards = &self.shards;
+        crate::scheduling::batch_scheduling();
         self.doorbell.sleep(Duration::from_millis(wait_ms.max(1)), || shards.iter().all(Shard::queues_empty));
     }
 }

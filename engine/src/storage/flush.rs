@@ -24,7 +24,9 @@
 //! A shard that drives itself (threads) enters and waits back to back; an engine that drives
 //! its shards (manual, for deterministic tests) lets every shard enter, then has them wait,
 //! so one flush covers several shards and a simulated power loss can fall at any step of a
-//! round. Each flush is counted ([`FlushStats`]): flushes, records covered, latency.
+//! round. Each flush is counted ([`FlushStats`]): flushes, records covered, latency. A thread
+//! about to block on a flush first leaves `SCHED_BATCH` (`crate::scheduling`), so that the
+//! flush's end wakes it at once.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +34,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::histogram::{Histogram, HistogramSnapshot};
+use crate::scheduling;
 use crate::storage::vfs::VfsFile;
 
 /// Most commits one round holds: one per shard, and an engine has at most 256 shards.
@@ -172,6 +175,7 @@ impl FlushGroup {
     /// group by flushing `file`, in a shared one by leading a round when no one else is.
     pub fn wait(&self, ticket: Ticket, file: &dyn VfsFile) -> io::Result<()> {
         let Some(flush_file) = &self.flush_file else {
+            scheduling::prompt_scheduling();
             return self.flush(file, Covered { commits: 1, records: ticket.records });
         };
         let mut rounds = self.lock();
@@ -183,6 +187,7 @@ impl FlushGroup {
                 return Ok(());
             }
             if rounds.flushing {
+                scheduling::prompt_scheduling();
                 rounds = self.finished.wait(rounds).expect("flush group lock");
                 continue;
             }
@@ -204,6 +209,7 @@ impl FlushGroup {
         rounds.open += 1;
         rounds.flushing = true;
         drop(rounds);
+        scheduling::prompt_scheduling();
         let written_back =
             members.iter().try_for_each(|member| member.file.write_back(member.position, member.len));
         let flushed = written_back.and_then(|()| self.flush(flush_file, covered));
