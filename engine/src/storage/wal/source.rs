@@ -9,9 +9,10 @@
 //! finds the stream's next record by reading the log forward from a record.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::segment::Segment;
 use super::{location, split_location, SegmentTable};
@@ -74,6 +75,40 @@ impl WalSource {
         let (header, chain, _) = self.read_head(location, true)?;
         let chain = chain.ok_or(ReadError::Damaged)?;
         Ok(RecordHead { node: header.chain_node(location, chain), header })
+    }
+}
+
+impl WalSource {
+    /// Checks the data of the record `node` describes against the crc its header gave, in
+    /// place in the map; hands the checked data to `checked` (only when it passes) and
+    /// returns its segment and where the data lies in the map.
+    fn checked_data(
+        &self,
+        node: &Node,
+        checked: &mut dyn FnMut(&[u8]),
+    ) -> Result<(Arc<Segment>, Range<usize>), ReadError> {
+        let (ordinal, position) = split_location(node.location);
+        let segment = self.table.get(ordinal).ok_or(ReadError::Damaged)?;
+        let stored = node.stored;
+        let meta_len = usize::from(stored.meta_len);
+        let start = position as usize + HEADER_BYTES;
+        let end = start + stored.payload_len as usize;
+        if meta_len > META_BYTES_MAX || meta_len > stored.payload_len as usize || end > segment.map.size() {
+            return Err(ReadError::Damaged);
+        }
+        let mut intact = false;
+        segment.map.visit(start, end, &mut |payload| {
+            let (meta, data) = payload.split_at(meta_len);
+            intact = payload_crc(meta, &[data]) == stored.payload_crc;
+            if intact {
+                checked(data);
+            }
+        });
+        if !intact {
+            tracing::error!(ordinal, position, "stored data fails its checksum; the read is refused");
+            return Err(ReadError::Damaged);
+        }
+        Ok((segment, start + meta_len..end))
     }
 }
 
@@ -181,22 +216,18 @@ impl RecordSource for WalSource {
     /// The data of the record `node` describes, checked against the crc its header gave
     /// (the header itself was checked when `node` was read), sharing the mapped bytes.
     fn data(&self, node: &Node) -> Result<Bytes, ReadError> {
-        let (ordinal, position) = split_location(node.location);
-        let segment = self.table.get(ordinal).ok_or(ReadError::Damaged)?;
-        let stored = node.stored;
-        let meta_len = usize::from(stored.meta_len);
-        let start = position as usize + HEADER_BYTES;
-        let end = start + stored.payload_len as usize;
-        if meta_len > META_BYTES_MAX || meta_len > stored.payload_len as usize || end > segment.map.size() {
-            return Err(ReadError::Damaged);
-        }
-        let payload = segment.map.slice(start, end);
-        let (meta, data) = payload.split_at(meta_len);
-        if payload_crc(meta, &[data]) != stored.payload_crc {
-            tracing::error!(ordinal, position, "stored data fails its checksum; the read is refused");
-            return Err(ReadError::Damaged);
-        }
-        Ok(payload.slice(meta_len..))
+        let (segment, data) = self.checked_data(node, &mut |_| {})?;
+        Ok(segment.map.slice(data.start, data.end))
+    }
+
+    /// Copies the checked data from the map, making no `Bytes` of it on the way.
+    fn copy_data(&self, node: &Node, skip: usize, out: &mut BytesMut) -> Result<(), ReadError> {
+        let mut copied = Ok(());
+        self.checked_data(node, &mut |data| match data.get(skip..) {
+            Some(rest) => out.extend_from_slice(rest),
+            None => copied = Err(ReadError::Damaged),
+        })?;
+        copied
     }
 
     /// Reads the log forward from `node`, over other streams' records (and past bytes that
