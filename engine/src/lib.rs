@@ -10,7 +10,8 @@
 //! Bottom up; a module uses only those above it in this list.
 //!
 //! - Leaves: `offset`, `name`, `content_type`, `payload` (JSON framing), `producer`, `time`,
-//!   `scheduling` (shard threads run `SCHED_BATCH`; reads offer the core now and then),
+//!   `scheduling` (shard threads wait for ops under `SCHED_BATCH`, for flushes under the normal
+//!   policy; reads offer the core now and then),
 //!   `histogram`, `binary` (the little-endian encoding of state files), `limits` (the byte
 //!   budget and what each thing is charged).
 //! - `meta`: what is known of a stream besides its bytes, in every layer: its configuration,

@@ -21,8 +21,10 @@
 //! starts at damage fails with [`ReadError::Damaged`].
 
 mod careful;
+mod copies;
 
 use bytes::{Bytes, BytesMut};
+use copies::Copies;
 
 use crate::ids::{Location, StreamId};
 use crate::offset::Offset;
@@ -106,6 +108,12 @@ impl<S: RecordSource> LogRead<'_, S> {
         };
         let mut slices = Vec::new();
         let mut copied = BytesMut::new();
+        // Copies hold at most the data of the records the read spans.
+        let spanned = match (span.nodes.first(), span.nodes.last()) {
+            (Some(first), Some(last)) => last.end.bytes - first.start.bytes,
+            _ => 0,
+        };
+        let mut copies = Copies::new(spanned);
         let mut next = from;
         for (index, node) in span.nodes.iter().enumerate() {
             let skip = if index == 0 { span.skip_bytes } else { 0 };
@@ -114,16 +122,16 @@ impl<S: RecordSource> LogRead<'_, S> {
             } else if node.end > self.until {
                 self.cut_data(node, skip).map(|data| {
                     if !copied.is_empty() {
-                        slices.push(copied.split().freeze());
+                        slices.push(copies.seal(copied.split().freeze()));
                     }
                     slices.push(data);
                 })
-            } else if node.end.bytes - node.start.bytes < COPY_BELOW_BYTES {
+            } else if node.end.bytes - node.start.bytes < COPY_BELOW_BYTES && copies.allowed() {
                 self.source.copy_data(node, skip, &mut copied)
             } else {
                 self.source.data(node).map(|data| {
                     if !copied.is_empty() {
-                        slices.push(copied.split().freeze());
+                        slices.push(copies.seal(copied.split().freeze()));
                     }
                     slices.push(data.slice(skip..));
                 })
@@ -137,7 +145,7 @@ impl<S: RecordSource> LogRead<'_, S> {
             }
         }
         if !copied.is_empty() {
-            slices.push(copied.freeze());
+            slices.push(copies.seal(copied.freeze()));
         }
         debug_assert!(next > from, "a read that returns covers at least one record");
         Ok(Chunk { next, messages: next.messages - from.messages, slices })

@@ -1,0 +1,152 @@
+//! The process-wide budget of the bytes catch-up reads copy.
+//!
+//! A read copies the data of small records into one buffer (`COPY_BELOW_BYTES`): cheaper to
+//! send than many small slices, but memory the answer holds until the client has read it —
+//! up to a read's size, for as long as a client takes to read (a write may stall for
+//! `DS_SERVER__WRITE_STALL_TIMEOUT_SECS`). So every read that copies charges the most it may
+//! copy to one global count, capped at [`COPIES_BYTES_MAX`], and the charge is given back when
+//! the last buffer holding it is dropped. A read that finds the budget spent copies nothing:
+//! it hands out its small records as slices of their storage, like large ones — the same
+//! answer, costing no memory of its own. So a crowd of clients that never read their answers
+//! holds at most the budget, and no read ever waits or fails for it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// Most bytes all reads' copies hold at once: 64 reads of the default 1 MiB.
+pub const COPIES_BYTES_MAX: u64 = 64 << 20;
+
+/// A count of bytes charged against a maximum.
+pub struct Budget {
+    used: AtomicU64,
+    max: u64,
+}
+
+impl Budget {
+    const fn new(max: u64) -> Budget {
+        Budget { used: AtomicU64::new(0), max }
+    }
+}
+
+/// The budget of every read's copies in the process.
+static COPIES: Budget = Budget::new(COPIES_BYTES_MAX);
+
+/// Bytes charged to a budget, given back when dropped.
+struct Charge {
+    budget: &'static Budget,
+    bytes: u64,
+}
+
+impl Charge {
+    /// Charges `bytes`, or `None` when that would pass the budget's maximum.
+    fn try_new(budget: &'static Budget, bytes: u64) -> Option<Charge> {
+        budget
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |used| {
+                used.checked_add(bytes).filter(|total| *total <= budget.max)
+            })
+            .ok()
+            .map(|_| Charge { budget, bytes })
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let before = self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        assert!(before >= self.bytes, "a charge is given back once");
+    }
+}
+
+/// One read's copies: charged, at its first small record, for the most the read may copy.
+pub struct Copies {
+    budget: &'static Budget,
+    bytes_max: u64,
+    /// Bytes sealed so far (never more than `bytes_max`).
+    sealed: u64,
+    charge: Charged,
+}
+
+enum Charged {
+    NotYet,
+    Yes(Arc<Charge>),
+    Refused,
+}
+
+/// A copied buffer and the charge it holds.
+struct Piece {
+    bytes: Bytes,
+    _charge: Arc<Charge>,
+}
+
+impl AsRef<[u8]> for Piece {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Copies {
+    /// The copies of a read that copies at most `bytes_max` bytes.
+    pub fn new(bytes_max: u64) -> Copies {
+        Copies::charged_to(&COPIES, bytes_max)
+    }
+
+    fn charged_to(budget: &'static Budget, bytes_max: u64) -> Copies {
+        Copies { budget, bytes_max, sealed: 0, charge: Charged::NotYet }
+    }
+
+    /// Whether this read may copy (charging the budget the first time it is asked).
+    pub fn allowed(&mut self) -> bool {
+        if matches!(self.charge, Charged::NotYet) {
+            self.charge = match Charge::try_new(self.budget, self.bytes_max) {
+                Some(charge) => Charged::Yes(Arc::new(charge)),
+                None => Charged::Refused,
+            };
+        }
+        matches!(self.charge, Charged::Yes(_))
+    }
+
+    /// `copied` (made while [`Copies::allowed`]), holding the read's charge until dropped.
+    pub fn seal(&mut self, copied: Bytes) -> Bytes {
+        let Charged::Yes(charge) = &self.charge else {
+            unreachable!("only a read allowed to copy has copies to seal");
+        };
+        self.sealed += copied.len() as u64;
+        assert!(self.sealed <= self.bytes_max, "a read copies no more than it charged");
+        Bytes::from_owner(Piece { bytes: copied, _charge: Arc::clone(charge) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_that_finds_the_budget_spent_copies_nothing_and_charges_are_given_back() {
+        let budget: &'static Budget = Box::leak(Box::new(Budget::new(10_000)));
+        let mut first = Copies::charged_to(budget, 6_000);
+        assert!(first.allowed());
+        assert_eq!(budget.used.load(Ordering::Relaxed), 6_000, "charged for the most it may copy");
+        let mut second = Copies::charged_to(budget, 6_000);
+        assert!(!second.allowed(), "the budget cannot hold both");
+        assert!(!second.allowed(), "a refusal stands for the whole read");
+        let piece = first.seal(Bytes::from_static(b"copied"));
+        assert_eq!(&piece[..], b"copied");
+        drop(first);
+        assert_eq!(budget.used.load(Ordering::Relaxed), 6_000, "the piece still holds the charge");
+        drop(piece);
+        assert_eq!(budget.used.load(Ordering::Relaxed), 0, "given back with the last piece");
+        assert!(Copies::charged_to(budget, 10_000).allowed());
+        assert_eq!(budget.used.load(Ordering::Relaxed), 0, "a read that copied nothing holds nothing");
+    }
+
+    #[test]
+    #[should_panic(expected = "a read copies no more than it charged")]
+    fn a_read_never_copies_more_than_it_charged() {
+        let budget: &'static Budget = Box::leak(Box::new(Budget::new(100)));
+        let mut copies = Copies::charged_to(budget, 4);
+        assert!(copies.allowed());
+        let _piece = copies.seal(Bytes::from_static(b"too long"));
+    }
+}
