@@ -83,6 +83,9 @@ pub struct EngineStats {
     pub ops: u64,
     /// Streams known to be damaged (served up to the damage, refusing writes).
     pub damaged_streams: u64,
+    /// Bytes catch-up reads' copies of small records hold now, across the process (disk
+    /// modes; capped: `storage::chain::read::copies`).
+    pub read_copies_held_bytes: u64,
 }
 
 /// One shard's activity, for metrics.
@@ -272,6 +275,7 @@ impl Engine {
                 .iter()
                 .map(|s| s.counters.damage.damaged_streams.load(Ordering::Relaxed))
                 .sum(),
+            read_copies_held_bytes: crate::storage::chain::read::copies_held_bytes(),
         }
     }
 

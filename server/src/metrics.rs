@@ -299,6 +299,13 @@ fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], 
     header(out, "ds_batch_ops", "histogram", "Operations committed per batch (group commit).");
     histogram(out, "ds_batch_ops", &batch_ops, 1.0);
     if disk {
+        single(
+            out,
+            "ds_read_copies_held_bytes",
+            "gauge",
+            "Bytes catch-up answers hold in copies of small records (capped at 64 MiB; past it, reads send slices of the log).",
+            engine.read_copies_held_bytes,
+        );
         header(
             out,
             "ds_commit_seconds",
@@ -383,7 +390,7 @@ mod tests {
             records_per_flush: histogram.snapshot(),
             flush_us: histogram.snapshot(),
         };
-        let stats = EngineStats::default();
+        let stats = EngineStats { read_copies_held_bytes: 4096, ..EngineStats::default() };
         let shards = [shard];
         let engine = EngineView { stats: &stats, shards: &shards, disk: true, flushes: Some(&flushes) };
         let text = render(&Metrics::default(), FrontGauges::default(), engine);
@@ -394,6 +401,7 @@ mod tests {
         assert!(text.contains("ds_commit_seconds_bucket{le=\"0.000004\"} 1\n"), "{text}");
         assert!(text.contains("ds_shard_queue_depth{shard=\"0\"} 2\n"), "{text}");
         assert!(text.contains("ds_flush_shared 1\n"), "{text}");
+        assert!(text.contains("ds_read_copies_held_bytes 4096\n"), "{text}");
         assert!(
             text.contains("ds_flushes_total 2\n") && text.contains("ds_flush_records_total 40\n"),
             "{text}"

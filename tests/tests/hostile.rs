@@ -10,6 +10,9 @@
 //!   the connection), past the cap on buffered bodies (503 with `Retry-After`), and cut when
 //!   they stall (408); what the stalled ones hold stays within the cap. Short bodies refused
 //!   before they are read keep their connection usable, however late they arrive.
+//! - Catch-up readers that never read their answers hold at most the budget of reads'
+//!   copies (and the gather buffers' cap) in acid, however many they are; each still gets
+//!   its whole answer.
 
 use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -187,6 +190,51 @@ fn short_bodies_refused_before_they_are_read_keep_the_connection() {
     let (head, body) = request("POST", "/v1/stream/text", "text/plain");
     connection.write_all(format!("{head}{body}").as_bytes()).unwrap();
     assert_eq!(read_response(&mut reader, false).unwrap().status, 204, "and it still takes appends");
+}
+
+#[test]
+fn catch_up_readers_that_never_read_hold_at_most_the_copies_budget() {
+    /// Readers, each asking for 16 MB of 4,000-byte messages (copied, below the budget):
+    /// the kernel's socket buffers take a few MB of each answer, the rest waits in the
+    /// server (about 400 MB in all, were copies not capped).
+    const READERS: usize = 32;
+    const MESSAGE_BYTES: usize = 4000;
+    const MESSAGES: usize = 4096;
+    /// The budget of reads' copies (64 MiB) and the gather buffers' cap (32 MiB), with room.
+    const HELD_MAX: u64 = 128 << 20;
+    let server = Server::start_in(
+        "acid",
+        &[
+            ("DS_LIMITS__MAX_MEMORY_BYTES", "1073741824"),
+            ("DS_LIMITS__MAX_STREAM_BYTES", "33554432"),
+            ("DS_LIMITS__MAX_READ_BYTES", "16777216"),
+        ],
+    );
+    let client = server.client();
+    let path = "/v1/stream/small";
+    assert_eq!(client.put(path, "application/octet-stream", b"").status, 201);
+    let message = vec![b'm'; MESSAGE_BYTES];
+    for _ in 0..MESSAGES {
+        assert_eq!(client.post(path, "application/octet-stream", &message).status, 204);
+    }
+    let memory_before = server.anonymous_resident_bytes();
+    let request = format!("GET {path}?offset=-1 HTTP/1.1\r\nHost: x\r\n\r\n");
+    let readers: Vec<TcpStream> = (0..READERS).map(|_| send_raw(server.addr, request.as_bytes())).collect();
+    // Every answer is made at once; give the server a moment to make them all.
+    std::thread::sleep(Duration::from_millis(3000));
+    let held = server.metric("ds_read_copies_held_bytes");
+    let memory = server.anonymous_resident_bytes().saturating_sub(memory_before);
+    eprintln!("{READERS} readers that never read: copies charge {held} bytes, memory grew {memory} bytes");
+    assert!(held > 0 && held <= 64 << 20, "copies are charged to their budget: {held} bytes");
+    assert!(memory < HELD_MAX, "{READERS} stalled answers of 16 MB hold {memory} bytes");
+    // Each still gets its whole answer, copied or sliced.
+    for reader in readers {
+        let answer = read_answer(reader).expect("the whole answer");
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body.len(), MESSAGE_BYTES * MESSAGES);
+        assert!(answer.body.iter().all(|byte| *byte == b'm'));
+    }
+    assert_eq!(server.metric("ds_read_copies_held_bytes"), 0, "given back with the answers");
 }
 
 /// Creates `FLOOD_STREAMS` text streams named `{prefix}N`; their paths.

@@ -33,6 +33,11 @@ impl Budget {
 /// The budget of every read's copies in the process.
 static COPIES: Budget = Budget::new(COPIES_BYTES_MAX);
 
+/// Bytes reads' copies hold now, across the process (charged for the most each may copy).
+pub fn copies_held_bytes() -> u64 {
+    COPIES.used.load(Ordering::Relaxed)
+}
+
 /// Bytes charged to a budget, given back when dropped.
 struct Charge {
     budget: &'static Budget,

@@ -23,6 +23,8 @@
 mod careful;
 mod copies;
 
+pub use copies::copies_held_bytes;
+
 use bytes::{Bytes, BytesMut};
 use copies::Copies;
 
