@@ -38,6 +38,7 @@ pub use meta::{chain_bytes, decode_chain, decode_meta, encode_meta, Meta, MetaRe
 pub const HEADER_BYTES: usize = 64;
 /// Magic and format version: "DSR1".
 pub const MAGIC: u32 = u32::from_le_bytes(*b"DSR1");
+const _: () = assert!(MAGIC != 0, "a zeroed header never carries the magic");
 /// Records start at multiples of this.
 pub const RECORD_ALIGN: usize = 8;
 /// Most meta bytes a record carries: a full chain, a name of 1024 bytes, a content type, a
@@ -262,11 +263,10 @@ impl Header {
 
     /// Decodes and checks a header (not its payload).
     pub fn decode(raw: &[u8; HEADER_BYTES]) -> Result<Header, DecodeError> {
-        if raw.iter().all(|b| *b == 0) {
-            return Err(DecodeError::Zeroed);
-        }
         if u32_at(raw, 0) != MAGIC {
-            return Err(DecodeError::BadMagic);
+            // The magic is not zero: only a header that is not there at all is all zeros.
+            let zeroed = raw.iter().all(|b| *b == 0);
+            return Err(if zeroed { DecodeError::Zeroed } else { DecodeError::BadMagic });
         }
         if crc32fast::hash(&raw[..60]) != u32_at(raw, 60) {
             return Err(DecodeError::BadHeaderCrc);
