@@ -10,63 +10,45 @@
 //! answer, costing no memory of its own. So a crowd of clients that never read their answers
 //! holds at most the budget, and no read ever waits or fails for it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
+
+use crate::limits::ByteBudget;
 
 /// Most bytes all reads' copies hold at once: 64 reads of the default 1 MiB.
 pub const COPIES_BYTES_MAX: u64 = 64 << 20;
 
-/// A count of bytes charged against a maximum.
-pub struct Budget {
-    used: AtomicU64,
-    max: u64,
-}
-
-impl Budget {
-    const fn new(max: u64) -> Budget {
-        Budget { used: AtomicU64::new(0), max }
-    }
-}
-
-/// The budget of every read's copies in the process.
-static COPIES: Budget = Budget::new(COPIES_BYTES_MAX);
+/// The budget of every read's copies in the process (it counts no streams).
+static COPIES: LazyLock<ByteBudget> = LazyLock::new(|| ByteBudget::new(COPIES_BYTES_MAX, 0));
 
 /// Bytes reads' copies hold now, across the process (charged for the most each may copy).
 pub fn copies_held_bytes() -> u64 {
-    COPIES.used.load(Ordering::Relaxed)
+    COPIES.used()
 }
 
 /// Bytes charged to a budget, given back when dropped.
 struct Charge {
-    budget: &'static Budget,
+    budget: &'static ByteBudget,
     bytes: u64,
 }
 
 impl Charge {
     /// Charges `bytes`, or `None` when that would pass the budget's maximum.
-    fn try_new(budget: &'static Budget, bytes: u64) -> Option<Charge> {
-        budget
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |used| {
-                used.checked_add(bytes).filter(|total| *total <= budget.max)
-            })
-            .ok()
-            .map(|_| Charge { budget, bytes })
+    fn try_new(budget: &'static ByteBudget, bytes: u64) -> Option<Charge> {
+        budget.try_charge(bytes).then(|| Charge { budget, bytes })
     }
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        let before = self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
-        assert!(before >= self.bytes, "a charge is given back once");
+        self.budget.release(self.bytes);
     }
 }
 
 /// One read's copies: charged, at its first small record, for the most the read may copy.
 pub struct Copies {
-    budget: &'static Budget,
+    budget: &'static ByteBudget,
     bytes_max: u64,
     /// Bytes sealed so far (never more than `bytes_max`).
     sealed: u64,
@@ -97,7 +79,7 @@ impl Copies {
         Copies::charged_to(&COPIES, bytes_max)
     }
 
-    fn charged_to(budget: &'static Budget, bytes_max: u64) -> Copies {
+    fn charged_to(budget: &'static ByteBudget, bytes_max: u64) -> Copies {
         Copies { budget, bytes_max, sealed: 0, charge: Charged::NotYet }
     }
 
@@ -129,27 +111,27 @@ mod tests {
 
     #[test]
     fn a_read_that_finds_the_budget_spent_copies_nothing_and_charges_are_given_back() {
-        let budget: &'static Budget = Box::leak(Box::new(Budget::new(10_000)));
+        let budget: &'static ByteBudget = Box::leak(Box::new(ByteBudget::new(10_000, 0)));
         let mut first = Copies::charged_to(budget, 6_000);
         assert!(first.allowed());
-        assert_eq!(budget.used.load(Ordering::Relaxed), 6_000, "charged for the most it may copy");
+        assert_eq!(budget.used(), 6_000, "charged for the most it may copy");
         let mut second = Copies::charged_to(budget, 6_000);
         assert!(!second.allowed(), "the budget cannot hold both");
         assert!(!second.allowed(), "a refusal stands for the whole read");
         let piece = first.seal(Bytes::from_static(b"copied"));
         assert_eq!(&piece[..], b"copied");
         drop(first);
-        assert_eq!(budget.used.load(Ordering::Relaxed), 6_000, "the piece still holds the charge");
+        assert_eq!(budget.used(), 6_000, "the piece still holds the charge");
         drop(piece);
-        assert_eq!(budget.used.load(Ordering::Relaxed), 0, "given back with the last piece");
+        assert_eq!(budget.used(), 0, "given back with the last piece");
         assert!(Copies::charged_to(budget, 10_000).allowed());
-        assert_eq!(budget.used.load(Ordering::Relaxed), 0, "a read that copied nothing holds nothing");
+        assert_eq!(budget.used(), 0, "a read that copied nothing holds nothing");
     }
 
     #[test]
     #[should_panic(expected = "a read copies no more than it charged")]
     fn a_read_never_copies_more_than_it_charged() {
-        let budget: &'static Budget = Box::leak(Box::new(Budget::new(100)));
+        let budget: &'static ByteBudget = Box::leak(Box::new(ByteBudget::new(100, 0)));
         let mut copies = Copies::charged_to(budget, 4);
         assert!(copies.allowed());
         let _piece = copies.seal(Bytes::from_static(b"too long"));
