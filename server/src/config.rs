@@ -56,7 +56,7 @@ pub struct Args {
     #[arg(long, env = "DS_LIMITS__MAX_APPEND_BYTES")]
     pub max_append_bytes: Option<String>,
     /// Most stored bytes one catch-up or long-poll response carries
-    #[arg(long, env = "DS_LIMITS__MAX_READ_BYTES", default_value = "1048576")]
+    #[arg(long, env = "DS_LIMITS__MAX_READ_BYTES", default_value = "4194304")]
     pub max_read_bytes: String,
     /// Storage mode: memory, file-fast, file-durable, acid (alias wal)
     #[arg(long, env = "DS_STORAGE__MODE", default_value = "memory")]
@@ -368,7 +368,7 @@ mod tests {
         assert_eq!(config.engine.mode, StorageMode::Memory);
         assert_eq!(config.engine.shard_count, 16);
         assert_eq!(config.engine.limits, Limits::default());
-        assert_eq!(config.read_bytes_max, 1 << 20);
+        assert_eq!(config.read_bytes_max, 4 << 20);
         assert_eq!(config.connections_max, 10_000);
         assert_eq!(config.write_stall_timeout, Duration::from_secs(30));
         assert!(config.tls.is_none());

@@ -14,7 +14,7 @@ const VARIABLES: [(&str, Option<&str>); 19] = [
     ("DS_HTTP__CORS_ORIGINS", Some("*")),
     ("DS_LIMITS__MAX_MEMORY_BYTES", Some("104857600")),
     ("DS_LIMITS__MAX_STREAM_BYTES", Some("10485760")),
-    ("DS_LIMITS__MAX_READ_BYTES", Some("1048576")),
+    ("DS_LIMITS__MAX_READ_BYTES", Some("4194304")),
     ("DS_STORAGE__MODE", Some("memory")),
     ("DS_STORAGE__DATA_DIR", Some("./data/streams")),
     ("DS_STORAGE__ACID_SHARD_COUNT", Some("16")),

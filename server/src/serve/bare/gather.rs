@@ -2,14 +2,16 @@
 //! contiguous buffer and written with one plain `write` per buffer.
 //!
 //! In acid mode each message is its own slice of a segment map, cut apart by record
-//! headers, so a 1 MiB answer of 4 KiB messages is 256 slices: a `writev` of them costs the
+//! headers, so a 1 MiB run of 4 KiB messages is 256 slices: a `writev` of them costs the
 //! kernel more than one user-space copy into a warm buffer followed by one `write` (+16%
 //! catch-up throughput in acid mode on the reference machine, 16 connections). Where the
 //! slices are heap buffers (memory mode) the copy costs more than it saves (-13%), so the
 //! app turns gathering on for acid mode only (`App::gather_reads`); large messages are
 //! never copied.
 //!
-//! The buffers are [`BUFFER_BYTES`] each, and at most [`BUFFERS_MAX`] exist in the process
+//! The buffers hold [`BUFFER_BYTES`] of messages after a response head of up to
+//! [`HEAD_ROOM_BYTES`] (so a 1 MiB answer goes out in one `write`, not a second one for the
+//! head's worth of bytes it displaced), and at most [`BUFFERS_MAX`] exist in the process
 //! at once (a global count, charged when one is made, released when it is freed); a writer
 //! that finds none free sends its slices as they are, so the budget never blocks a reader.
 //! A freed buffer stays on its worker thread's short idle list (no lock, pages stay mapped)
@@ -21,8 +23,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 
-/// Bytes of one gather buffer: a default-sized read answer (1 MiB) and its head fit in two.
+/// Message bytes one gather buffer holds after the head: a default-sized read answer (4 MiB)
+/// is four writes.
 pub const BUFFER_BYTES: usize = 1 << 20;
+/// Room kept before the messages for a response head (read answers' heads are a few hundred
+/// bytes); a larger head takes its room from the messages.
+pub const HEAD_ROOM_BYTES: usize = 4 << 10;
+/// Capacity of one gather buffer.
+const CAPACITY_BYTES: usize = BUFFER_BYTES + HEAD_ROOM_BYTES;
 /// Most gather buffers in the process, in use or idle: 32 MiB.
 pub const BUFFERS_MAX: usize = 32;
 /// Most idle buffers one worker thread keeps for reuse.
@@ -51,23 +59,26 @@ impl Buffer {
     /// An empty buffer of [`BUFFER_BYTES`] capacity, or `None` when the budget is spent.
     pub fn take() -> Option<Buffer> {
         if let Some(bytes) = IDLE.with(|idle| idle.borrow_mut().pop()) {
-            debug_assert!(bytes.is_empty() && bytes.capacity() >= BUFFER_BYTES);
+            debug_assert!(bytes.is_empty() && bytes.capacity() >= CAPACITY_BYTES);
             return Some(Buffer { bytes });
         }
         let charged = BUFFERS_LIVE.fetch_update(Ordering::AcqRel, Ordering::Acquire, |live| {
             (live < BUFFERS_MAX).then_some(live + 1)
         });
-        charged.ok().map(|_| Buffer { bytes: Vec::with_capacity(BUFFER_BYTES) })
+        charged.ok().map(|_| Buffer { bytes: Vec::with_capacity(CAPACITY_BYTES) })
     }
 
-    /// Appends `head` and then as much of `slices` as fits, splitting the last slice taken
-    /// when it does not fit whole. Returns the bytes taken from `slices`.
+    /// Appends `head` and then as much of `slices` as fits (up to [`BUFFER_BYTES`] of them
+    /// after a head within its room), splitting the last slice taken when it does not fit
+    /// whole. Returns the bytes taken from `slices`.
     pub fn fill(&mut self, head: &[u8], slices: &mut VecDeque<Bytes>) -> u64 {
-        assert!(head.len() <= BUFFER_BYTES - self.bytes.len(), "a head fits a gather buffer");
+        assert!(self.bytes.is_empty(), "a gather buffer is filled once per write");
+        assert!(head.len() <= CAPACITY_BYTES, "a head fits a gather buffer");
         self.bytes.extend_from_slice(head);
+        let end = (head.len() + BUFFER_BYTES).min(CAPACITY_BYTES);
         let mut taken = 0u64;
         while let Some(front) = slices.front_mut() {
-            let room = BUFFER_BYTES - self.bytes.len();
+            let room = end - self.bytes.len();
             if room == 0 {
                 break;
             }
@@ -80,7 +91,7 @@ impl Buffer {
                 taken += room as u64;
             }
         }
-        assert!(self.bytes.len() <= BUFFER_BYTES);
+        assert!(self.bytes.len() <= CAPACITY_BYTES && taken as usize <= BUFFER_BYTES);
         taken
     }
 
@@ -122,11 +133,22 @@ mod tests {
         let mut buffer = Buffer::take().expect("a buffer");
         let mut input = slices(&[100, BUFFER_BYTES, 7]);
         let taken = buffer.fill(b"HEAD", &mut input);
-        assert_eq!(taken as usize, BUFFER_BYTES - 4);
+        assert_eq!(taken as usize, BUFFER_BYTES, "a head within its room displaces no message bytes");
         assert_eq!(&buffer.as_slice()[..4], b"HEAD");
         assert_eq!(buffer.as_slice()[4..104], [0u8; 100]);
         assert!(buffer.as_slice()[104..].iter().all(|&b| b == 1));
-        assert_eq!(input.iter().map(Bytes::len).collect::<Vec<_>>(), [104, 7]);
+        assert_eq!(input.iter().map(Bytes::len).collect::<Vec<_>>(), [100, 7]);
+    }
+
+    #[test]
+    fn a_head_larger_than_its_room_takes_the_rest_from_the_messages() {
+        let mut buffer = Buffer::take().expect("a buffer");
+        let head = vec![b'h'; HEAD_ROOM_BYTES + 10];
+        let mut input = slices(&[BUFFER_BYTES]);
+        let taken = buffer.fill(&head, &mut input);
+        assert_eq!(taken as usize, BUFFER_BYTES - 10);
+        assert_eq!(buffer.as_slice().len(), CAPACITY_BYTES);
+        assert_eq!(input.iter().map(Bytes::len).collect::<Vec<_>>(), [10]);
     }
 
     #[test]

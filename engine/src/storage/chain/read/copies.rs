@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use crate::limits::ByteBudget;
 
-/// Most bytes all reads' copies hold at once: 64 reads of the default 1 MiB.
+/// Most bytes all reads' copies hold at once: 16 reads of the default 4 MiB.
 pub const COPIES_BYTES_MAX: u64 = 64 << 20;
 
 /// The budget of every read's copies in the process (it counts no streams).
