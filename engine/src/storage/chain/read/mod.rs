@@ -37,10 +37,13 @@ use crate::storage::chunk::{Chunk, Message, ReadError};
 /// Most records one read returns (a partial read continues at its next offset).
 pub const RECORDS_PER_READ_MAX: u64 = 4096;
 
-/// Records whose data is smaller than this are copied into a shared buffer by reads rather
-/// than handed out as slices of their own: a slice costs an allocation and an iovec on the
-/// way out, more than copying a few hundred bytes.
-pub const COPY_BELOW_BYTES: u64 = 4096;
+/// Records whose data is smaller than this are copied into one buffer by reads (reserved
+/// once for the rest of the span) rather than handed out as slices of their own: the copy
+/// is made while the crc check has just brought the bytes into cache, and the answer leaves
+/// as one slice instead of one per record. At 4 KiB messages (acid catch-up) that measured
+/// 1.16x the per-record slices gathered by the server, in alternating rounds; larger
+/// records are sent from their storage without a copy.
+pub const COPY_BELOW_BYTES: u64 = 64 << 10;
 
 /// Most log bytes one read scans forward past other records when the chain is damaged.
 pub const SCAN_BYTES_MAX: u64 = 64 << 20;
@@ -116,6 +119,7 @@ impl<S: RecordSource> LogRead<'_, S> {
             _ => 0,
         };
         let mut copies = Copies::new(spanned);
+        let last_end = span.nodes.last().map_or(0, |last| last.end.bytes);
         let mut next = from;
         for (index, node) in span.nodes.iter().enumerate() {
             let skip = if index == 0 { span.skip_bytes } else { 0 };
@@ -129,6 +133,9 @@ impl<S: RecordSource> LogRead<'_, S> {
                     slices.push(data);
                 })
             } else if node.end.bytes - node.start.bytes < COPY_BELOW_BYTES && copies.allowed() {
+                if copied.capacity() == 0 {
+                    copied.reserve((last_end - node.start.bytes) as usize);
+                }
                 self.source.copy_data(node, skip, &mut copied)
             } else {
                 self.source.data(node).map(|data| {
