@@ -38,6 +38,8 @@ pub struct App {
     /// Whether requests without a body on plain TCP are served by the bare front
     /// (`crate::serve::bare`) rather than hyper.
     pub bare_front: bool,
+    /// The TCP congestion control of connections from this host (`None`: the system's).
+    pub local_tcp_congestion: Option<Box<str>>,
     /// Whether the bare front copies catch-up answers of many small messages into gather
     /// buffers before writing them (`crate::serve::bare::gather`): in acid mode, where they
     /// are slices of segment maps (measured faster); not where they are heap buffers.
@@ -67,6 +69,7 @@ impl App {
             write_stall_timeout: config.write_stall_timeout,
             frames,
             bare_front: config.bare_front,
+            local_tcp_congestion: config.local_tcp_congestion.clone(),
             gather_reads: config.engine.mode == StorageMode::Acid,
             cluster,
         }

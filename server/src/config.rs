@@ -14,6 +14,7 @@ use ds_engine::{EngineConfig, StorageMode};
 use ds_engine::{Limits, APPEND_BYTES_MAX_DEFAULT};
 
 use crate::http::cors::CorsPolicy;
+use crate::serve::congestion;
 
 /// Command-line flags and environment variables of `ds-server`.
 #[derive(Parser, Debug, Clone)]
@@ -87,6 +88,11 @@ pub struct Args {
     /// hyper serves every request)
     #[arg(long, env = "DS_SERVER__BARE_FRONT", default_value = "true")]
     pub bare_front: String,
+    /// TCP congestion control of connections from this host (loopback, or this host's own
+    /// address): one that does not pace packets, as nothing lies between the two ends;
+    /// `system` keeps the system's (remote connections always do)
+    #[arg(long, env = "DS_SERVER__LOCAL_TCP_CONGESTION", default_value = congestion::DEFAULT)]
+    pub local_tcp_congestion: String,
     /// PEM certificate chain; with --tls-key-path, serve HTTPS
     #[arg(long, env = "DS_TLS__CERT_PATH")]
     pub tls_cert_path: Option<PathBuf>,
@@ -134,6 +140,8 @@ pub struct Config {
     pub write_stall_timeout: Duration,
     /// Requests without a body on plain TCP are served by the bare front.
     pub bare_front: bool,
+    /// The TCP congestion control of connections from this host (`None`: the system's).
+    pub local_tcp_congestion: Option<Box<str>>,
     /// Request body bytes held across all connections at once.
     pub body_buffer_bytes_max: u64,
     /// How long a request body may go without a byte arriving.
@@ -204,6 +212,8 @@ impl Args {
             WRITE_STALL_SECS_MAX,
         )?;
         let bare_front = boolean("DS_SERVER__BARE_FRONT", &self.bare_front)?;
+        let local_tcp_congestion = congestion::parse(&self.local_tcp_congestion)
+            .map_err(|why| ConfigError(format!("DS_SERVER__LOCAL_TCP_CONGESTION: {why}")))?;
         let engine = self.engine_config()?;
         let cluster = self.cluster_config()?;
         Ok(Config {
@@ -216,6 +226,7 @@ impl Args {
             connections_max,
             write_stall_timeout: Duration::from_secs(write_stall_secs),
             bare_front,
+            local_tcp_congestion,
             body_buffer_bytes_max,
             body_timeout: Duration::from_secs(body_timeout_secs),
             tls,

@@ -6,7 +6,7 @@ use ds_tests::server::binary;
 use ds_tests::Server;
 
 /// Every variable of the spec (plus the listen host), with its default.
-const VARIABLES: [(&str, Option<&str>); 19] = [
+const VARIABLES: [(&str, Option<&str>); 20] = [
     ("DS_SERVER__HOST", Some("0.0.0.0")),
     ("DS_SERVER__PORT", Some("4437")),
     ("DS_SERVER__LONG_POLL_TIMEOUT_SECS", Some("30")),
@@ -20,6 +20,7 @@ const VARIABLES: [(&str, Option<&str>); 19] = [
     ("DS_STORAGE__ACID_SHARD_COUNT", Some("16")),
     ("DS_SERVER__MAX_CONNECTIONS", Some("10000")),
     ("DS_SERVER__WRITE_STALL_TIMEOUT_SECS", Some("30")),
+    ("DS_SERVER__LOCAL_TCP_CONGESTION", Some("reno")),
     ("DS_TLS__CERT_PATH", None),
     ("DS_TLS__KEY_PATH", None),
     ("DS_CLUSTER__ETCD_ENDPOINTS", None),
@@ -53,6 +54,7 @@ fn invalid_values_stop_startup_naming_the_variable() {
         ("DS_HTTP__CORS_ORIGINS", "example.com"),
         ("DS_LIMITS__MAX_STREAM_BYTES", "lots"),
         ("DS_TLS__KEY_PATH", "/nonexistent/key.pem"),
+        ("DS_SERVER__LOCAL_TCP_CONGESTION", "nosuchalgorithm"),
     ];
     for (variable, value) in cases {
         let output = Command::new(binary("ds-server")).env_clear().env(variable, value).output().unwrap();
