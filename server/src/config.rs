@@ -13,8 +13,8 @@ use ds_engine::{segment_bytes_for, SEGMENT_OVERHEAD_BYTES};
 use ds_engine::{EngineConfig, StorageMode};
 use ds_engine::{Limits, APPEND_BYTES_MAX_DEFAULT};
 
+use crate::congestion;
 use crate::http::cors::CorsPolicy;
-use crate::serve::congestion;
 
 /// Command-line flags and environment variables of `ds-server`.
 #[derive(Parser, Debug, Clone)]

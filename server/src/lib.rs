@@ -8,7 +8,8 @@
 //!
 //! Bottom up; a module uses only those above it in this list.
 //!
-//! - `config`: every `DS_*` variable as a flag, checked into a `Config`; `descriptors`: the
+//! - `congestion`: the TCP congestion control of connections from this host; `config`:
+//!   every `DS_*` variable as a flag, checked into a `Config`; `descriptors`: the
 //!   open-file limit raised and checked at start; `log_writer`: where log lines go (access
 //!   lines gathered per worker turn); `shutdown`, `metrics`: server-wide state.
 //! - `http`: the protocol's vocabulary: headers, problems, queries, CORS, cursors, bounded
@@ -45,6 +46,7 @@ mod access_log;
 mod app;
 mod cluster;
 mod config;
+mod congestion;
 mod descriptors;
 mod events;
 mod http;

@@ -2,7 +2,7 @@
 //! TLS handshakes, graceful shutdown.
 //!
 //! Connections get keep-alive, `TCP_NODELAY`, a congestion control that does not pace
-//! when they come from this host ([`congestion`]), a bounded request head (size and hyper's
+//! when they come from this host (`crate::congestion`), a bounded request head (size and hyper's
 //! default of 100 headers), a head read timeout, a write-stall guard ([`StallGuard`]) and
 //! small vectored writes joined into one ([`Coalesced`]). A plain TCP connection starts in
 //! the bare front (`bare`: ds's own lean HTTP/1.1 for requests without a body), which hands
@@ -17,7 +17,6 @@
 pub mod bare;
 pub mod canned;
 pub mod coalesce;
-pub mod congestion;
 pub mod stall;
 pub mod tls;
 
@@ -95,7 +94,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, tls: Option<TlsAcceptor
             tracing::debug!(%error, %peer, "cannot set TCP_NODELAY");
         }
         if let Some(algorithm) = app.local_tcp_congestion.as_deref() {
-            congestion::apply(&socket, peer, algorithm);
+            crate::congestion::apply(&socket, peer, algorithm);
         }
         let watcher = graceful.watcher();
         tokio::spawn(connection(
