@@ -84,6 +84,25 @@ impl From<Broken> for ReadError {
 pub trait NodeSource {
     type Error: From<Broken>;
     fn node(&self, location: Location) -> Result<Node, Self::Error>;
+
+    /// The create or append record that lies right after `node` in its log, whichever
+    /// stream's, when it is at or before `limit` and the log can read it in place; nothing
+    /// is checked against a chain ([`follows`] does that). `None` by default.
+    fn next_in_log(&self, _node: &Node, _limit: Location) -> Option<Node> {
+        None
+    }
+}
+
+/// Whether `next` is the record of `previous`'s stream right after it, by `next`'s own
+/// chain: the same stream, the next index, its nearest jump leading to `previous`, starting
+/// where `previous` ends, later in the log. Each record names one predecessor, so records
+/// linked this way from a record back to one the chain reached are the chain's own.
+pub fn follows(previous: &Node, next: &Node) -> bool {
+    next.stream == previous.stream
+        && next.n == previous.n + 1
+        && next.jumps.first() == Some(&previous.location)
+        && next.start == previous.end
+        && next.location > previous.location
 }
 
 /// The record `from`'s jump `k` leads to, checked to be the one the chain names.

@@ -210,6 +210,13 @@ impl NodeSource for WalSource {
     fn node(&self, location: Location) -> Result<Node, ReadError> {
         Ok(self.head(location)?.node)
     }
+
+    /// The record at `node`'s end, in the same segment.
+    fn next_in_log(&self, node: &Node, limit: Location) -> Option<Node> {
+        let (ordinal, position) = split_location(node.location);
+        let next = location(ordinal, position + node.len);
+        (next <= limit).then(|| self.head(next).ok()).flatten().map(|head| head.node)
+    }
 }
 
 impl RecordSource for WalSource {

@@ -1,7 +1,7 @@
 //! Reading a stream whose chain is damaged: around the damage, then forward.
 //!
 //! The chain is walked backwards only, so one unreadable record can hide every record that
-//! only it leads to. When the checked walk of [`super::LogRead::chained_span`] fails, this
+//! only it leads to. When the checked walk of [`super::LogRead::chained_bounds`] and `collected` fails, this
 //! finds the record holding the start offset with [`find_last_tolerant`], which steps
 //! around unreadable records; where even that is blocked, it starts from the nearest record
 //! it could reach (or the stream's first record, where the log knows it) and reads forward

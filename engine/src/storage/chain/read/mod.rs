@@ -10,7 +10,9 @@
 //! be), picks the last record that fits the byte budget (and at most
 //! [`RECORDS_PER_READ_MAX`] records), and walks back to collect them. The data comes back as
 //! `Bytes` straight from the storage ([`RecordSource::data`]); the data of small records is
-//! copied together instead ([`COPY_BELOW_BYTES`]).
+//! copied together instead ([`COPY_BELOW_BYTES`]). Where a read's records lie one right
+//! behind another in the log, `one_pass` reads them forward instead, data and next header
+//! in the log's order, and hands back the same answer or nothing.
 //!
 //! Nothing damaged is served. Every jump is checked to lead to the record the chain names,
 //! the records collected are checked to follow one another exactly from the start offset,
@@ -22,6 +24,7 @@
 
 mod careful;
 mod copies;
+mod one_pass;
 
 pub use copies::copies_held_bytes;
 
@@ -96,6 +99,16 @@ pub struct LogRead<'a, S: RecordSource> {
     pub json: bool,
 }
 
+/// The first and last records a read covers (same chain) and where in the first it starts.
+struct Bounds {
+    first: Node,
+    last: Node,
+    /// Bytes of the first record's data before the start offset.
+    skip_bytes: usize,
+    /// Messages of the first record before the start offset.
+    skip_messages: u64,
+}
+
 /// The records a read covers and where in the first one it starts.
 struct Span {
     nodes: Vec<Node>,
@@ -108,8 +121,20 @@ struct Span {
 impl<S: RecordSource> LogRead<'_, S> {
     /// Whole messages from `from`, about `bytes_max` stored bytes (at least one record).
     pub fn chunk(&self, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
-        let Some(span) = self.span(from, bytes_max)? else {
+        if !self.reads_from(from)? {
             return Ok(Chunk { next: from, messages: 0, slices: Vec::new() });
+        }
+        let bounds = match self.chained_bounds(from, bytes_max) {
+            Ok(bounds) => Some(bounds),
+            Err(ReadError::Damaged) => None,
+            Err(error) => return Err(error),
+        };
+        if let Some(chunk) = bounds.as_ref().and_then(|bounds| one_pass::chunk(self, from, bounds)) {
+            return Ok(chunk);
+        }
+        let span = match bounds.map(|bounds| self.collected(bounds)) {
+            Some(Err(ReadError::Damaged)) | None => careful::span(self, from, bytes_max)?,
+            Some(span) => span?,
         };
         let mut slices = Vec::new();
         let mut copied = BytesMut::new();
@@ -194,25 +219,39 @@ impl<S: RecordSource> LogRead<'_, S> {
         Ok(messages)
     }
 
-    /// The records to read from `from`, or `None` when `from` is the published tail.
-    fn span(&self, from: Offset, bytes_max: usize) -> Result<Option<Span>, ReadError> {
+    /// Whether there is anything to read from `from` (`false` at the published tail); an
+    /// error when `from` is no offset of this stream's own.
+    fn reads_from(&self, from: Offset) -> Result<bool, ReadError> {
         let inside = |bound: Offset| from.messages <= bound.messages && from.bytes <= bound.bytes;
         if !inside(self.until) || (from != self.start && inside(self.start)) {
             return Err(ReadError::NotBoundary);
         }
-        if from == self.until {
+        Ok(from != self.until)
+    }
+
+    /// The records to read from `from`, or `None` when `from` is the published tail.
+    fn span(&self, from: Offset, bytes_max: usize) -> Result<Option<Span>, ReadError> {
+        if !self.reads_from(from)? {
             return Ok(None);
         }
-        let span = match self.chained_span(from, bytes_max) {
+        let span = match self.chained_bounds(from, bytes_max).and_then(|bounds| self.collected(bounds)) {
             Err(ReadError::Damaged) => careful::span(self, from, bytes_max)?,
             span => span?,
         };
-        debug_assert!(span.nodes.windows(2).all(|pair| pair[0].end == pair[1].start), "records follow on");
         Ok(Some(span))
     }
 
-    /// The span found through the chain alone, every jump checked.
-    fn chained_span(&self, from: Offset, bytes_max: usize) -> Result<Span, ReadError> {
+    /// The records from the first to the last of `bounds`, walked back along the chain.
+    fn collected(&self, bounds: Bounds) -> Result<Span, ReadError> {
+        let Bounds { first, last, skip_bytes, skip_messages } = bounds;
+        let nodes = collect(self.source, &first, last, RECORDS_PER_READ_MAX as usize)?;
+        debug_assert!(nodes.windows(2).all(|pair| pair[0].end == pair[1].start), "records follow on");
+        Ok(Span { nodes, skip_bytes, skip_messages })
+    }
+
+    /// The first and last records of a read from `from`, found through the chain alone,
+    /// every jump checked.
+    fn chained_bounds(&self, from: Offset, bytes_max: usize) -> Result<Bounds, ReadError> {
         let tail = self.tail()?;
         let first = find(self.source, &tail, from.bytes)?;
         if first.n == 0 && first.start != self.start {
@@ -230,8 +269,7 @@ impl<S: RecordSource> LogRead<'_, S> {
         if last.n - first.n >= RECORDS_PER_READ_MAX {
             last = find_index(self.source, &last, first.n + RECORDS_PER_READ_MAX - 1)?;
         }
-        let nodes = collect(self.source, &first, last, RECORDS_PER_READ_MAX as usize)?;
-        Ok(Span { nodes, skip_bytes, skip_messages })
+        Ok(Bounds { first, last, skip_bytes, skip_messages })
     }
 
     /// The published last record, checked to be the one the stream's view names.
@@ -290,259 +328,4 @@ impl<S: RecordSource> LogRead<'_, S> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::payload::Payload;
-    use crate::storage::chain::{Levels, Stored};
-
-    /// An in-memory log of records, chained like the disk modes chain them, whose records
-    /// can be damaged: unreadable, with a wrong chain index, or with data that fails its crc.
-    struct Log {
-        nodes: Vec<Node>,
-        data: Vec<Bytes>,
-        damage: Option<(u64, Damage)>,
-    }
-
-    #[derive(Clone, Copy, Debug, PartialEq)]
-    enum Damage {
-        Header,
-        ChainIndex,
-        Data,
-    }
-
-    impl NodeSource for Log {
-        type Error = ReadError;
-        fn node(&self, location: Location) -> Result<Node, ReadError> {
-            let mut node = self.nodes.get(location.raw() as usize).cloned().ok_or(ReadError::Damaged)?;
-            match self.damage {
-                Some((at, Damage::Header)) if at == location.raw() => return Err(ReadError::Damaged),
-                Some((at, Damage::ChainIndex)) if at == location.raw() => node.n += 1 << 16,
-                _ => {}
-            }
-            Ok(node)
-        }
-    }
-
-    impl RecordSource for Log {
-        fn data(&self, node: &Node) -> Result<Bytes, ReadError> {
-            if self.damage.is_some_and(|(at, _)| at == node.location.raw()) {
-                return Err(ReadError::Damaged);
-            }
-            Ok(self.data[node.location.raw() as usize].clone())
-        }
-
-        fn successor(&self, node: &Node, limit: Location, scan: &mut u64) -> Result<Option<Node>, ReadError> {
-            let at = node.location.plus(1);
-            if at > limit || *scan == 0 {
-                return Ok(None);
-            }
-            *scan -= 1;
-            let next = self.node(at)?;
-            let follows = next.n == node.n + 1 && next.jumps[0] == node.location && next.start == node.end;
-            if follows {
-                Ok(Some(next))
-            } else {
-                Err(ReadError::Damaged)
-            }
-        }
-
-        fn first_record(
-            &self,
-            _stream: StreamId,
-            _tail: Location,
-            _scan: &mut u64,
-        ) -> Result<Option<Node>, ReadError> {
-            self.node(Location::from_raw(0)).map(Some)
-        }
-    }
-
-    fn log(payloads: &[Payload]) -> Log {
-        let mut log = Log {
-            nodes: vec![Node {
-                location: Location::from_raw(0),
-                n: 0,
-                stream: StreamId::from_raw(1),
-                start: Offset::ZERO,
-                end: Offset::ZERO,
-                jumps: vec![],
-                len: 1,
-                stored: Stored::default(),
-            }],
-            data: vec![Bytes::new()],
-            damage: None,
-        };
-        let mut levels = Levels::started_at(Location::from_raw(0));
-        for payload in payloads {
-            let chain = levels.next_chain();
-            let start = log.nodes.last().unwrap().end;
-            let end = start.advance(payload.message_count(), payload.stored_len());
-            let location = Location::from_raw(log.nodes.len() as u64);
-            log.nodes.push(Node {
-                location,
-                n: chain.n,
-                stream: StreamId::from_raw(1),
-                start,
-                end,
-                jumps: chain.jumps,
-                len: 1,
-                stored: Stored::default(),
-            });
-            log.data.push(Bytes::from(payload.stored_bytes()));
-            levels.push(location);
-        }
-        log
-    }
-
-    fn reader(log: &Log, json: bool) -> LogRead<'_, Log> {
-        let tail = log.nodes.last().unwrap();
-        LogRead {
-            source: log,
-            start: Offset::ZERO,
-            stream: StreamId::from_raw(1),
-            tail_location: tail.location,
-            tail_n: tail.n,
-            tail_end: tail.end,
-            until: tail.end,
-            json,
-        }
-    }
-
-    fn text(chunk: &Chunk) -> String {
-        chunk.slices.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect()
-    }
-
-    fn raw(text: &str) -> Payload {
-        Payload::raw(Bytes::copy_from_slice(text.as_bytes()))
-    }
-
-    #[test]
-    fn reads_from_every_record_boundary() {
-        let log = log(&[raw("aa"), Payload::raw(Bytes::new()), raw("bbb"), raw("c")]);
-        let read = reader(&log, false);
-        let offsets = [Offset::ZERO, Offset { messages: 1, bytes: 2 }, Offset { messages: 2, bytes: 5 }];
-        let expected = ["aabbbc", "bbbc", "c"];
-        for (from, expected) in offsets.iter().zip(expected) {
-            let chunk = read.chunk(*from, 1 << 20).unwrap();
-            assert_eq!(text(&chunk), expected);
-            assert_eq!(chunk.next, read.until);
-        }
-        assert!(read.chunk(read.until, 100).unwrap().is_empty());
-        assert_eq!(read.chunk(Offset { messages: 1, bytes: 3 }, 100).err(), Some(ReadError::NotBoundary));
-        assert_eq!(read.chunk(Offset { messages: 9, bytes: 9 }, 100).err(), Some(ReadError::NotBoundary));
-    }
-
-    #[test]
-    fn budgets_and_record_caps_cut_at_records() {
-        let payloads: Vec<Payload> = (0..10_000).map(|i| raw(&format!("{:04}", i % 10_000))).collect();
-        let log = log(&payloads);
-        let read = reader(&log, false);
-        let chunk = read.chunk(Offset::ZERO, 10).unwrap();
-        assert_eq!((text(&chunk), chunk.messages), ("00000001".to_string(), 2));
-        let chunk = read.chunk(Offset::ZERO, 1).unwrap();
-        assert_eq!(chunk.messages, 1, "at least one record");
-        let chunk = read.chunk(Offset::ZERO, usize::MAX).unwrap();
-        assert_eq!(chunk.messages, RECORDS_PER_READ_MAX);
-        let mut from = Offset::ZERO;
-        let mut all = String::new();
-        while from != read.until {
-            let chunk = read.chunk(from, 1000).unwrap();
-            all.push_str(&text(&chunk));
-            from = chunk.next;
-        }
-        assert_eq!(all.len(), 40_000);
-    }
-
-    #[test]
-    fn json_records_split_into_messages_and_allow_inner_boundaries() {
-        let batch = Payload::json(Bytes::from_static(b"[1,{\"a\":\",\"},[2,3]]"), false).unwrap();
-        let log = log(&[batch, Payload::json(Bytes::from_static(b"\"x\""), false).unwrap()]);
-        let read = reader(&log, true);
-        let messages = read.messages(Offset::ZERO, 1 << 20).unwrap();
-        let stored: Vec<String> =
-            messages.iter().map(|m| String::from_utf8(m.stored.to_vec()).unwrap()).collect();
-        assert_eq!(stored, ["1,", "{\"a\":\",\"},", "[2,3],", "\"x\","]);
-        let inner = messages[0].next;
-        assert_eq!(text(&read.chunk(inner, 1 << 20).unwrap()), "{\"a\":\",\"},[2,3],\"x\",");
-        let from_inner = read.messages(inner, 1 << 20).unwrap();
-        assert_eq!(from_inner.len(), 3);
-        assert_eq!(from_inner.last().unwrap().next, read.until);
-        let not_boundary = Offset { messages: 1, bytes: 3 };
-        assert_eq!(read.chunk(not_boundary, 10).err(), Some(ReadError::NotBoundary));
-    }
-
-    #[test]
-    fn reads_stop_at_a_boundary_inside_a_record() {
-        let batch = Payload::json(Bytes::from_static(b"[1,{\"a\":\",\"},[2,3]]"), false).unwrap();
-        let log = log(&[Payload::json(Bytes::from_static(b"0"), false).unwrap(), batch]);
-        let mut read = reader(&log, true);
-        // A fork inherits "0", "1" and {"a":","}: its source is read up to there.
-        read.until = Offset { messages: 3, bytes: 14 };
-        for budget in [1, 5, 1 << 20] {
-            assert_eq!(read_all(&read, Offset::ZERO, budget), ("0,1,{\"a\":\",\"},".to_string(), false));
-        }
-        let messages = read.messages(Offset::ZERO, 1 << 20).unwrap();
-        assert_eq!(messages.len(), 3);
-        assert_eq!(messages.last().unwrap().next, read.until);
-        assert!(read.chunk(read.until, 10).unwrap().is_empty());
-        read.until = Offset { messages: 3, bytes: 13 };
-        assert_eq!(read.chunk(Offset { messages: 1, bytes: 2 }, 100).err(), Some(ReadError::NotBoundary));
-    }
-
-    /// Reads from `from` to the end with reads of about `budget` bytes: what was served, and
-    /// whether the reads ended in an error rather than at the tail.
-    fn read_all(read: &LogRead<'_, Log>, mut from: Offset, budget: usize) -> (String, bool) {
-        let mut served = String::new();
-        while from != read.until {
-            match read.chunk(from, budget) {
-                Ok(chunk) => {
-                    assert!(chunk.next > from, "a read moves on");
-                    served.push_str(&text(&chunk));
-                    from = chunk.next;
-                }
-                Err(error) => {
-                    assert_eq!(error, ReadError::Damaged);
-                    return (served, true);
-                }
-            }
-        }
-        (served, false)
-    }
-
-    #[test]
-    fn damage_is_never_served_never_skipped_and_what_is_intact_is() {
-        let payloads: Vec<Payload> = (0..40).map(|i| raw(&format!("<{i:02}>"))).collect();
-        let whole: String = (0..40).map(|i| format!("<{i:02}>")).collect();
-        for damaged in 1..=40u64 {
-            for damage in [Damage::Header, Damage::ChainIndex, Damage::Data] {
-                let mut log = log(&payloads);
-                log.damage = Some((damaged, damage));
-                let read = reader(&log, false);
-                let (start, end) = (log.nodes[damaged as usize].start, log.nodes[damaged as usize].end);
-                for record in 1..=40usize {
-                    let from = log.nodes[record].start;
-                    let case = format!("{damage:?} at {damaged}, from record {record}");
-                    for budget in [1, 9, 1 << 20] {
-                        let (served, failed) = read_all(&read, from, budget);
-                        let expected = &whole[from.bytes as usize..];
-                        if from >= end {
-                            assert_eq!((served.as_str(), failed), (expected, false), "{case}");
-                        } else if from >= start {
-                            assert_eq!((served.as_str(), failed), ("", true), "{case}");
-                        } else {
-                            let intact = &whole[from.bytes as usize..start.bytes as usize];
-                            assert_eq!((served.as_str(), failed), (intact, true), "{case}, budget {budget}");
-                        }
-                    }
-                    let messages = read.messages(from, 1 << 20);
-                    if from < start {
-                        let messages = messages.unwrap();
-                        assert!(messages.last().unwrap().next <= start, "{case}");
-                        assert_eq!(messages.len() as u64, start.messages - from.messages, "{case}");
-                    } else if from < end {
-                        assert_eq!(messages.err(), Some(ReadError::Damaged), "{case}");
-                    }
-                }
-            }
-        }
-    }
-}
+mod tests;
