@@ -22,14 +22,16 @@
 //! the intact records before it (a partial read, never marked up to date); a read that
 //! starts at damage fails with [`ReadError::Damaged`].
 
+mod answer;
 mod careful;
 mod copies;
 mod one_pass;
 
 pub use copies::copies_held_bytes;
 
+use answer::Answer;
 use bytes::{Bytes, BytesMut};
-use copies::Copies;
+use one_pass::Pass;
 
 use crate::ids::{Location, StreamId};
 use crate::offset::Offset;
@@ -129,60 +131,49 @@ impl<S: RecordSource> LogRead<'_, S> {
             Err(ReadError::Damaged) => None,
             Err(error) => return Err(error),
         };
-        if let Some(chunk) = bounds.as_ref().and_then(|bounds| one_pass::chunk(self, from, bounds)) {
-            return Ok(chunk);
+        if let Some(bounds) = &bounds {
+            match one_pass::read(self, from, bounds) {
+                Pass::Done(answer) => return Ok(answer.finish(from)),
+                Pass::Broke(answer, reached) => {
+                    // The run ended short of the last record: the rest, walked back along the
+                    // chain to where it ended (which proves the run the chain's own).
+                    if let Ok(rest) =
+                        collect(self.source, &reached, bounds.last.clone(), RECORDS_PER_READ_MAX as usize)
+                    {
+                        return Ok(self.answer_rest(answer, &rest[1..], from));
+                    }
+                }
+                Pass::Declined => {}
+            }
         }
         let span = match bounds.map(|bounds| self.collected(bounds)) {
             Some(Err(ReadError::Damaged)) | None => careful::span(self, from, bytes_max)?,
             Some(span) => span?,
         };
-        let mut slices = Vec::new();
-        let mut copied = BytesMut::new();
-        // Copies hold at most the data of the records the read spans.
-        let spanned = match (span.nodes.first(), span.nodes.last()) {
-            (Some(first), Some(last)) => last.end.bytes - first.start.bytes,
-            _ => 0,
-        };
-        let mut copies = Copies::new(spanned);
-        let last_end = span.nodes.last().map_or(0, |last| last.end.bytes);
-        let mut next = from;
+        let (first, last) = (span.nodes.first(), span.nodes.last());
+        let spanned = first.zip(last).map_or(0, |(first, last)| last.end.bytes - first.start.bytes);
+        let mut answer = Answer::new(from, spanned, last.map_or(0, |last| last.end.bytes));
         for (index, node) in span.nodes.iter().enumerate() {
             let skip = if index == 0 { span.skip_bytes } else { 0 };
-            let served = if node.start == node.end {
-                Ok(())
-            } else if node.end > self.until {
-                self.cut_data(node, skip).map(|data| {
-                    if !copied.is_empty() {
-                        slices.push(copies.seal(copied.split().freeze()));
-                    }
-                    slices.push(data);
-                })
-            } else if node.end.bytes - node.start.bytes < COPY_BELOW_BYTES && copies.allowed() {
-                if copied.capacity() == 0 {
-                    copied.reserve((last_end - node.start.bytes) as usize);
-                }
-                self.source.copy_data(node, skip, &mut copied)
-            } else {
-                self.source.data(node).map(|data| {
-                    if !copied.is_empty() {
-                        slices.push(copies.seal(copied.split().freeze()));
-                    }
-                    slices.push(data.slice(skip..));
-                })
-            };
-            match served {
-                Ok(()) => next = node.end.min(self.until),
+            match answer.take(self, node, skip) {
+                Ok(()) => {}
                 // Damage right at the start: nothing here can be served.
                 Err(error) if index == 0 => return Err(error),
                 // Damage further on: the intact records before it are the answer.
                 Err(_) => break,
             }
         }
-        if !copied.is_empty() {
-            slices.push(copies.seal(copied.freeze()));
+        Ok(answer.finish(from))
+    }
+
+    /// `answer` (which holds at least one record) completed with `rest`, up to any damage.
+    fn answer_rest(&self, mut answer: Answer, rest: &[Node], from: Offset) -> Chunk {
+        for node in rest {
+            if answer.take(self, node, 0).is_err() {
+                break;
+            }
         }
-        debug_assert!(next > from, "a read that returns covers at least one record");
-        Ok(Chunk { next, messages: next.messages - from.messages, slices })
+        answer.finish(from)
     }
 
     /// Single messages from `from` (for SSE), with the same limits as [`LogRead::chunk`].

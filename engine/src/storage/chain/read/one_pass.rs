@@ -8,58 +8,57 @@
 //! and then the header right behind it, so the log is read once, front to back, and each
 //! header arrives with the data before it.
 //!
-//! It serves only the plain case and leaves the rest to the chain walk: every record small
-//! enough to copy ([`super::COPY_BELOW_BYTES`]), the copy budget granted, none cut by the
-//! read's end, and each next record found right behind the one before
-//! ([`NodeSource::next_in_log`]) and naming it as its predecessor ([`follows`]). The run
-//! must end exactly at the last record the chain found, so the records served are the
-//! chain's own; anything else — damage included — falls back with nothing served.
-
-use bytes::BytesMut;
+//! The forward pass follows the run as far as it goes: each next record must lie right
+//! behind the one before ([`NodeSource::next_in_log`]) and name it as its predecessor
+//! ([`follows`]). Records linked that way are the chain's own once they are tied to a
+//! record the chain found: the run must end exactly at the read's last record, or, where
+//! it breaks off before it, the caller walks the chain back from the last record to where
+//! the run ended and takes the rest from there. Anything else — damage included — hands
+//! the read back to the chain walk with nothing served.
 
 use crate::offset::Offset;
 use crate::storage::chain::{follows, Node, NodeSource};
-use crate::storage::chunk::Chunk;
 
-use super::copies::Copies;
-use super::{Bounds, LogRead, RecordSource, COPY_BELOW_BYTES};
+use super::answer::Answer;
+use super::{Bounds, LogRead, RecordSource};
 
-/// The answer of a read from `from` over `bounds` in one forward pass, or `None` where
-/// the read is not the plain case (the caller walks the chain instead).
-pub(super) fn chunk<S: RecordSource>(read: &LogRead<'_, S>, from: Offset, bounds: &Bounds) -> Option<Chunk> {
+/// What a forward pass made of a read.
+pub(super) enum Pass {
+    /// Every record up to the read's last, which the run ended on.
+    Done(Answer),
+    /// The records of the run up to the one it broke off after (not yet tied to the chain).
+    Broke(Answer, Node),
+    /// Not a run, or damage: nothing served.
+    Declined,
+}
+
+/// Reads `bounds` from `from` forward, as far as its records form a run.
+pub(super) fn read<S: RecordSource>(read: &LogRead<'_, S>, from: Offset, bounds: &Bounds) -> Pass {
     let Bounds { first, last, skip_bytes, .. } = bounds;
-    if last.end > read.until || !adjacent_after(read.source, first, last) {
-        return None;
+    if !adjacent_after(read.source, first, last) {
+        return Pass::Declined;
     }
-    let spanned = last.end.bytes - first.start.bytes;
-    let mut copies = Copies::new(spanned);
-    if !copies.allowed() {
-        return None;
-    }
-    let mut copied = BytesMut::with_capacity(spanned as usize);
+    let mut answer = Answer::new(from, last.end.bytes - first.start.bytes, last.end.bytes);
     let mut node = first.clone();
     let mut skip = *skip_bytes;
     loop {
-        if node.end.bytes - node.start.bytes >= COPY_BELOW_BYTES {
-            return None;
-        }
-        if node.start != node.end {
-            read.source.copy_data(&node, skip, &mut copied).ok()?;
+        if answer.take(read, &node, skip).is_err() {
+            return Pass::Declined;
         }
         skip = 0;
         if node.n == last.n {
             break;
         }
-        node = next_of_run(read.source, &node, last)?;
+        match next_of_run(read.source, &node, last) {
+            Some(next) => node = next,
+            None => return Pass::Broke(answer, node),
+        }
     }
     // The run ends at the chain's last record, with exactly the bytes its offsets promise.
-    if node != *last || copied.len() as u64 != last.end.bytes - from.bytes {
-        return None;
+    if node != *last || !answer.holds_bytes_since(from) {
+        return Pass::Declined;
     }
-    let next = last.end;
-    debug_assert!(next > from, "a read that returns covers at least one record");
-    let slices = if copied.is_empty() { Vec::new() } else { vec![copies.seal(copied.freeze())] };
-    Some(Chunk { next, messages: next.messages - from.messages, slices })
+    Pass::Done(answer)
 }
 
 /// Whether the log can tell, right after `first`, the record that follows it in its stream

@@ -75,6 +75,12 @@ impl RecordSource for Log {
 }
 
 fn log(payloads: &[Payload]) -> Log {
+    log_among_others(payloads, |_| false)
+}
+
+/// A log of stream 1's records with, before its record `i` wherever `other_before(i)`, a
+/// record of stream 2 that breaks the run of stream 1's.
+fn log_among_others(payloads: &[Payload], other_before: impl Fn(usize) -> bool) -> Log {
     let mut log = Log {
         nodes: vec![Node {
             location: Location::from_raw(0),
@@ -91,10 +97,18 @@ fn log(payloads: &[Payload]) -> Log {
         in_order: false,
     };
     let mut levels = Levels::started_at(Location::from_raw(0));
-    for payload in payloads {
+    let mut end = Offset::ZERO;
+    for (i, payload) in payloads.iter().enumerate() {
+        if other_before(i) {
+            let mut other = log.nodes[0].clone();
+            (other.location, other.stream) =
+                (Location::from_raw(log.nodes.len() as u64), StreamId::from_raw(2));
+            log.nodes.push(other);
+            log.data.push(Bytes::from_static(b"OTHER"));
+        }
         let chain = levels.next_chain();
-        let start = log.nodes.last().unwrap().end;
-        let end = start.advance(payload.message_count(), payload.stored_len());
+        let start = end;
+        end = start.advance(payload.message_count(), payload.stored_len());
         let location = Location::from_raw(log.nodes.len() as u64);
         log.nodes.push(Node {
             location,
@@ -269,19 +283,26 @@ fn damage_is_never_served_never_skipped_and_what_is_intact_is() {
 
 #[test]
 fn reads_in_one_pass_serve_what_the_chain_walk_serves() {
-    let payloads: Vec<Payload> = (0..300).map(|i| raw(&"x".repeat(1 + i % 7))).collect();
-    let mut log = log(&payloads);
-    let offsets: Vec<Offset> = log.nodes.iter().map(|node| node.start).collect();
-    for budget in [1, 6, 50, 1 << 20] {
-        for &from in &offsets {
-            log.in_order = false;
-            let walked = reader(&log, false).chunk(from, budget).unwrap();
-            log.in_order = true;
-            let passed = reader(&log, false).chunk(from, budget).unwrap();
-            assert_eq!(
-                (text(&passed), passed.next, passed.messages),
-                (text(&walked), walked.next, walked.messages)
-            );
+    let payloads: Vec<Payload> = (0..300).map(|i| raw(&format!("{i:03}{}", "x".repeat(i % 7)))).collect();
+    // Runs unbroken, broken after every record, and broken every few.
+    for gap in [0, 1, 3, 7, 100] {
+        let mut log = log_among_others(&payloads, |i| gap > 0 && i > 0 && i % gap == 0);
+        let offsets: Vec<Offset> =
+            log.nodes.iter().filter(|node| node.stream.raw() == 1).map(|node| node.start).collect();
+        for budget in [1, 6, 50, 1 << 20] {
+            for &from in &offsets {
+                log.in_order = false;
+                let walked = reader(&log, false).chunk(from, budget).unwrap();
+                log.in_order = true;
+                let passed = reader(&log, false).chunk(from, budget).unwrap();
+                let case = format!("gap {gap}, budget {budget}, from {from:?}");
+                assert!(!text(&walked).contains("OTHER"), "{case}");
+                assert_eq!(
+                    (text(&passed), passed.next, passed.messages),
+                    (text(&walked), walked.next, walked.messages),
+                    "{case}"
+                );
+            }
         }
     }
 }
