@@ -97,15 +97,18 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, tls: Option<TlsAcceptor
             crate::congestion::apply(&socket, peer, algorithm);
         }
         let watcher = graceful.watcher();
-        tokio::spawn(connection(
-            Arc::clone(&app),
-            socket,
-            peer,
-            tls.clone(),
-            watcher,
-            slot,
-            Arc::clone(&parking),
-        ));
+        let open = OpenConnection::new(Arc::clone(&app), slot);
+        match tls.clone() {
+            // A bare connection's task is the bare front's own future and nothing around it
+            // (what a waiting request holds is its socket and a few pointers).
+            None if app.bare_front => {
+                let conn = bare::Conn::new(socket, peer, watcher, open);
+                tokio::spawn(bare::serve(Arc::clone(&parking), conn, None));
+            }
+            tls => {
+                tokio::spawn(connection(Arc::clone(&app), socket, peer, tls, watcher, open));
+            }
+        }
     }
     drop(listener);
     tokio::select! {
@@ -114,26 +117,22 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, tls: Option<TlsAcceptor
     }
 }
 
-/// One client connection, from the TLS handshake (if any) to its end; holds its slot.
+/// One client connection served by hyper (TLS, or the bare front turned off), from the TLS
+/// handshake (if any) to its end; `open` holds its slot until then.
 async fn connection(
     app: Arc<App>,
     socket: TcpStream,
     peer: SocketAddr,
     tls: Option<TlsAcceptor>,
     watcher: Watcher,
-    slot: OwnedSemaphorePermit,
-    parking: Arc<Parking>,
+    open: OpenConnection,
 ) {
-    let open = OpenConnection::new(Arc::clone(&app), slot);
+    // hyper's connection state (and a TLS session) is boxed.
     match tls {
-        // hyper's connection state (and a TLS session) is boxed: the task of a bare
-        // connection holds only the bare front's state.
-        None if app.bare_front => {
-            bare::serve(parking, bare::Conn::new(socket, peer, watcher, open), None).await
-        }
         None => Box::pin(serve_http(&app, socket, peer, watcher)).await,
         Some(acceptor) => Box::pin(serve_tls(&app, acceptor, socket, peer, watcher)).await,
     }
+    drop(open);
 }
 
 /// A connection counted in `connections_open`, holding its slot under the connection limit,

@@ -89,12 +89,13 @@ enum Answered {
 
 /// Serves `conn` until the client, an error or the shutdown ends it, hands it to hyper, or
 /// parks it; `events`: an SSE answer to go on with first (a parked reader resuming). Each
-/// step is boxed, so the connection's task holds only what the step it is in needs.
-pub async fn serve(parking: Arc<Parking>, mut conn: Conn, mut events: Option<Events>) {
+/// step is boxed, and so is an SSE answer between steps, so the connection's task holds
+/// only what the step it is in needs (a waiting long-poll: its socket and a few pointers).
+pub async fn serve(parking: Arc<Parking>, mut conn: Conn, mut events: Option<Box<Events>>) {
     let app = Arc::clone(conn.open.app());
     loop {
         if let Some(answer) = events.take() {
-            match Box::pin(events::write(&conn.socket, answer, app.write_stall_timeout)).await {
+            match Box::pin(events::write(&conn.socket, *answer, app.write_stall_timeout)).await {
                 Ok(Written::Ended { again: true }) => {}
                 Ok(Written::Ended { again: false }) => return,
                 Ok(Written::CaughtUp(answer)) => return parking.park(conn, answer),
@@ -113,7 +114,7 @@ pub async fn serve(parking: Arc<Parking>, mut conn: Conn, mut events: Option<Eve
         match Box::pin(answer(&app, &conn.socket, request, close)).await {
             Ok(Answered::Again) => {}
             Ok(Answered::Done) => return,
-            Ok(Answered::Events(answer)) => events = Some(answer),
+            Ok(Answered::Events(answer)) => events = Some(Box::new(answer)),
             Err(error) => return ended(&app, conn.peer, &error),
         }
     }

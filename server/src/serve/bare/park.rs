@@ -273,7 +273,7 @@ impl Lot {
         let Leave::Resume(leftover) = leave else { return };
         let Parked { conn, reader, close, .. } = parked;
         let events = Events { stream: Arc::clone(&self.stream), reader, head: None, leftover, close };
-        tokio::spawn(super::serve(Arc::clone(&self.parking), conn, Some(events)));
+        tokio::spawn(super::serve(Arc::clone(&self.parking), conn, Some(Box::new(events))));
     }
 
     /// Arms the idle timer for `earliest`; true if it already passed.
