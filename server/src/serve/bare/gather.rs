@@ -58,7 +58,8 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    /// An empty buffer of [`BUFFER_BYTES`] capacity, or `None` when the budget is spent.
+    /// An empty buffer (room for a head and [`BUFFER_BYTES`] of messages), or `None` when
+    /// the budget is spent.
     pub fn take() -> Option<Buffer> {
         if let Some(bytes) = IDLE.with(|idle| idle.borrow_mut().pop()) {
             debug_assert!(bytes.is_empty() && bytes.capacity() >= CAPACITY_BYTES);

@@ -28,11 +28,12 @@ pub(super) struct Answer {
 }
 
 impl Answer {
-    /// An empty answer from `from` over records that end at `span_end` and span `spanned`
-    /// bytes of data (what its copies are charged for).
-    pub fn new(from: Offset, spanned: u64, span_end: u64) -> Answer {
-        let (slices, copied, copies) = (Vec::new(), BytesMut::new(), Copies::new(spanned));
-        Answer { slices, copied, copies, span_end, next: from }
+    /// An empty answer from `from` over the records from `first` to `last` (whose data is
+    /// what its copies are charged for).
+    pub fn new(from: Offset, first: &Node, last: &Node) -> Answer {
+        let span_end = last.end.bytes;
+        let copies = Copies::new(span_end - first.start.bytes);
+        Answer { slices: Vec::new(), copied: BytesMut::new(), copies, span_end, next: from }
     }
 
     /// Takes the data of `node` (after its first `skip` bytes) into the answer; nothing is

@@ -134,13 +134,15 @@ impl<S: RecordSource> LogRead<'_, S> {
         if let Some(bounds) = &bounds {
             match one_pass::read(self, from, bounds) {
                 Pass::Done(answer) => return Ok(answer.finish(from)),
-                Pass::Broke(answer, reached) => {
+                Pass::Broke(mut answer, reached) => {
                     // The run ended short of the last record: the rest, walked back along the
                     // chain to where it ended (which proves the run the chain's own).
                     if let Ok(rest) =
                         collect(self.source, &reached, bounds.last.clone(), RECORDS_PER_READ_MAX as usize)
                     {
-                        return Ok(self.answer_rest(answer, &rest[1..], from));
+                        // The answer holds the run already: damage in the rest only ends it.
+                        let _ = self.take_all(&mut answer, &rest[1..], 0);
+                        return Ok(answer.finish(from));
                     }
                 }
                 Pass::Declined => {}
@@ -151,29 +153,24 @@ impl<S: RecordSource> LogRead<'_, S> {
             Some(span) => span?,
         };
         let (first, last) = (span.nodes.first(), span.nodes.last());
-        let spanned = first.zip(last).map_or(0, |(first, last)| last.end.bytes - first.start.bytes);
-        let mut answer = Answer::new(from, spanned, last.map_or(0, |last| last.end.bytes));
-        for (index, node) in span.nodes.iter().enumerate() {
-            let skip = if index == 0 { span.skip_bytes } else { 0 };
-            match answer.take(self, node, skip) {
-                Ok(()) => {}
-                // Damage right at the start: nothing here can be served.
-                Err(error) if index == 0 => return Err(error),
-                // Damage further on: the intact records before it are the answer.
-                Err(_) => break,
-            }
-        }
+        let mut answer = Answer::new(from, first.expect("a span has records"), last.expect("and a last"));
+        self.take_all(&mut answer, &span.nodes, span.skip_bytes)?;
         Ok(answer.finish(from))
     }
 
-    /// `answer` (which holds at least one record) completed with `rest`, up to any damage.
-    fn answer_rest(&self, mut answer: Answer, rest: &[Node], from: Offset) -> Chunk {
-        for node in rest {
-            if answer.take(self, node, 0).is_err() {
-                break;
+    /// Takes `nodes` into `answer` (skipping `skip_first` bytes of the first) up to the first
+    /// that fails its checks: an error when that is the first (nothing here can be served),
+    /// else the intact records before it are the answer.
+    fn take_all(&self, answer: &mut Answer, nodes: &[Node], skip_first: usize) -> Result<(), ReadError> {
+        for (index, node) in nodes.iter().enumerate() {
+            let skip = if index == 0 { skip_first } else { 0 };
+            match answer.take(self, node, skip) {
+                Ok(()) => {}
+                Err(error) if index == 0 => return Err(error),
+                Err(_) => break,
             }
         }
-        answer.finish(from)
+        Ok(())
     }
 
     /// Single messages from `from` (for SSE), with the same limits as [`LogRead::chunk`].

@@ -38,7 +38,7 @@ pub(super) fn read<S: RecordSource>(read: &LogRead<'_, S>, from: Offset, bounds:
     if !adjacent_after(read.source, first, last) {
         return Pass::Declined;
     }
-    let mut answer = Answer::new(from, last.end.bytes - first.start.bytes, last.end.bytes);
+    let mut answer = Answer::new(from, first, last);
     let mut node = first.clone();
     let mut skip = *skip_bytes;
     loop {
