@@ -130,16 +130,9 @@ impl ByteBudget {
 
     /// Charges `bytes`; refuses (charging nothing) when the total would pass the maximum.
     pub fn try_charge(&self, bytes: u64) -> bool {
-        self.try_charge_within(bytes, self.max)
-    }
-
-    /// Charges `bytes`; refuses (charging nothing) when the total would pass `max` (at most
-    /// the budget's own maximum).
-    pub fn try_charge_within(&self, bytes: u64, max: u64) -> bool {
-        let max = max.min(self.max);
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
-            let Some(next) = used.checked_add(bytes).filter(|next| *next <= max) else {
+            let Some(next) = used.checked_add(bytes).filter(|next| *next <= self.max) else {
                 return false;
             };
             match self.used.compare_exchange_weak(used, next, Ordering::AcqRel, Ordering::Relaxed) {

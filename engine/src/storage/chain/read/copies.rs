@@ -4,12 +4,8 @@
 //! send than many small slices, but memory the answer holds until the client has read it —
 //! up to a read's size, for as long as a client takes to read (a write may stall for
 //! `DS_SERVER__WRITE_STALL_TIMEOUT_SECS`). So every read that copies charges the most it may
-//! copy to one global count, and the charge is given back when the last buffer holding it is
-//! dropped. The count's cap follows the size of the reads: room for [`COPYING_READS`] reads
-//! of a read's own size, never less than [`COPIES_BYTES_MAX`] nor more than
-//! [`COPIES_BYTES_CEILING`] (with a fixed 64 MiB, 16 readers of 16 MiB answers —
-//! `DS_LIMITS__MAX_READ_BYTES` raised — caught up at 0.55x the rate of the default 4 MiB, most
-//! answers going out uncopied). A read that finds the budget spent copies nothing:
+//! copy to one global count, capped at [`COPIES_BYTES_MAX`], and the charge is given back when
+//! the last buffer holding it is dropped. A read that finds the budget spent copies nothing:
 //! it hands out its small records as slices of their storage, like large ones — the same
 //! answer, costing no memory of its own. So a crowd of clients that never read their answers
 //! holds at most the budget, and no read ever waits or fails for it.
@@ -20,23 +16,11 @@ use bytes::Bytes;
 
 use crate::limits::ByteBudget;
 
-/// Reads whose copies the budget holds at once, whatever their size (within the bounds
-/// below).
-pub const COPYING_READS: u64 = 16;
-/// Most bytes all reads' copies hold at once when reads are of the default 4 MiB or smaller:
-/// 16 reads of the default.
+/// Most bytes all reads' copies hold at once: 16 reads of the default 4 MiB.
 pub const COPIES_BYTES_MAX: u64 = 64 << 20;
-/// Most bytes all reads' copies ever hold at once (16 reads of 16 MiB; 4 of the largest
-/// read the configuration allows, 64 MiB).
-pub const COPIES_BYTES_CEILING: u64 = 256 << 20;
 
 /// The budget of every read's copies in the process (it counts no streams).
-static COPIES: LazyLock<ByteBudget> = LazyLock::new(|| ByteBudget::new(COPIES_BYTES_CEILING, 0));
-
-/// What all copies may hold, seen by a read that may copy `bytes_max`.
-fn cap_for(bytes_max: u64) -> u64 {
-    bytes_max.saturating_mul(COPYING_READS).clamp(COPIES_BYTES_MAX, COPIES_BYTES_CEILING)
-}
+static COPIES: LazyLock<ByteBudget> = LazyLock::new(|| ByteBudget::new(COPIES_BYTES_MAX, 0));
 
 /// Bytes reads' copies hold now, across the process (charged for the most each may copy).
 pub fn copies_held_bytes() -> u64 {
@@ -50,9 +34,9 @@ struct Charge {
 }
 
 impl Charge {
-    /// Charges `bytes`, or `None` when that would pass `cap` (or the budget's maximum).
-    fn try_new(budget: &'static ByteBudget, bytes: u64, cap: u64) -> Option<Charge> {
-        budget.try_charge_within(bytes, cap).then(|| Charge { budget, bytes })
+    /// Charges `bytes`, or `None` when that would pass the budget's maximum.
+    fn try_new(budget: &'static ByteBudget, bytes: u64) -> Option<Charge> {
+        budget.try_charge(bytes).then(|| Charge { budget, bytes })
     }
 }
 
@@ -102,7 +86,7 @@ impl Copies {
     /// Whether this read may copy (charging the budget the first time it is asked).
     pub fn allowed(&mut self) -> bool {
         if matches!(self.charge, Charged::NotYet) {
-            self.charge = match Charge::try_new(self.budget, self.bytes_max, cap_for(self.bytes_max)) {
+            self.charge = match Charge::try_new(self.budget, self.bytes_max) {
                 Some(charge) => Charged::Yes(Arc::new(charge)),
                 None => Charged::Refused,
             };
@@ -142,26 +126,6 @@ mod tests {
         assert_eq!(budget.used(), 0, "given back with the last piece");
         assert!(Copies::charged_to(budget, 10_000).allowed());
         assert_eq!(budget.used(), 0, "a read that copied nothing holds nothing");
-    }
-
-    #[test]
-    fn the_cap_holds_sixteen_reads_of_their_own_size_within_its_bounds() {
-        assert_eq!(cap_for(4 << 20), COPIES_BYTES_MAX, "the default read size");
-        assert_eq!(cap_for(64 << 10), COPIES_BYTES_MAX, "small reads keep the floor");
-        assert_eq!(cap_for(16 << 20), 256 << 20);
-        assert_eq!(cap_for(64 << 20), COPIES_BYTES_CEILING, "the largest reads: four at once");
-        assert_eq!(cap_for(u64::MAX), COPIES_BYTES_CEILING);
-        let budget: &'static ByteBudget = Box::leak(Box::new(ByteBudget::new(COPIES_BYTES_CEILING, 0)));
-        let mut held = Vec::new();
-        for _ in 0..COPYING_READS {
-            let mut copies = Copies::charged_to(budget, 16 << 20);
-            assert!(copies.allowed(), "sixteen 16 MiB reads copy at once");
-            held.push(copies);
-        }
-        assert!(!Copies::charged_to(budget, 16 << 20).allowed(), "the seventeenth does not");
-        assert!(!Copies::charged_to(budget, 4 << 20).allowed(), "nor a default read past its own cap");
-        held.truncate(1);
-        assert!(Copies::charged_to(budget, 4 << 20).allowed(), "room again once they are given back");
     }
 
     #[test]
