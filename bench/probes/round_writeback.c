@@ -6,12 +6,15 @@
 // device cache with an fdatasync of an empty flush file. The alternative: the N shards'
 // logs as regions of one file (8 MiB apart), each shard still writing only its own region,
 // and one sync_file_range over the file starting (and waiting for) all N ranges at once.
+// Two more layouts for comparison, each shard flushing alone (no shared flush): `dsync`, a
+// pwritev2 with RWF_DSYNC per shard, and `fdatasync`, a pwrite and an fdatasync per shard.
 // Every file is zero-filled and synced first, as a segment is. Prints rounds per second and
 // the CPU time per round (user + system of the process) after a 1-second warm-up:
 //
 //   gcc -O2 bench/probes/round_writeback.c -o /tmp/round_writeback
 //   taskset -c 0 /tmp/round_writeback files 4 256 5 /tmp/round-probe    # layout shards bytes seconds dir
 //   taskset -c 0 /tmp/round_writeback regions 4 256 5 /tmp/round-probe
+//   taskset -c 0 /tmp/round_writeback dsync 1 256 5 /tmp/round-probe
 //
 // The directory is created and removed by the probe.
 #define _GNU_SOURCE
@@ -21,6 +24,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,10 +63,11 @@ static int zeroed_file(const char *path, long bytes) {
 
 int main(int argc, char **argv) {
     if (argc != 6) {
-        fprintf(stderr, "usage: %s files|regions SHARDS BYTES SECONDS DIR\n", argv[0]);
+        fprintf(stderr, "usage: %s files|regions|dsync|fdatasync SHARDS BYTES SECONDS DIR\n", argv[0]);
         return 2;
     }
     int regions = strcmp(argv[1], "regions") == 0;
+    int dsync = strcmp(argv[1], "dsync") == 0, each = strcmp(argv[1], "fdatasync") == 0;
     int shards = atoi(argv[2]), bytes = atoi(argv[3]), seconds = atoi(argv[4]);
     const char *dir = argv[5];
     if (shards < 1 || shards > SHARDS_MAX || bytes < 1 || bytes > (1 << 20)) fail("arguments");
@@ -92,6 +97,19 @@ int main(int argc, char **argv) {
     while (now_s() < measure_from + seconds) {
         if (!measured && now_s() >= measure_from) {
             measured = 1, rounds = 0, cpu_from = cpu_s(), measure_from = now_s();
+        }
+        if (dsync || each) {
+            for (int s = 0; s < shards; s++) {
+                if (position[s] + bytes > REGION_BYTES) position[s] = 0;
+                struct iovec one = {record, (size_t)bytes};
+                ssize_t written = dsync ? pwritev2(fds[s], &one, 1, position[s], RWF_DSYNC)
+                                        : pwrite(fds[s], record, bytes, position[s]);
+                if (written != bytes) fail("write");
+                if (each && fdatasync(fds[s])) fail("fdatasync");
+                position[s] += bytes;
+            }
+            rounds++;
+            continue;
         }
         long low = -1, high = 0;
         for (int s = 0; s < shards; s++) {
