@@ -86,7 +86,7 @@ pub struct ByteBudget {
 }
 
 impl ByteBudget {
-    pub fn new(max: u64, streams_max: u64) -> ByteBudget {
+    pub const fn new(max: u64, streams_max: u64) -> ByteBudget {
         ByteBudget {
             used: AtomicU64::new(0),
             max,

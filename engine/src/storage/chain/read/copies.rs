@@ -10,7 +10,7 @@
 //! answer, costing no memory of its own. So a crowd of clients that never read their answers
 //! holds at most the budget, and no read ever waits or fails for it.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -20,7 +20,7 @@ use crate::limits::ByteBudget;
 pub const COPIES_BYTES_MAX: u64 = 64 << 20;
 
 /// The budget of every read's copies in the process (it counts no streams).
-static COPIES: LazyLock<ByteBudget> = LazyLock::new(|| ByteBudget::new(COPIES_BYTES_MAX, 0));
+static COPIES: ByteBudget = ByteBudget::new(COPIES_BYTES_MAX, 0);
 
 /// Bytes reads' copies hold now, across the process (charged for the most each may copy).
 pub fn copies_held_bytes() -> u64 {
