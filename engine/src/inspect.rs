@@ -257,6 +257,7 @@ impl ShardLog {
     /// Whether the record `stream`'s state names as its last is there, and is that record.
     pub fn holds_last_record_of(&self, stream: &StreamSnapshot) -> bool {
         self.source
+            .reader()
             .node(stream.chain_tail)
             .is_ok_and(|node| node.stream == stream.id && node.n == stream.chain_n && node.end == stream.tail)
     }
@@ -282,7 +283,7 @@ impl StreamReader {
             return Ok(Chunk { next, messages: next.messages - from.messages, slices });
         }
         match &self.source {
-            Source::Wal(source) => self.read(source, cap).chunk(from, bytes_max),
+            Source::Wal(source) => self.read(&source.reader(), cap).chunk(from, bytes_max),
             Source::File(source) => self.read(source, cap).chunk(from, bytes_max),
         }
     }
@@ -292,7 +293,7 @@ impl StreamReader {
             return self.inherited_messages(reference, from, bytes_max);
         }
         match &self.source {
-            Source::Wal(source) => self.read(source, cap).messages(from, bytes_max),
+            Source::Wal(source) => self.read(&source.reader(), cap).messages(from, bytes_max),
             Source::File(source) => self.read(source, cap).messages(from, bytes_max),
         }
     }

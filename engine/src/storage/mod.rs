@@ -225,13 +225,3 @@ pub(crate) trait LogStore: Send + Sync {
     fn chunk(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError>;
     fn messages(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError>;
 }
-
-impl<S: RecordSource + Send + Sync> LogStore for S {
-    fn chunk(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
-        view.read(self).chunk(from, bytes_max)
-    }
-
-    fn messages(&self, view: LogView, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
-        view.read(self).messages(from, bytes_max)
-    }
-}

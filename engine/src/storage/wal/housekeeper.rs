@@ -170,6 +170,7 @@ fn write_checkpoint(vfs: &dyn Vfs, dir: &std::path::Path, bytes: &[u8]) -> io::R
 /// wrong step could subtract another stream's live records and lose them with a segment).
 fn reclaim(source: &WalSource, ledger: &Ledger, tail: Location) {
     let mut removed: BTreeMap<u32, u64> = BTreeMap::new();
+    let source = &source.reader();
     let walked = source.node(tail).and_then(|mut node| loop {
         *removed.entry(split_location(node.location).0).or_default() += node.len;
         if node.n == 0 {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::checkpoint::Checkpoint;
 use super::segment::Segment;
-use super::source::WalSource;
+use super::source::{WalReader, WalSource};
 use super::{location, split_location};
 use crate::ids::{Location, StreamId};
 use crate::meta::StreamSnapshot;
@@ -91,6 +91,7 @@ pub(super) fn mark_streams(
     streams: &mut HashMap<StreamId, StreamSnapshot>,
     lost: &[Lost],
 ) -> usize {
+    let source = &source.reader();
     let mut marked = 0;
     for stream in streams.values_mut() {
         let found = lost.iter().find_map(|part| intact_before(source, stream, part).map(|at| (at, part)));
@@ -103,7 +104,7 @@ pub(super) fn mark_streams(
 }
 
 /// Where the stream's intact data ends if it has a record in `part` (`None` if it has none).
-fn intact_before(source: &WalSource, stream: &StreamSnapshot, part: &Lost) -> Option<Offset> {
+fn intact_before(source: &WalReader<'_>, stream: &StreamSnapshot, part: &Lost) -> Option<Offset> {
     if stream.chain_tail < part.from {
         return None;
     }
@@ -129,7 +130,7 @@ fn intact_before(source: &WalSource, stream: &StreamSnapshot, part: &Lost) -> Op
 /// Where the stream's last record before `part` ends, found by reading the log forward
 /// from its first record (bounded by [`SCAN_BYTES_MAX`]; the start of the stream if that
 /// does not find it).
-fn last_end_before_by_scan(source: &WalSource, stream: &StreamSnapshot, part: &Lost) -> Offset {
+fn last_end_before_by_scan(source: &WalReader<'_>, stream: &StreamSnapshot, part: &Lost) -> Offset {
     let mut scan_bytes = SCAN_BYTES_MAX;
     let Ok(Some(mut node)) = source.first_record(stream.id, part.from, &mut scan_bytes) else {
         return Offset::ZERO;

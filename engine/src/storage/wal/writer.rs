@@ -239,11 +239,12 @@ impl WalWriter {
     /// Caches the levels of `stream`'s chain, rebuilt from its last record `chain_tail`.
     fn load_levels(&mut self, stream: StreamId, chain_tail: Location) -> Result<(), ReadError> {
         if !self.chains.contains_key(&stream) {
-            let tail = self.source.head(chain_tail)?.node;
+            let source = &self.source.reader();
+            let tail = source.head(chain_tail)?.node;
             if tail.stream != stream {
                 return Err(ReadError::Damaged);
             }
-            let levels = Levels::rebuild(&self.source, &tail)?;
+            let levels = Levels::rebuild(source, &tail)?;
             self.chains.insert(stream, levels);
         }
         Ok(())

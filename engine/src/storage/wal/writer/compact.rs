@@ -88,14 +88,15 @@ impl WalWriter {
         tail_location: Location,
         witness: (Location, u64),
     ) -> Option<(Node, Vec<Location>)> {
-        let tail = self.source.node(tail_location).ok().filter(|tail| tail.stream == stream)?;
-        if witness.1 > tail.n || find_index(&self.source, &tail, witness.1).ok()?.location != witness.0 {
+        let source = &self.source.reader();
+        let tail = source.node(tail_location).ok().filter(|tail| tail.stream == stream)?;
+        if witness.1 > tail.n || find_index(source, &tail, witness.1).ok()?.location != witness.0 {
             return None;
         }
         let mut locations = vec![tail.location];
         let mut node = tail.clone();
         while node.n > 0 {
-            node = match hop(&self.source, &node, 0) {
+            node = match hop(source, &node, 0) {
                 Ok(node) => node,
                 Err(error) => {
                     tracing::warn!(?stream, %error, "a stream with a damaged chain is not compacted");
@@ -104,7 +105,7 @@ impl WalWriter {
             };
             locations.push(node.location);
         }
-        if let Some(damaged) = locations.iter().find(|location| self.source.record(**location).is_err()) {
+        if let Some(damaged) = locations.iter().find(|location| source.record(**location).is_err()) {
             tracing::warn!(?stream, location = ?damaged, "a stream with a damaged record is not compacted");
             return None;
         }
