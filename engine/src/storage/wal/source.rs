@@ -32,8 +32,8 @@ use crate::storage::chain::{find_index, Chain, Node, NodeSource};
 use crate::storage::chunk::{Chunk, Message, ReadError};
 use crate::storage::maintenance::Resident;
 use crate::storage::record::codec::{
-    chain_bytes, decode_chain, decode_record, payload_crc, DecodeError, Header, Kind, Meta, HEADER_BYTES,
-    JUMPS_MAX, META_BYTES_MAX,
+    chain_bytes, decode_chain, decode_record, whole_payload_crc, DecodeError, Header, Kind, Meta,
+    HEADER_BYTES, JUMPS_MAX, META_BYTES_MAX,
 };
 use crate::storage::record::scan::{next_header, RecordScan};
 use crate::storage::{LogStore, LogView};
@@ -155,10 +155,7 @@ fn check_data(segment: &Segment, node: &Node, position: u64) -> Result<Range<usi
         return Err(ReadError::Damaged);
     }
     let mut intact = false;
-    segment.map.visit(start, end, &mut |payload| {
-        let (meta, data) = payload.split_at(meta_len);
-        intact = payload_crc(meta, &[data]) == stored.payload_crc;
-    });
+    segment.map.visit(start, end, &mut |payload| intact = whole_payload_crc(payload) == stored.payload_crc);
     if !intact {
         let ordinal = segment.ordinal();
         tracing::error!(ordinal, position, "stored data fails its checksum; the read is refused");
