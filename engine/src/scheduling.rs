@@ -66,6 +66,31 @@ fn set_policy(policy: Policy) {
     }
 }
 
+/// Nice value of threads doing background work: the lowest priority of the normal policy.
+const BACKGROUND_NICE: i32 = 19;
+
+/// For a thread of background work (the WAL's housekeeper: zero-filling segments ahead,
+/// checkpoints): the lowest priority of the normal policy. Its work comes in bursts of
+/// milliseconds that otherwise land in the middle of requests on a busy core (acid appends
+/// on one core, alternating A/B: p99 0.90x, p99.9 0.83x at the lowest priority). At nice 19
+/// it still gets a share of a saturated core (weight 15 against 1,024 per busy thread), so
+/// it is never starved, and all of an idle one. Failure is harmless (the thread keeps its
+/// priority).
+pub(crate) fn background_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: plain syscalls on the calling thread: on Linux a thread id names one
+        // thread for PRIO_PROCESS, and the nice value is per thread.
+        let result = unsafe {
+            let thread = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, thread, BACKGROUND_NICE)
+        };
+        if result != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "background priority unavailable");
+        }
+    }
+}
+
 /// A thread that reads offers the core to other threads at least this often (microseconds).
 const OFFER_CORE_EVERY_US: u64 = 200;
 
@@ -116,6 +141,25 @@ mod tests {
         assert!(!offer_due(Some(start), start + Duration::from_micros(OFFER_CORE_EVERY_US - 1)));
         assert!(offer_due(Some(start), start + Duration::from_micros(OFFER_CORE_EVERY_US)));
         assert!(!offer_due(Some(start + Duration::from_secs(1)), start), "a clock that went back waits");
+    }
+
+    /// The calling thread's nice value.
+    #[cfg(target_os = "linux")]
+    fn thread_nice() -> i32 {
+        // SAFETY: plain syscalls reading the calling thread's nice value.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t) }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_background_thread_runs_at_the_lowest_normal_priority_and_alone() {
+        let before = thread_nice();
+        let background = std::thread::spawn(|| {
+            background_priority();
+            thread_nice()
+        });
+        assert_eq!(background.join().unwrap(), BACKGROUND_NICE);
+        assert_eq!(thread_nice(), before, "only the calling thread changes");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The housekeeper: slow WAL work kept off the shard threads.
 //!
-//! One thread per engine takes tasks in order: preparing segments before a shard needs them
+//! One thread per engine, at the lowest priority (`crate::scheduling::background_priority`),
+//! takes tasks in order: preparing segments before a shard needs them
 //! and zero-filling active ones ahead of their records, writing the checkpoints shards
 //! encode (then removing segments they made unnecessary), walking deleted streams' chains
 //! to subtract their records from the ledger, and saving readers' TTL renewals. Nothing acknowledged depends on any of it: a
@@ -74,9 +75,10 @@ impl Housekeeper {
     pub fn start(vfs: Arc<dyn Vfs>) -> io::Result<(Housekeeper, JoinHandle<()>)> {
         let (tasks, queue) = crossbeam_channel::bounded(QUEUE_CAPACITY);
         let mut worker = Worker { vfs };
-        let thread = std::thread::Builder::new()
-            .name("ds-housekeeper".into())
-            .spawn(move || queue.into_iter().for_each(|task| worker.handle(task)))?;
+        let thread = std::thread::Builder::new().name("ds-housekeeper".into()).spawn(move || {
+            crate::scheduling::background_priority();
+            queue.into_iter().for_each(|task| worker.handle(task));
+        })?;
         Ok((Housekeeper::Thread(tasks), thread))
     }
 
