@@ -4,7 +4,8 @@
 //! - `writer`: the shard's commit step — one vectored write per batch and the device flush
 //!   that covers it (`storage::flush`), sealing and rotating segments, chaining each
 //!   stream's records.
-//! - `source`: reading records and stream data straight from the mapped segments.
+//! - `source`: reading records and stream data straight from the mapped segments (`run`:
+//!   a forward read's run of plain records, checked and copied in one pass).
 //! - `recovery`: rebuilding a shard from its checkpoint and the records after it (`replay`
 //!   checks and applies each record).
 //! - `writer::compact`: moving live streams out of mostly-dead segments.
@@ -23,6 +24,7 @@ pub mod ledger;
 pub mod lost;
 pub mod recovery;
 mod replay;
+mod run;
 pub mod segment;
 pub mod source;
 pub mod writer;

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+use super::run::{copy_plain_records, RunLimits, RunStart};
 use super::segment::Segment;
 use super::{location, split_location, SegmentTable};
 use crate::ids::{Location, StreamId};
@@ -292,6 +293,30 @@ impl RecordSource for WalReader<'_> {
             segment.map.visit(from, data.end, &mut |rest| out.extend_from_slice(rest));
             Ok(())
         })?
+    }
+
+    /// Copies the run of plain records behind `node` straight from the segment's bytes
+    /// (`super::run`); the last one copied comes back as a node, its head read again whole.
+    fn copy_run(&self, node: &Node, last: &Node, until: Offset, out: &mut BytesMut) -> Option<Node> {
+        let (ordinal, position) = split_location(node.location);
+        let (last_ordinal, last_position) = split_location(last.location);
+        let start =
+            RunStart { ordinal, position, len: node.len, stream: node.stream, n: node.n, end: node.end };
+        let limits = RunLimits { last_n: last.n, limit: last.location, until };
+        let copied = self.with_segment(ordinal, |segment| {
+            let size = segment.map.size();
+            let end =
+                if last_ordinal == ordinal { size.min((last_position + last.len) as usize) } else { size };
+            let mut copied = None;
+            if (position as usize) < end {
+                segment.map.visit(position as usize, end, &mut |bytes| {
+                    copied = copy_plain_records(bytes, &start, &limits, out);
+                });
+            }
+            copied
+        });
+        let head = self.head(location(ordinal, copied.ok()??)).ok()?;
+        Some(head.node)
     }
 
     /// Reads the log forward from `node`, over other streams' records (and past bytes that

@@ -63,6 +63,23 @@ impl Answer {
         Ok(())
     }
 
+    /// After `node` was taken: takes the run of plain records right behind it in one pass
+    /// ([`RecordSource::copy_run`]), if the answer is copying; returns the last one taken.
+    pub fn take_run<S: RecordSource>(
+        &mut self,
+        read: &LogRead<'_, S>,
+        node: &Node,
+        last: &Node,
+    ) -> Option<Node> {
+        if self.copied.capacity() == 0 || !self.copies.allowed() {
+            return None;
+        }
+        let taken = read.source.copy_run(node, last, read.until, &mut self.copied)?;
+        assert!(taken.n > node.n && taken.n <= last.n && taken.end <= read.until, "a run stays in the read");
+        self.next = taken.end;
+        Some(taken)
+    }
+
     /// Whether the answer holds exactly the bytes its offsets promise since `from`.
     pub fn holds_bytes_since(&self, from: Offset) -> bool {
         let held: usize = self.slices.iter().map(Bytes::len).sum::<usize>() + self.copied.len();

@@ -64,6 +64,16 @@ pub trait RecordSource: NodeSource<Error = ReadError> {
         Ok(())
     }
 
+    /// Copies into `out` the data of the records right behind `node` in the log, each the
+    /// next of its stream ([`follows`](crate::storage::chain::follows)), up to `last`, as
+    /// long as each is plain: it ends by `until`, holds less than [`COPY_BELOW_BYTES`] of
+    /// data and passes every check a record is read with. Returns the last one copied, or
+    /// `None` (nothing copied). A fast path for forward reads; a source without one copies
+    /// nothing here and the read takes its records one by one.
+    fn copy_run(&self, _node: &Node, _last: &Node, _until: Offset, _out: &mut BytesMut) -> Option<Node> {
+        None
+    }
+
     /// The record after `node` in its stream, found by reading the log forward (never past
     /// the location `limit`, and at most `*scan_bytes` bytes, which it counts down).
     /// `None` when none is found; an error when the record there is damaged.

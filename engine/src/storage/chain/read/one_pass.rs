@@ -8,6 +8,10 @@
 //! and then the header right behind it, so the log is read once, front to back, and each
 //! header arrives with the data before it.
 //!
+//! A source may take a stretch of plain records at once (`RecordSource::copy_run`: acid
+//! checks and copies them straight from the segment's bytes); it stops before the first
+//! record that is not, which the pass then takes as below.
+//!
 //! The forward pass follows the run as far as it goes: each next record must lie right
 //! behind the one before ([`NodeSource::next_in_log`]) and name it as its predecessor
 //! ([`follows`]). Records linked that way are the chain's own once they are tied to a
@@ -46,6 +50,9 @@ pub(super) fn read<S: RecordSource>(read: &LogRead<'_, S>, from: Offset, bounds:
             return Pass::Declined;
         }
         skip = 0;
+        if let Some(taken) = answer.take_run(read, &node, last) {
+            node = taken;
+        }
         if node.n == last.n {
             break;
         }

@@ -120,6 +120,19 @@ pub fn decode_chain(meta: &[u8]) -> Result<Chain, DecodeError> {
     Reader { bytes: meta, at: 0 }.chain()
 }
 
+/// The index and nearest jump of the chain at the start of `meta`, checked as
+/// [`decode_chain`] checks it (the index and jump count agree, every jump is there), without
+/// collecting the jumps: for reads that only follow records forward.
+pub fn peek_chain(meta: &[u8]) -> Result<(u64, Option<Location>), DecodeError> {
+    let mut reader = Reader { bytes: meta, at: 0 };
+    let (n, count) = reader.chain_head()?;
+    if meta.len() < chain_bytes(count) {
+        return Err(DecodeError::BadMeta);
+    }
+    let nearest = if count == 0 { None } else { Some(Location::from_raw(reader.u64()?)) };
+    Ok((n, nearest))
+}
+
 /// Bytes of the chain part of a meta with `jumps` jumps.
 pub fn chain_bytes(jumps: usize) -> usize {
     9 + 8 * jumps
@@ -166,13 +179,19 @@ impl Reader<'_> {
     }
 
     fn chain(&mut self) -> Result<Chain, DecodeError> {
+        let (n, count) = self.chain_head()?;
+        let jumps = (0..count).map(|_| self.u64().map(Location::from_raw)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Chain { n, jumps })
+    }
+
+    /// A chain's index and jump count, checked to agree.
+    fn chain_head(&mut self) -> Result<(u64, usize), DecodeError> {
         let n = self.u64()?;
         let count = usize::from(self.take(1)?[0]);
         if count > JUMPS_MAX || count != jump_count(n) {
             return Err(DecodeError::BadMeta);
         }
-        let jumps = (0..count).map(|_| self.u64().map(Location::from_raw)).collect::<Result<Vec<_>, _>>()?;
-        Ok(Chain { n, jumps })
+        Ok((n, count))
     }
 }
 

@@ -35,7 +35,7 @@ mod meta;
 /// Named only where tests build metas by hand (elsewhere it is reached through `Meta`).
 #[cfg(test)]
 pub use meta::CreateMeta;
-pub use meta::{chain_bytes, decode_chain, decode_meta, encode_meta, Meta, MetaRef};
+pub use meta::{chain_bytes, decode_chain, decode_meta, encode_meta, peek_chain, Meta, MetaRef};
 
 pub const HEADER_BYTES: usize = 64;
 /// Magic and format version: "DSR1".
