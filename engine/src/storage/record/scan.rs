@@ -151,29 +151,11 @@ mod tests {
     use crate::ids::StreamId;
     use crate::offset::Offset;
     use crate::storage::chain::Chain;
-    use crate::storage::record::codec::{encode_meta, padding, payload_crc, MetaRef};
+    use crate::storage::record::codec::append_for_tests;
 
     fn record(lsn: u64, data: &[u8]) -> Vec<u8> {
         let chain = Chain { n: 1, jumps: vec![crate::ids::Location::from_raw(0)] };
-        let mut meta = Vec::new();
-        encode_meta(Kind::Append, MetaRef { chain: Some(&chain), ..MetaRef::default() }, &mut meta);
-        let header = Header {
-            kind: Kind::Append,
-            flags: 0,
-            meta_len: meta.len() as u16,
-            payload_len: (meta.len() + data.len()) as u32,
-            payload_crc: payload_crc(&meta, &[data]),
-            lsn,
-            stream: StreamId::from_raw(1),
-            offset: Offset::ZERO,
-            time_ms: 0,
-            messages: 1,
-        };
-        let mut bytes = header.encode().to_vec();
-        bytes.extend_from_slice(&meta);
-        bytes.extend_from_slice(data);
-        bytes.extend_from_slice(padding(bytes.len()));
-        bytes
+        append_for_tests(StreamId::from_raw(1), &chain, Offset::ZERO, lsn, data)
     }
 
     #[test]

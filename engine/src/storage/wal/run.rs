@@ -118,7 +118,7 @@ fn plain_record<'a>(
 mod tests {
     use super::*;
     use crate::storage::chain::{jump_count, Chain};
-    use crate::storage::record::codec::{encode_meta, padding, payload_crc, MetaRef};
+    use crate::storage::record::codec::append_for_tests;
 
     const SEGMENT: u32 = 3;
 
@@ -139,25 +139,10 @@ mod tests {
                 None => (location(SEGMENT, 0), 1, Offset::ZERO),
             };
             let chain = Chain { n, jumps: vec![previous; jump_count(n)] };
-            let mut meta = Vec::new();
-            encode_meta(Kind::Append, MetaRef { chain: Some(&chain), ..MetaRef::default() }, &mut meta);
-            let header = Header {
-                kind: Kind::Append,
-                flags: 0,
-                meta_len: meta.len() as u16,
-                payload_len: (meta.len() + data.len()) as u32,
-                payload_crc: payload_crc(&meta, &[data]),
-                lsn: position,
-                stream: StreamId::from_raw(stream),
-                offset,
-                time_ms: 0,
-                messages: 1,
-            };
-            let end = header.end_offset();
-            self.bytes.extend_from_slice(&header.encode());
-            self.bytes.extend_from_slice(&meta);
-            self.bytes.extend_from_slice(data);
-            self.bytes.extend_from_slice(padding(self.bytes.len()));
+            let record = append_for_tests(StreamId::from_raw(stream), &chain, offset, position, data);
+            let raw: &[u8; HEADER_BYTES] = record[..HEADER_BYTES].try_into().unwrap();
+            let end = Header::decode(raw).unwrap().end_offset();
+            self.bytes.extend_from_slice(&record);
             self.tails.insert(stream, (location(SEGMENT, position), n, end));
             position
         }

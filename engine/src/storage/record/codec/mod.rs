@@ -336,6 +336,31 @@ pub fn whole_payload_crc(payload: &[u8]) -> u32 {
     crc32(payload)
 }
 
+/// A whole append record of `stream` (chained by `chain`, starting at `offset`, one message
+/// of `data`), padded: for tests that lay out logs by hand.
+#[cfg(test)]
+pub fn append_for_tests(stream: StreamId, chain: &Chain, offset: Offset, lsn: u64, data: &[u8]) -> Vec<u8> {
+    let mut meta = Vec::new();
+    encode_meta(Kind::Append, MetaRef { chain: Some(chain), ..MetaRef::default() }, &mut meta);
+    let header = Header {
+        kind: Kind::Append,
+        flags: 0,
+        meta_len: meta.len() as u16,
+        payload_len: (meta.len() + data.len()) as u32,
+        payload_crc: payload_crc(&meta, &[data]),
+        lsn,
+        stream,
+        offset,
+        time_ms: 0,
+        messages: 1,
+    };
+    let mut bytes = header.encode().to_vec();
+    bytes.extend_from_slice(&meta);
+    bytes.extend_from_slice(data);
+    bytes.extend_from_slice(padding(bytes.len()));
+    bytes
+}
+
 /// Zeros that pad a record of `unpadded` bytes to the record alignment.
 pub fn padding(unpadded: usize) -> &'static [u8] {
     const ZEROS: [u8; RECORD_ALIGN] = [0; RECORD_ALIGN];
