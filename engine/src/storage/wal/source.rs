@@ -303,6 +303,7 @@ impl RecordSource for WalReader<'_> {
         let start =
             RunStart { ordinal, position, len: node.len, stream: node.stream, n: node.n, end: node.end };
         let limits = RunLimits { last_n: last.n, limit: last.location, until };
+        let before = out.len();
         let copied = self.with_segment(ordinal, |segment| {
             let size = segment.map.size();
             let end =
@@ -315,8 +316,12 @@ impl RecordSource for WalReader<'_> {
             }
             copied
         });
-        let head = self.head(location(ordinal, copied.ok()??)).ok()?;
-        Some(head.node)
+        let head = self.head(location(ordinal, copied.ok()??));
+        if head.is_err() {
+            // Cannot happen to bytes the run just checked; if it did, the run takes nothing.
+            out.truncate(before);
+        }
+        Some(head.ok()?.node)
     }
 
     /// Reads the log forward from `node`, over other streams' records (and past bytes that
