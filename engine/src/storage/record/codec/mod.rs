@@ -23,15 +23,17 @@
 //! `Delete` flagged `SOFT` keeps the stream for the forks that read it.
 //! Every field is checked on decode: a zeroed, torn or foreign header never decodes, and the
 //! payload crc is always present, so a valid header over a zeroed payload fails too.
-
-use std::sync::LazyLock;
+//! `meta` encodes and decodes the metas; `crc` computes the crcs.
 
 use crate::ids::{Location, StreamId};
 use crate::offset::Offset;
 use crate::storage::chain::{Chain, Node, Stored};
 
+mod crc;
 mod meta;
 
+use crc::crc32;
+pub use crc::{payload_crc, whole_payload_crc};
 /// Named only where tests build metas by hand (elsewhere it is reached through `Meta`).
 #[cfg(test)]
 pub use meta::CreateMeta;
@@ -308,34 +310,6 @@ impl Header {
     }
 }
 
-/// A crc32 hasher made once: `crc32fast` looks up the CPU's features at every
-/// `Hasher::new`, and reads make two hashes per record (its header, its payload).
-static CRC_HASHER: LazyLock<crc32fast::Hasher> = LazyLock::new(crc32fast::Hasher::new);
-
-/// The crc32 of `bytes` (as `crc32fast::hash`).
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut hasher = CRC_HASHER.clone();
-    hasher.update(bytes);
-    hasher.finalize()
-}
-
-/// The payload crc of a record: meta, then data.
-pub fn payload_crc(meta: &[u8], data: &[&[u8]]) -> u32 {
-    let mut hasher = CRC_HASHER.clone();
-    hasher.update(meta);
-    for part in data {
-        hasher.update(part);
-    }
-    hasher.finalize()
-}
-
-/// The payload crc of a record from its payload in one piece (meta, then data): the same
-/// value as [`payload_crc`], in one pass of the crc's wide path instead of a slow start on
-/// the few bytes of meta.
-pub fn whole_payload_crc(payload: &[u8]) -> u32 {
-    crc32(payload)
-}
-
 /// A whole append record of `stream` (chained by `chain`, starting at `offset`, one message
 /// of `data`), padded: for tests that lay out logs by hand.
 #[cfg(test)]
@@ -502,16 +476,5 @@ mod tests {
             Some(DecodeError::Inconsistent),
             "delete with payload"
         );
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn the_whole_payload_crc_equals_meta_then_data(
-            meta in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
-            data in proptest::collection::vec(proptest::num::u8::ANY, 0..5000),
-        ) {
-            let whole = [meta.as_slice(), data.as_slice()].concat();
-            proptest::prop_assert_eq!(whole_payload_crc(&whole), payload_crc(&meta, &[&data]));
-        }
     }
 }
