@@ -27,7 +27,7 @@ use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 use tokio::time::Sleep;
 
-use super::sse_reader::{SseHandoff, SseReader, SseStream, Step, TailWatch};
+use super::sse_reader::{SseHandoff, SseReader, SseStream, Step, StepClock, TailWatch};
 use crate::app::App;
 use crate::events::event::{EventFormat, SseEncoding};
 use crate::http::headers::STREAM_SSE_DATA_ENCODING;
@@ -126,7 +126,7 @@ impl http_body::Body for SseBody {
             // Armed before the look (`TailWatch::fired`).
             let fired = wait.tail.fired(cx);
             if reader.wants_step(wait.tail.tail(), &this.stream) {
-                match reader.step(&this.stream) {
+                match reader.step(&this.stream, StepClock::now()) {
                     Step::Frame(frame) => return Poll::Ready(Some(Ok(Frame::data(frame)))),
                     Step::End => break true,
                     Step::Nothing => {}

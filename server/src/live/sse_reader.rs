@@ -68,6 +68,21 @@ impl SseStream {
     }
 }
 
+/// The time a step runs at, read once for every reader a lot visits (two clock reads per
+/// reader per event were ~2% of a fan-out's CPU).
+#[derive(Clone, Copy, Debug)]
+pub struct StepClock {
+    pub instant: Instant,
+    /// System clock milliseconds (cursors, TTL renewals).
+    pub ms: u64,
+}
+
+impl StepClock {
+    pub fn now() -> StepClock {
+        StepClock { instant: Instant::now(), ms: ds_engine::Clock::System.now_ms() }
+    }
+}
+
 /// What a reader does next.
 #[derive(Debug)]
 pub enum Step {
@@ -127,13 +142,13 @@ impl SseReader {
         self.finished = true;
     }
 
-    /// The reader's next frame, moving past it.
-    pub fn step(&mut self, stream: &SseStream) -> Step {
+    /// The reader's next frame, moving past it, at the time `clock` says.
+    pub fn step(&mut self, stream: &SseStream, clock: StepClock) -> Step {
         if self.finished || stream.app.shutdown.is_triggered() {
             self.finished = true;
             return Step::End;
         }
-        let now_ms = ds_engine::Clock::System.now_ms();
+        let now_ms = clock.ms;
         let cursor = response_cursor(self.client_cursor.as_deref(), now_ms);
         let source =
             FrameSource { handle: &stream.handle, frames: &stream.frames, format: stream.format, cursor };
@@ -152,7 +167,7 @@ impl SseReader {
         if frame.to != self.offset {
             assert!(frame.to > self.offset, "offsets only move forward");
             self.offset = frame.to;
-            self.last_data = Instant::now();
+            self.last_data = clock.instant;
             stream.touch(now_ms);
         }
         Metrics::add(&self.metrics.read_bytes, frame.bytes.len() as u64);

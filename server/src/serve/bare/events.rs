@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 
 use super::reply::{self, Framing};
 use crate::http::response::SliceBuf;
-use crate::live::sse_reader::{SseReader, SseStream, Step};
+use crate::live::sse_reader::{SseReader, SseStream, Step, StepClock};
 
 /// The chunk that ends a chunked body.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
@@ -48,7 +48,7 @@ pub async fn write(socket: &TcpStream, mut events: Events, stall: Duration) -> i
         reply::write_all(socket, &mut [IoSlice::new(&rest)], stall).await?;
     }
     loop {
-        let step = events.reader.step(&events.stream);
+        let step = events.reader.step(&events.stream, StepClock::now());
         let head = events.head.take().unwrap_or_default();
         match step {
             Step::Frame(frame) => {

@@ -32,7 +32,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::events::Events;
 use super::Conn;
-use crate::live::sse_reader::{SseReader, SseStream, Step, TailWatch};
+use crate::live::sse_reader::{SseReader, SseStream, Step, StepClock, TailWatch};
 use crate::per_stream::{Member, PerStream};
 
 /// Most readers in one lot: a visit of every reader of a lot is one task's turn, so
@@ -204,11 +204,11 @@ impl Lot {
     /// idle deadline of those that stay.
     fn visit_all(&mut self, cx: &mut Context<'_>) -> (bool, Option<Instant>) {
         let tail = self.tail.tail();
-        let now = Instant::now();
+        let clock = StepClock::now();
         let (mut more, mut earliest) = (false, None::<Instant>);
         let mut index = 0;
         while index < self.readers.len() {
-            match self.visit(index, tail, now, cx) {
+            match self.visit(index, tail, clock, cx) {
                 Visit::Stay { more: behind } => {
                     more |= behind;
                     let deadline = self.readers[index].reader.idle_deadline(&self.stream);
@@ -228,7 +228,7 @@ impl Lot {
     }
 
     /// One reader's turn: hang-up, then news, then the idle close.
-    fn visit(&mut self, index: usize, tail: LiveTail, now: Instant, cx: &mut Context<'_>) -> Visit {
+    fn visit(&mut self, index: usize, tail: LiveTail, clock: StepClock, cx: &mut Context<'_>) -> Visit {
         let stream = &self.stream;
         let parked = &mut self.readers[index];
         if parked.watching {
@@ -240,7 +240,7 @@ impl Lot {
             }
         }
         if parked.reader.wants_step(tail, stream) {
-            match parked.reader.step(stream) {
+            match parked.reader.step(stream, clock) {
                 Step::Nothing => {}
                 Step::End => return Visit::Leave(Leave::Resume(None)),
                 Step::Frame(frame) => {
@@ -259,7 +259,7 @@ impl Lot {
             }
         }
         match parked.reader.idle_deadline(stream) {
-            Some(deadline) if now >= deadline => {
+            Some(deadline) if clock.instant >= deadline => {
                 parked.reader.finish();
                 Visit::Leave(Leave::Resume(None))
             }
