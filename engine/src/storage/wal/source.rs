@@ -217,9 +217,9 @@ impl WalReader<'_> {
     /// (sharing the mapped bytes).
     pub fn record(&self, location: Location) -> Result<(Header, Meta, Bytes), ReadError> {
         let (header, _) = self.read_head(location, false)?;
-        let segment = self.segment(split_location(location).0)?;
-        let start = split_location(location).1 as usize;
-        let bytes = segment.map.slice(start, start + HEADER_BYTES + header.payload_len as usize);
+        let (ordinal, start) = split_location(location);
+        let end = start as usize + HEADER_BYTES + header.payload_len as usize;
+        let bytes = self.with_segment(ordinal, |segment| segment.map.slice(start as usize, end))?;
         let decoded = decode_record(&bytes).map_err(|_| ReadError::Damaged)?;
         let data_start = HEADER_BYTES + usize::from(decoded.header.meta_len);
         Ok((decoded.header, decoded.meta, bytes.slice(data_start..)))
