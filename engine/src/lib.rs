@@ -31,8 +31,10 @@
 //! - `fork_point`: where a new fork starts, checked against its source.
 //! - `shard`: the single writer of its streams: batch → apply → commit → publish; shards
 //!   run on worker threads (`shard::worker`, two per CPU at most), each turn letting all of
-//!   a worker's shards write before any waits for the flush. `shard::apply` holds every rule about mutations; `shard::install`
-//!   puts recovered streams in every shard at start, forks linked to their sources.
+//!   a worker's shards write before any waits for the flush. `shard::apply` holds every
+//!   rule about creates and appends, `shard::removal` those about deletes, expiry and
+//!   compaction's moves; `shard::install` puts recovered streams in every shard at start,
+//!   forks linked to their sources.
 //! - `config`, `engine`: the [`Engine`] handle — validates the configuration, opens the
 //!   storage, starts the shards, routes a name to its shard with xxh3.
 //! - [`inspect`]: read-only access to a data directory for offline tools (`ds-tool`).

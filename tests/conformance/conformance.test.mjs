@@ -1,5 +1,6 @@
 // Runs the pinned public conformance suite against the server at CONFORMANCE_TEST_URL.
-// Started by tests/tests/conformance.rs, which excludes the `Fork - …` groups by name.
+// Started by tests/tests/conformance.rs, which runs every group (forks included) in each
+// storage mode; vitest's `-t` picks groups by name.
 import { runConformanceTests } from "@durable-streams/server-conformance-tests"
 
 const baseUrl = process.env.CONFORMANCE_TEST_URL

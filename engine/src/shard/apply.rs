@@ -1,20 +1,19 @@
 //! Step 2 of the shard loop: deciding each op against the writer state and applying it.
 //!
-//! Every decision the spec makes about a mutation lives here, in this order for appends:
+//! Every decision the spec makes about a create or an append lives here (the ops that end
+//! or move a stream are in `removal`), in this order for appends:
 //! the stream must exist and not be expired; a payload's content type must match; producer
 //! tags are deduplicated and fenced; a closed stream refuses everything but an idempotent
 //! close; `Stream-Seq` must increase; the byte limits must hold. Only then is anything
 //! written, and the op becomes one record.
 
-use std::sync::{Arc, RwLockWriteGuard};
+use std::sync::Arc;
 
 use crate::limits::{stream_charge, tag_bytes, APPEND_CHARGE_BYTES};
 use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
 use crate::payload::Payload;
 use crate::producer::producer_charge;
 use crate::producer::Decision;
-use crate::storage::maintenance::{Move, Resident};
-use crate::storage::record::codec::HEADER_BYTES;
 use crate::storage::record::encode::record_bytes_max;
 use crate::storage::record::Record;
 use crate::storage::{NoRoom, Purpose, Unprepared};
@@ -318,7 +317,7 @@ impl Shard {
     }
 
     /// The stream called `name` as of this batch (published or created in it).
-    fn lookup(&self, batch: &Batch, name: &str) -> Option<Arc<Stream>> {
+    pub(super) fn lookup(&self, batch: &Batch, name: &str) -> Option<Arc<Stream>> {
         match batch.overlay.get(name) {
             Some(change) => change.cloned(),
             None => self.shared.directory.get(name),
@@ -326,7 +325,7 @@ impl Shard {
     }
 
     /// The stream called `name` if it exists and has not expired; an expired one is removed.
-    fn live_stream(&mut self, batch: &mut Batch, name: &str) -> Option<Arc<Stream>> {
+    pub(super) fn live_stream(&mut self, batch: &mut Batch, name: &str) -> Option<Arc<Stream>> {
         let stream = self.lookup(batch, name)?;
         if stream.is_expired(batch.now_ms) {
             // Without room for the delete it goes later; it is absent either way. One that
@@ -338,43 +337,6 @@ impl Shard {
         Some(stream)
     }
 
-    /// One fork of stream `id` fewer; a deleted stream that no fork reads any more goes
-    /// for good (and gives back its own source's count: the cascade).
-    pub(super) fn apply_release(&mut self, batch: &mut Batch, name: &str, id: crate::ids::StreamId) {
-        let Some(stream) = self.lookup(batch, name).filter(|s| s.id == id) else {
-            debug_assert!(false, "a stream with forks stays in its directory");
-            return;
-        };
-        let mut state = stream.write_state();
-        assert!(state.writer.forks > 0, "a fork is released once");
-        state.writer.forks -= 1;
-        let remove = state.writer.forks == 0 && state.writer.deleted;
-        drop(state);
-        if remove {
-            // Memory needs no room; in the disk modes a full disk leaves it soft-deleted.
-            let _ = self.remove(batch, &stream, false);
-        }
-    }
-
-    /// Compaction: moves a stream found in a mostly-dead segment (if it is still the stream
-    /// that was found there) to the head of the log. Nothing readers see changes.
-    pub(super) fn apply_move(&mut self, batch: &mut Batch, resident: Resident) {
-        let Some(stream) = self.live_stream(batch, &resident.name).filter(|s| s.id == resident.stream) else {
-            return;
-        };
-        let mut state = stream.write_state();
-        mark_touched(batch, &stream, &mut state);
-        let chain_tail = state.data.chain().0;
-        drop(state);
-        batch.moves.push(Move {
-            stream: stream.id,
-            chain_tail,
-            witness: resident.witness,
-            witness_n: resident.witness_n,
-        });
-        batch.move_owners.push(stream);
-    }
-
     /// Gives back `bytes` a stream had charged (of producers it forgot).
     fn release_charge(&self, state: &mut StreamState, bytes: u64) {
         debug_assert!(state.writer.charged >= bytes, "a stream gives back what it charged");
@@ -383,97 +345,16 @@ impl Shard {
     }
 
     /// Room for one more record of at most `bytes` in this batch, as an op's answer.
-    fn room(&mut self, batch: &Batch, bytes: u64, purpose: Purpose) -> Result<(), OpError> {
+    pub(super) fn room(&mut self, batch: &Batch, bytes: u64, purpose: Purpose) -> Result<(), OpError> {
         self.persist.reserve(bytes, purpose, batch.now_ms).map_err(|no_room| match no_room {
             NoRoom::OutOfSpace => OpError::InsufficientStorage,
             NoRoom::Unavailable => OpError::Unavailable,
         })
     }
-
-    /// Deletes a stream: its bytes go back to the budget, its name becomes free. Refused
-    /// only when not even a delete fits in the log (the disk is full).
-    /// A stream that forks still read is only soft-deleted: it keeps its bytes and its name
-    /// until the last fork goes.
-    fn remove(&mut self, batch: &mut Batch, stream: &Arc<Stream>, expired: bool) -> Result<(), OpError> {
-        let soft_deleted = {
-            let state = stream.read_state();
-            state.writer.forks > 0 && state.writer.deleted
-        };
-        if soft_deleted {
-            return Ok(());
-        }
-        self.room(batch, HEADER_BYTES as u64, Purpose::Delete)?;
-        // Soft or hard is decided under the lock new forks are counted under.
-        let mut state = stream.write_state();
-        if state.writer.forks > 0 {
-            soft_delete(batch, stream, state, expired);
-            return Ok(());
-        }
-        debug_assert!(!state.writer.gone, "a stream is removed once");
-        state.writer.gone = true;
-        self.budget.release(state.writer.charged);
-        self.budget.note_stored(stream.own_bytes(state.writer.tail), false);
-        if stream.fork.is_some() {
-            batch.released_forks.push(Arc::clone(stream));
-        }
-        self.budget.remove_stream();
-        if stream.damage().is_some() {
-            self.shared.counters.damage.damaged_streams.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        batch.overlay.delete(Arc::clone(&stream.name));
-        push_delete(batch, stream, state, expired, false);
-        Ok(())
-    }
-
-    /// Removes streams whose deadline has passed; re-queues those whose TTL was renewed.
-    pub(super) fn expire_due(&mut self, batch: &mut Batch) {
-        for due in self.expiry.pop_due(batch.now_ms) {
-            let Some(stream) = self.lookup(batch, &due.name).filter(|s| s.id == due.id) else {
-                continue;
-            };
-            if !stream.is_expired(batch.now_ms) {
-                if let Some(deadline) = stream.deadline_ms() {
-                    self.expiry.push(deadline, due.id, due.name);
-                }
-            } else if self.remove(batch, &stream, true).is_err() {
-                // No room for the delete now (the disk is full): look again in a second.
-                self.expiry.push(batch.now_ms + 1000, due.id, due.name);
-            }
-        }
-    }
-}
-
-/// Deletes a stream that forks still read (its room is reserved; `state` is its locked
-/// state): clients see it gone, its bytes, charge and name stay until the last fork goes.
-fn soft_delete(
-    batch: &mut Batch,
-    stream: &Arc<Stream>,
-    mut state: RwLockWriteGuard<'_, StreamState>,
-    expired: bool,
-) {
-    debug_assert!(state.writer.forks > 0 && !state.writer.deleted, "soft-deleted once, while forked");
-    state.writer.deleted = true;
-    push_delete(batch, stream, state, expired, true);
-}
-
-/// Marks `stream` (its state locked, its delete decided) touched and adds its delete record.
-fn push_delete(
-    batch: &mut Batch,
-    stream: &Arc<Stream>,
-    mut state: RwLockWriteGuard<'_, StreamState>,
-    expired: bool,
-    soft: bool,
-) {
-    mark_touched(batch, stream, &mut state);
-    let chain_tail = state.data.chain().0;
-    drop(state);
-    let name = Arc::clone(&stream.name);
-    batch.records.push(Record::Delete { stream: stream.id, name, expired, soft, chain_tail });
-    batch.owners.push(Arc::clone(stream));
 }
 
 /// Marks a stream for publication at the end of the batch (once per batch).
-fn mark_touched(batch: &mut Batch, stream: &Arc<Stream>, state: &mut StreamState) {
+pub(super) fn mark_touched(batch: &mut Batch, stream: &Arc<Stream>, state: &mut StreamState) {
     if state.writer.batch != batch.number {
         state.writer.batch = batch.number;
         batch.touched.push(Arc::clone(stream));

@@ -1,10 +1,10 @@
-//! A shard: the single writer of its streams, driven by a worker thread (`worker`: one per
-//! CPU, each driving one or more shards).
+//! A shard: the single writer of its streams, driven by a worker thread (`worker`: at most
+//! two per CPU, each driving one or more shards).
 //!
 //! The loop (group commit):
 //! 1. block for the first op, then drain more without blocking, up to the batch limits;
-//! 2. apply each op in order against the writer state ([`apply`]), turning each accepted op
-//!    into one [`Record`];
+//! 2. apply each op in order against the writer state ([`apply`], [`removal`]), turning
+//!    each accepted op into one [`Record`];
 //! 3. make the batch's records durable (memory mode: nothing to do);
 //! 4. publish: copy each touched stream's writer state to its published view, fold creates
 //!    and deletes into the directory, send the replies, wake each touched stream's live
@@ -19,6 +19,7 @@ pub(crate) mod directory;
 mod doorbell;
 mod expiry;
 mod install;
+mod removal;
 mod renewals;
 pub mod wake_batch;
 mod worker;
@@ -388,128 +389,4 @@ impl Shard {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::content_type::ContentType;
-    use crate::meta::StreamConfig;
-    use crate::name::StreamName;
-    use crate::op::{AppendRequest, CreateRequest};
-    use crate::payload::Payload;
-    use bytes::Bytes;
-    use tokio::sync::oneshot;
-
-    fn shard(queue_capacity: usize) -> (Shard, Arc<ShardShared>) {
-        let settings = ShardSettings {
-            limits: Limits::default(),
-            producer_idle_ms_max: None,
-            batch_ops_max: 64,
-            batch_bytes_max: 1 << 20,
-            clock: Clock::manual(1_000),
-            io_error_policy: IoErrorPolicy::Abort,
-        };
-        let budget = Arc::new(ByteBudget::new(Limits::default().total_bytes_max, u64::MAX));
-        Shard::new(queue_capacity, budget, settings, OpenedShard::memory(), Arc::default())
-    }
-
-    fn create(name: &str) -> (Op, oneshot::Receiver<Result<CreateOutcome, OpError>>) {
-        let (reply, answer) = oneshot::channel();
-        let config = StreamConfig {
-            content_type: ContentType::parse("text/plain").unwrap(),
-            ttl_secs: None,
-            expires_at_ms: None,
-        };
-        let request =
-            CreateRequest { name: StreamName::new(name).unwrap(), config, initial: None, closed: false };
-        (Op::Create(request, None, reply), answer)
-    }
-
-    fn append(name: &str, body: &'static [u8]) -> (Op, oneshot::Receiver<Result<AppendOutcome, OpError>>) {
-        let (reply, answer) = oneshot::channel();
-        let request = AppendRequest {
-            name: StreamName::new(name).unwrap(),
-            content_type: Some(ContentType::parse("text/plain").unwrap()),
-            payload: Some(Payload::raw(Bytes::from_static(body))),
-            close: false,
-            producer: None,
-            stream_seq: None,
-        };
-        (Op::Append(request, reply), answer)
-    }
-
-    #[test]
-    fn a_full_queue_refuses_at_once() {
-        let (_shard, shared) = shard(1);
-        let (first, _a) = create("a");
-        let (second, _b) = create("b");
-        assert!(shared.submit(first).is_ok());
-        assert_eq!(shared.submit(second).err(), Some(OpError::Overloaded));
-    }
-
-    #[test]
-    fn a_batch_is_invisible_until_committed_and_publishes_each_stream_once() {
-        let (mut shard, shared) = shard(16);
-        let (first, mut created) = create("s");
-        let mut answers = Vec::new();
-        for body in [&b"a"[..], b"b", b"c"] {
-            let (op, answer) = append("s", body);
-            shared.submit(op).unwrap();
-            answers.push(answer);
-        }
-        let (batch, keep_running) = shard.collect(Some(first));
-        assert!(keep_running);
-        assert_eq!(batch.records.len(), 4, "one record per accepted op");
-        assert_eq!(batch.touched.len(), 1, "one stream, published once");
-        assert!(shared.directory.get("s").is_none(), "the create is not visible before the commit");
-        assert!(created.try_recv().is_err(), "nothing is acknowledged before the commit");
-        let stream = Arc::clone(&batch.touched[0]);
-        assert_eq!(stream.read_state().published.tail, crate::offset::Offset::ZERO);
-
-        shard.commit(batch);
-        assert!(created.try_recv().unwrap().unwrap().created);
-        let tails: Vec<_> =
-            answers.iter_mut().map(|a| a.try_recv().unwrap().unwrap().tail.messages).collect();
-        assert_eq!(tails, [1, 2, 3]);
-        assert!(shared.directory.get("s").is_some());
-        assert_eq!(stream.read_state().published.tail.bytes, 3);
-    }
-
-    #[test]
-    fn delete_and_recreate_in_one_batch_leave_the_new_stream() {
-        let (mut shard, shared) = shard(16);
-        let (first, _) = create("s");
-        let (batch, _) = shard.collect(Some(first));
-        shard.commit(batch);
-        let old = shared.directory.get("s").unwrap();
-        let (reply, deleted) = oneshot::channel();
-        shared.submit(Op::Delete(StreamName::new("s").unwrap(), reply)).unwrap();
-        let (recreate, mut recreated) = create("s");
-        shared.submit(recreate).unwrap();
-        let (op, _) = append("s", b"new");
-        let (batch, _) = shard.collect(Some(op));
-        assert!(shared.directory.get("s").is_some_and(|s| Arc::ptr_eq(&s, &old)), "old stream until commit");
-        shard.commit(batch);
-        drop(deleted);
-        assert!(recreated.try_recv().unwrap().unwrap().created);
-        let new = shared.directory.get("s").unwrap();
-        assert_ne!(new.id, old.id);
-        assert!(old.read_state().published.gone);
-        assert_eq!(
-            new.read_state().published.tail.bytes,
-            0,
-            "the append went to the old stream, before the delete"
-        );
-    }
-
-    #[test]
-    fn stop_ends_the_loop_after_the_batch() {
-        let (mut shard, shared) = shard(16);
-        let (first, mut created) = create("s");
-        shared.submit(first).unwrap();
-        shared.stop();
-        let first = shard.ops.try_recv().ok();
-        let (batch, keep_running) = shard.collect(first);
-        assert!(!keep_running);
-        shard.commit(batch);
-        assert!(created.try_recv().unwrap().is_ok(), "ops before Stop are answered");
-    }
-}
+mod tests;

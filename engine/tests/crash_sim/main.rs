@@ -23,27 +23,21 @@
 //! is how a failure printed by this test is reproduced.
 
 mod model;
+mod ops;
 mod workload;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
 use ds_engine::testing::VfsHandle;
 use ds_engine::testing::{SimRng, SimVfs};
 use ds_engine::Clock;
 use ds_engine::Limits;
-use ds_engine::{
-    AppendKind, AppendRequest, ContentType, CreateRequest, Engine, EngineConfig, ForkRequest, OpError,
-    StartAt, StorageMode, StreamConfig, StreamName,
-};
+use ds_engine::{Engine, EngineConfig, OpError, StorageMode};
 use ds_engine::{IoErrorPolicy, Threading};
-use model::{
-    collect_cascades, forks_of, is_json_name, payload, predict, ttl_of_name, Observed, SimOp, State,
-};
+use model::{collect_cascades, forks_of, predict, ttl_of_name, SimOp, State};
+use ops::{observe, poll, submit, Answer, Pending};
 
 const T0: u64 = 1_700_000_000_000;
 /// The TTL of the streams that have one (see `model::ttl_of_name`).
@@ -60,115 +54,6 @@ const FAIL_AFTER_MAX: u64 = 60;
 const CASCADE_STEPS: usize = 2 * workload::NAMES.len() + 2;
 const MODES: [StorageMode; 4] =
     [StorageMode::Memory, StorageMode::Acid, StorageMode::FileDurable, StorageMode::FileFast];
-
-/// What an operation's requester learned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Answer {
-    Ok {
-        duplicate: bool,
-    },
-    Refused(OpError),
-    /// No answer (the shard stopped or the engine went away): not acknowledged.
-    Lost,
-}
-
-type Pending = Pin<Box<dyn Future<Output = Answer> + Send>>;
-
-fn classify<T>(result: Result<T, OpError>, duplicate: impl FnOnce(&T) -> bool) -> Answer {
-    match result {
-        Ok(value) => Answer::Ok { duplicate: duplicate(&value) },
-        Err(OpError::ShuttingDown) => Answer::Lost,
-        Err(error) => Answer::Refused(error),
-    }
-}
-
-fn content_type(name: &str) -> ContentType {
-    ContentType::parse(if is_json_name(name) { "application/json" } else { "application/octet-stream" })
-        .unwrap()
-}
-
-fn submit(engine: &Engine, op: &SimOp) -> Pending {
-    let engine = engine.clone();
-    let name = StreamName::new(op.name()).expect("workload names are valid");
-    let json = is_json_name(op.name());
-    match op.clone() {
-        SimOp::Create { initial, .. } => {
-            let initial = initial.map(|body| payload(json, &body));
-            let request = CreateRequest { config: config_of(&name), name, initial, closed: false };
-            Box::pin(async move { classify(engine.create(request).await, |_| false) })
-        }
-        SimOp::Fork { source, at_zero, .. } => {
-            let create = CreateRequest { config: config_of(&name), name, initial: None, closed: false };
-            let request = ForkRequest {
-                create,
-                inherit_expiry: false,
-                source: StreamName::new(&source).expect("workload names are valid"),
-                offset: at_zero.then_some(ds_engine::Offset::ZERO),
-                sub_offset: 0,
-            };
-            Box::pin(async move { classify(engine.fork(request).await, |_| false) })
-        }
-        SimOp::Append { body, close, producer, stream_seq, .. } => {
-            let request = AppendRequest {
-                content_type: Some(content_type(name.as_str())),
-                payload: (!body.is_empty()).then(|| payload(json, &body)),
-                close,
-                producer: producer.map(|(id, epoch, seq)| ds_engine::ProducerTag {
-                    id: id.into(),
-                    epoch,
-                    seq,
-                }),
-                stream_seq: stream_seq.map(String::into_boxed_str),
-                name,
-            };
-            Box::pin(
-                async move { classify(engine.append(request).await, |o| o.kind == AppendKind::Duplicate) },
-            )
-        }
-        SimOp::Delete { .. } => Box::pin(async move { classify(engine.delete(name).await, |_| false) }),
-    }
-}
-
-/// The configuration the workload gives `name` (see `model`).
-fn config_of(name: &StreamName) -> StreamConfig {
-    StreamConfig {
-        content_type: content_type(name.as_str()),
-        ttl_secs: ttl_of_name(name.as_str()),
-        expires_at_ms: None,
-    }
-}
-
-fn poll(pending: &mut Pending) -> Option<Answer> {
-    match pending.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(answer) => Some(answer),
-        Poll::Pending => None,
-    }
-}
-
-/// What the engine shows of `name`: config, every stored byte, tail and closed flag.
-fn observe(engine: &Engine, name: &str) -> Option<Observed> {
-    let handle = engine.open(&StreamName::new(name).unwrap())?;
-    // A soft-deleted stream still reads (its forks read it this way).
-    let status = handle.status()?;
-    let mut data = Vec::new();
-    let mut at = ds_engine::Offset::ZERO;
-    while at < status.tail {
-        let read =
-            handle.read(StartAt::At(at), usize::MAX).expect("stored data reads back").expect("still there");
-        assert!(read.chunk.next > at, "a read makes progress");
-        read.chunk.slices.iter().for_each(|slice| data.extend_from_slice(slice));
-        at = read.chunk.next;
-    }
-    assert_eq!(status.tail.bytes, data.len() as u64, "{name}: the tail counts the stored bytes");
-    Some(Observed {
-        json: handle.config().content_type.is_json(),
-        ttl_secs: handle.config().ttl_secs,
-        data,
-        messages: status.tail.messages,
-        closed: status.closed,
-        deleted: status.deleted,
-    })
-}
 
 /// How much of the interesting ground a run covered (a simulation that never loses a write
 /// or never meets a torn log proves nothing, so the test asserts it does).
