@@ -1,8 +1,9 @@
 //! Newtypes for the numbers a mix-up would corrupt data with, so the compiler tells them
-//! apart: where a record is in its log ([`Location`]) and which stream incarnation a record
-//! or state belongs to ([`StreamId`]). Each converts to and from its raw `u64` only where it
-//! is encoded or decoded (records, checkpoints) and where its mode composes it
-//! (`storage::wal::location`, `storage::files::location`).
+//! apart: where a record is in its log ([`Location`]), which stream incarnation a record
+//! or state belongs to ([`StreamId`]) and a record's place in its log's sequence ([`Lsn`]).
+//! Each converts to and from its raw `u64` only where it is encoded or decoded (records,
+//! checkpoints, segment names) and where its mode composes it (`storage::wal::location`,
+//! `storage::files::location`).
 
 use std::fmt;
 
@@ -29,6 +30,38 @@ impl Location {
 /// gets a new one.
 #[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StreamId(u64);
+
+/// A record's sequence number in its log: a shard's WAL numbers its records from 1 without
+/// gaps across segments (a segment's header and name carry its first); a stream file numbers
+/// its records from 0 (the create record), so there it is also the record's chain index.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Lsn(u64);
+
+impl fmt::LowerHex for Lsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+
+impl Lsn {
+    /// The first record of a shard's WAL.
+    pub const FIRST: Lsn = Lsn(1);
+
+    /// The record after this one.
+    pub fn next(self) -> Lsn {
+        Lsn(self.0 + 1)
+    }
+
+    /// The record `count` after this one (saturating: only compared, never written).
+    pub fn plus(self, count: u64) -> Lsn {
+        Lsn(self.0.saturating_add(count))
+    }
+
+    /// The record before this one (`None` before the first of a log).
+    pub fn previous(self) -> Option<Lsn> {
+        self.0.checked_sub(1).map(Lsn)
+    }
+}
 
 macro_rules! raw_u64 {
     ($name:ident, $debug:literal) => {
@@ -58,6 +91,7 @@ macro_rules! raw_u64 {
 
 raw_u64!(Location, "Location({:#x})");
 raw_u64!(StreamId, "StreamId({})");
+raw_u64!(Lsn, "Lsn({})");
 
 impl StreamId {
     /// The first id a shard hands out.

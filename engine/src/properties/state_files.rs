@@ -4,6 +4,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use super::strategies::{checkpoint, flip, text};
+use crate::ids::Lsn;
 use crate::storage::manifest::Manifest;
 use crate::storage::renewals::{self, Renewal};
 use crate::storage::wal::checkpoint::Checkpoint;
@@ -89,7 +90,7 @@ proptest! {
         raw in any::<[u8; 64]>(),
     ) {
         let (shard, ordinal, first_lsn, size, created_ms) = fields;
-        let header = SegmentHeader { shard, ordinal, first_lsn, size, created_ms };
+        let header = SegmentHeader { shard, ordinal, first_lsn: Lsn::from_raw(first_lsn), size, created_ms };
         let bytes = header.encode();
         prop_assert_eq!(SegmentHeader::decode(&bytes).expect("decodes"), header);
         let mut flipped = bytes;

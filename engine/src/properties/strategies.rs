@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use crate::content_type::ContentType;
-use crate::ids::{Location, StreamId};
+use crate::ids::{Location, Lsn, StreamId};
 use crate::meta::{ForkOrigin, ForkRef, StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::{ProducerState, ProducerTag};
@@ -98,7 +98,7 @@ pub(super) fn record_parts() -> impl Strategy<Value = RecordParts> {
                 meta_len: 0,
                 payload_len: 0,
                 payload_crc: 0,
-                lsn,
+                lsn: Lsn::from_raw(lsn),
                 stream: StreamId::from_raw(stream),
                 offset: Offset { messages: messages_before, bytes: bytes_before },
                 time_ms,
@@ -193,10 +193,10 @@ pub(super) fn checkpoint() -> impl Strategy<Value = Checkpoint> {
         Checkpoint {
             shard,
             clean,
-            lsn,
+            lsn: Lsn::from_raw(lsn),
             resume_ordinal,
             resume_position,
-            next_lsn,
+            next_lsn: Lsn::from_raw(next_lsn),
             stream_id_next: StreamId::from_raw(stream_id_next),
             written_ms,
             ledger,

@@ -6,7 +6,7 @@ use proptest::sample::Index;
 
 use super::strategies::{encode_record, flip, RecordParts};
 use crate::content_type::ContentType;
-use crate::ids::StreamId;
+use crate::ids::{Lsn, StreamId};
 use crate::meta::StreamConfig;
 use crate::offset::Offset;
 use crate::storage::chain::jump_count;
@@ -39,7 +39,7 @@ fn stream_file(appends: &[Vec<u8>], suffix: u8) -> (Vec<u8>, Vec<std::ops::Range
             meta_len: 0,
             payload_len: 0,
             payload_crc: 0,
-            lsn: n,
+            lsn: Lsn::from_raw(n),
             stream: StreamId::from_raw(7),
             offset: tail,
             time_ms: 1_000 + n,

@@ -38,7 +38,7 @@ pub mod wal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::ids::{Location, StreamId};
+use crate::ids::{Location, Lsn, StreamId};
 use crate::offset::Offset;
 use crate::storage::chain::read::{LogRead, RecordSource};
 use crate::storage::chunk::{Chunk, Message, ReadError};
@@ -52,7 +52,7 @@ pub use mode::StorageMode;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
     /// The checkpoint replay started from (acid).
-    pub checkpoint_lsn: Option<u64>,
+    pub checkpoint_lsn: Option<Lsn>,
     /// The checkpoint was written by a clean shutdown and nothing followed it (acid).
     pub clean_shutdown: bool,
     /// Stream files read (file modes).

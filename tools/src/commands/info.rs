@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use ds_engine::inspect::{ShardLog, Store};
-use ds_engine::StorageMode;
+use ds_engine::{Lsn, StorageMode};
 use serde_json::{json, Value};
 
 use crate::output::{column, optional, write_summary, Column, Format, Table};
@@ -99,8 +99,8 @@ fn shard_row(log: &ShardLog) -> Vec<Value> {
         Value::from(segment_bytes),
         Value::from(live_bytes),
         Value::from(analysis.streams().count()),
-        optional(report.checkpoint_lsn),
-        Value::from(analysis.next_lsn()),
+        optional(report.checkpoint_lsn.map(Lsn::raw)),
+        Value::from(analysis.next_lsn().raw()),
         Value::from(report.records_replayed),
         Value::from(report.clean_shutdown),
         damage.unwrap_or(Value::Null),

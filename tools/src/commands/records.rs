@@ -9,7 +9,7 @@ use std::path::Path;
 use bytes::Bytes;
 use ds_engine::inspect::Store;
 use ds_engine::inspect::{flag_names, RecordKind, RecordScan, ScanEnd, Scanned, Segment};
-use ds_engine::{StorageMode, StreamId};
+use ds_engine::{Lsn, StorageMode, StreamId};
 use serde_json::Value;
 
 use crate::cli::RecordsArgs;
@@ -32,7 +32,7 @@ const COLUMNS: &[Column] = &[
 
 /// Which records to show.
 struct Filter<'a> {
-    from: u64,
+    from: Lsn,
     /// Only records of streams created with this name (every incarnation).
     name: Option<&'a str>,
     ids: HashSet<StreamId>,
@@ -59,7 +59,8 @@ pub fn run(
     format: Format,
     out: &mut dyn Write,
 ) -> Result<Outcome, ToolError> {
-    let mut filter = Filter { from: args.from, name: args.stream.as_deref(), ids: HashSet::new() };
+    let mut filter =
+        Filter { from: Lsn::from_raw(args.from), name: args.stream.as_deref(), ids: HashSet::new() };
     // Arguments are checked before anything is written.
     let shards: Vec<u32> = match (args.shard, &args.stream) {
         (Some(shard), _) if shard >= store.shard_count() => {
@@ -125,7 +126,7 @@ fn row(log: &str, record: &Scanned) -> Vec<Value> {
     vec![
         Value::from(log),
         Value::from(record.position),
-        Value::from(header.lsn),
+        Value::from(header.lsn.raw()),
         Value::from(header.kind.name()),
         if header.kind == RecordKind::Seal { Value::Null } else { Value::from(header.stream.raw()) },
         if header.kind == RecordKind::Append { Value::from(header.offset.to_string()) } else { Value::Null },

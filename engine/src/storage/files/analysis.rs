@@ -36,7 +36,7 @@ pub struct FileAnalysis {
 /// Reads and checks the records of a stream file's `bytes` (its collision suffix `suffix`).
 pub fn analyze_file(bytes: &Bytes, suffix: u8) -> FileAnalysis {
     let mut scan = RecordScan::new(bytes.clone(), 0);
-    let created = scan.next().filter(|first| first.header.lsn == 0).and_then(|first| {
+    let created = scan.next().filter(|first| first.header.lsn.raw() == 0).and_then(|first| {
         let snapshot = replay::created(&first.header, &first.meta, location(suffix, 0)).ok()?;
         Some((snapshot, first.header.record_len() as u64))
     });
@@ -104,7 +104,7 @@ impl Reading<'_> {
         if record.header.kind == Kind::Delete {
             // A soft delete, numbered as the next record but outside the chain, ends a file.
             let soft = record.header.has(flags::SOFT) && record.header.stream == snapshot.id;
-            match soft && record.header.lsn == snapshot.chain_n + 1 && !snapshot.deleted {
+            match soft && record.header.lsn.raw() == snapshot.chain_n + 1 && !snapshot.deleted {
                 true => snapshot.deleted = true,
                 false => self.damage.push((record.position, "a delete record out of place".into())),
             }
@@ -116,7 +116,7 @@ impl Reading<'_> {
             self.damage.push((record.position, "a record after its stream's soft delete".into()));
         }
         if snapshot.damage.is_none() {
-            let applied = match record.header.lsn == snapshot.chain_n + 1 {
+            let applied = match record.header.lsn.raw() == snapshot.chain_n + 1 {
                 true => replay::append(snapshot, &record.header, &record.meta, at),
                 false => Err("record out of sequence"),
             };
@@ -150,7 +150,7 @@ impl Reading<'_> {
         }
         let mut from = failed + 1;
         while let Some((next, header)) = next_header(self.bytes, from) {
-            if header.stream == snapshot.id && header.lsn > snapshot.chain_n {
+            if header.stream == snapshot.id && header.lsn.raw() > snapshot.chain_n {
                 self.valid_end = next as u64;
                 return true;
             }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use super::handles::Handles;
 use super::source::FileSource;
 use super::{incarnation, location, renewals_path, split_location, stream_dir, stream_path, SUFFIX_MAX};
-use crate::ids::{Location, StreamId};
+use crate::ids::{Location, Lsn, StreamId};
 use crate::limits::halve_when_over;
 use crate::storage::chain::{Chain, Levels, NodeSource};
 use crate::storage::record::codec::{decode_record, Header, Kind, HEADER_BYTES};
@@ -154,7 +154,8 @@ impl FileWriter {
         let prepared = encode::prepare(record, None, &mut self.meta)?;
         self.staging.clear();
         let index = open.levels.next_index();
-        let staged = encode::stage(&prepared, &self.meta, index, time_ms, &mut self.staging);
+        // A stream file numbers its records by chain index.
+        let staged = encode::stage(&prepared, &self.meta, Lsn::from_raw(index), time_ms, &mut self.staging);
         debug_assert!(staged.body.is_none(), "a delete carries no data");
         open.file.write_all_at(open.end, &[&self.staging[staged.head], staged.padding])?;
         open.end += prepared.record_len as u64;
@@ -171,7 +172,7 @@ impl FileWriter {
     ) -> io::Result<()> {
         let prepared = encode::prepare(record, Some(&chain), &mut self.meta)?;
         self.staging.clear();
-        let staged = encode::stage(&prepared, &self.meta, chain.n, time_ms, &mut self.staging);
+        let staged = encode::stage(&prepared, &self.meta, Lsn::from_raw(chain.n), time_ms, &mut self.staging);
         let head = &self.staging[staged.head];
         match staged.body {
             Some(body) => open.file.write_all_at(open.end, &[head, body, staged.padding])?,

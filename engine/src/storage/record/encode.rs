@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::codec::{self, flags, Header, Kind, MetaRef, HEADER_BYTES, META_BYTES_MAX};
 use super::Record;
-use crate::ids::StreamId;
+use crate::ids::{Lsn, StreamId};
 use crate::offset::Offset;
 use crate::payload::Payload;
 use crate::storage::chain::Chain;
@@ -71,7 +71,7 @@ pub fn prepare<'r>(
 pub fn stage<'r>(
     prepared: &Prepared<'r>,
     meta: &[u8],
-    lsn: u64,
+    lsn: Lsn,
     time_ms: u64,
     staging: &mut Vec<u8>,
 ) -> Staged<'r> {

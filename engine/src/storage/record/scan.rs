@@ -148,14 +148,14 @@ impl Iterator for RecordScan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::StreamId;
+    use crate::ids::{Lsn, StreamId};
     use crate::offset::Offset;
     use crate::storage::chain::Chain;
     use crate::storage::record::codec::append_for_tests;
 
     fn record(lsn: u64, data: &[u8]) -> Vec<u8> {
         let chain = Chain { n: 1, jumps: vec![crate::ids::Location::from_raw(0)] };
-        append_for_tests(StreamId::from_raw(1), &chain, Offset::ZERO, lsn, data)
+        append_for_tests(StreamId::from_raw(1), &chain, Offset::ZERO, Lsn::from_raw(lsn), data)
     }
 
     #[test]
@@ -165,7 +165,7 @@ mod tests {
         let second = record(1, b"x").len() as u64;
         bytes.extend(vec![0; 128]);
         let mut scan = RecordScan::new(Bytes::from(bytes.clone()), 0);
-        let read: Vec<_> = scan.by_ref().map(|r| (r.header.lsn, r.data)).collect();
+        let read: Vec<_> = scan.by_ref().map(|r| (r.header.lsn.raw(), r.data)).collect();
         assert_eq!(read, vec![(1, Bytes::from_static(b"one")), (2, Bytes::from_static(b"two"))]);
         assert_eq!(scan.end(), Some(&ScanEnd::Unwritten));
 
@@ -189,8 +189,8 @@ mod tests {
         let mut bytes = record(1, b"one");
         let second = bytes.len();
         bytes.extend(record(2, b"two"));
-        assert_eq!(next_header(&bytes, 0).map(|(at, h)| (at, h.lsn)), Some((0, 1)));
-        assert_eq!(next_header(&bytes, 1).map(|(at, h)| (at, h.lsn)), Some((second, 2)));
+        assert_eq!(next_header(&bytes, 0).map(|(at, h)| (at, h.lsn.raw())), Some((0, 1)));
+        assert_eq!(next_header(&bytes, 1).map(|(at, h)| (at, h.lsn.raw())), Some((second, 2)));
         bytes[3] ^= 0x40;
         assert_eq!(next_header(&bytes, 0).map(|(at, _)| at), Some(second), "a damaged header is skipped");
         assert_eq!(next_header(&bytes, second + 1), None);

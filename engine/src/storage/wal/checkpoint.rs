@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::binary::{DecodeFailure, Decoder, Encoder};
 use crate::content_type::ContentType;
-use crate::ids::{Location, StreamId};
+use crate::ids::{Location, Lsn, StreamId};
 use crate::meta::{ForkOrigin, ForkRef, StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::ProducerState;
@@ -42,10 +42,10 @@ pub struct Checkpoint {
     pub shard: u32,
     /// Written by a clean shutdown (nothing follows in the log).
     pub clean: bool,
-    pub lsn: u64,
+    pub lsn: Lsn,
     pub resume_ordinal: u32,
     pub resume_position: u64,
-    pub next_lsn: u64,
+    pub next_lsn: Lsn,
     pub stream_id_next: StreamId,
     pub written_ms: u64,
     /// Live bytes per segment ordinal, and deleted chains not yet subtracted.
@@ -61,8 +61,8 @@ impl Checkpoint {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Encoder::default();
         out.u32(MAGIC).u32(VERSION).u32(self.shard).u8(u8::from(self.clean));
-        out.u64(self.lsn).u32(self.resume_ordinal).u64(self.resume_position);
-        out.u64(self.next_lsn).u64(self.stream_id_next.raw()).u64(self.written_ms);
+        out.u64(self.lsn.raw()).u32(self.resume_ordinal).u64(self.resume_position);
+        out.u64(self.next_lsn.raw()).u64(self.stream_id_next.raw()).u64(self.written_ms);
         out.u32(self.ledger.live.len() as u32);
         for (ordinal, live) in &self.ledger.live {
             out.u32(*ordinal).u64(*live);
@@ -95,9 +95,10 @@ impl Checkpoint {
         }
         let shard = input.u32()?;
         let clean = input.u8()? == 1;
-        let (lsn, resume_ordinal, resume_position) = (input.u64()?, input.u32()?, input.u64()?);
+        let (lsn, resume_ordinal, resume_position) =
+            (Lsn::from_raw(input.u64()?), input.u32()?, input.u64()?);
         let (next_lsn, stream_id_next, written_ms) =
-            (input.u64()?, StreamId::from_raw(input.u64()?), input.u64()?);
+            (Lsn::from_raw(input.u64()?), StreamId::from_raw(input.u64()?), input.u64()?);
         let mut ledger = LedgerState::default();
         for _ in 0..input.u32()? {
             ledger.live.insert(input.u32()?, input.u64()?);
@@ -286,10 +287,10 @@ mod tests {
         Checkpoint {
             shard: 4,
             clean: true,
-            lsn: 77,
+            lsn: Lsn::from_raw(77),
             resume_ordinal: 2,
             resume_position: 4096,
-            next_lsn: 78,
+            next_lsn: Lsn::from_raw(78),
             stream_id_next: StreamId::from_raw(10),
             written_ms: 5,
             ledger: LedgerState {

@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use crate::ids::Location;
+use crate::ids::{Location, Lsn};
 use crate::storage::flush::FlushGroup;
 use crate::storage::vfs::Vfs;
 use segment::Segment;
@@ -56,7 +56,7 @@ pub struct ShardFiles {
 pub struct WalPosition {
     pub active: Arc<Segment>,
     pub position: u64,
-    pub next_lsn: u64,
+    pub next_lsn: Lsn,
     /// The active segment is already sealed (recovery could not start a new one: the disk
     /// is full): nothing is written before a new segment is prepared.
     pub sealed: bool,

@@ -29,7 +29,7 @@ use super::replay::{Replay, ReplayEnd};
 use super::segment::{self, is_prepared_name, parse_segment_name, Segment, SegmentHeader};
 use super::source::WalSource;
 use super::{SegmentTable, WalPosition, RENEWALS_FILE};
-use crate::ids::StreamId;
+use crate::ids::{Lsn, StreamId};
 use crate::meta::StreamSnapshot;
 use crate::storage::record::codec::{Header, HEADER_BYTES};
 use crate::storage::renewals;
@@ -86,7 +86,7 @@ pub struct Analysis {
 /// Where a checkpoint stands, without its streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CheckpointInfo {
-    pub lsn: u64,
+    pub lsn: Lsn,
     pub clean: bool,
     pub resume_ordinal: u32,
     pub resume_position: u64,
@@ -123,7 +123,7 @@ impl Analysis {
     }
 
     /// The sequence number the next record gets.
-    pub fn next_lsn(&self) -> u64 {
+    pub fn next_lsn(&self) -> Lsn {
         self.replay.next_lsn
     }
 
@@ -269,7 +269,7 @@ fn continue_at(
     let sealed = WalPosition {
         active: Arc::clone(segment),
         position: position + HEADER_BYTES as u64,
-        next_lsn: replay.next_lsn + 1,
+        next_lsn: replay.next_lsn.next(),
         sealed: true,
         zeroed_to: position + HEADER_BYTES as u64,
     };
@@ -328,7 +328,7 @@ fn start_segment(
     dir: &Path,
     settings: &RecoverySettings,
     ordinal: u32,
-    first_lsn: u64,
+    first_lsn: Lsn,
     table: &SegmentTable,
 ) -> io::Result<WalPosition> {
     let prepared = segment::prepare(vfs, dir, ordinal, settings.segment_bytes)?;
@@ -347,7 +347,7 @@ fn start_segment(
 }
 
 /// A segment file's first LSN (from its name) and path.
-type NamedSegment = (u64, PathBuf);
+type NamedSegment = (Lsn, PathBuf);
 
 /// The segment files of `dir` (in order) and leftover prepared files.
 fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<(Vec<NamedSegment>, Vec<PathBuf>)> {

@@ -26,7 +26,7 @@ use super::checkpoint::Checkpoint;
 use super::ledger::LedgerState;
 use super::segment::Segment;
 use super::{location, split_location};
-use crate::ids::{Location, StreamId};
+use crate::ids::{Location, Lsn, StreamId};
 use crate::meta::StreamSnapshot;
 use crate::storage::record::codec::{flags, Header, Kind, MAGIC};
 use crate::storage::record::scan::{
@@ -52,7 +52,7 @@ pub(super) struct Replay {
     pub streams: HashMap<StreamId, StreamSnapshot>,
     pub names: HashMap<Arc<str>, StreamId>,
     pub ledger: LedgerState,
-    pub next_lsn: u64,
+    pub next_lsn: Lsn,
     pub stream_id_next: StreamId,
     /// Where replay starts: segment ordinal and position.
     pub start: (u32, u64),
@@ -100,7 +100,7 @@ impl Replay {
             streams: HashMap::new(),
             names: HashMap::new(),
             ledger: LedgerState::default(),
-            next_lsn: segments.first().map_or(1, |s| s.header.first_lsn),
+            next_lsn: segments.first().map_or(Lsn::FIRST, |s| s.header.first_lsn),
             stream_id_next: StreamId::FIRST,
             start: (segments.first().map_or(0, |s| s.ordinal()), Segment::records_start()),
             records: 0,
@@ -220,13 +220,13 @@ impl Replay {
         if let Some(header) = raw.and_then(|raw| Header::decode(raw.try_into().ok()?).ok()) {
             let at = location(segment.ordinal(), failed as u64);
             self.damaged_record(&header, at, &reason);
-            self.next_lsn = self.next_lsn.max(header.lsn + 1);
+            self.next_lsn = self.next_lsn.max(header.lsn.next());
             return Some((failed + header.record_len()) as u64);
         }
         self.attribute_unreadable(bytes, failed, &reason);
         let mut from = failed + 1;
         while let Some((next, header)) = next_header(bytes, from) {
-            if header.lsn > self.next_lsn && header.lsn <= self.next_lsn + RESYNC_LSN_MAX {
+            if header.lsn > self.next_lsn && header.lsn <= self.next_lsn.plus(RESYNC_LSN_MAX) {
                 return Some(next as u64);
             }
             from = next + 1;
@@ -245,12 +245,12 @@ impl Replay {
             return false;
         }
         if header.lsn > self.next_lsn {
-            let reason = format!("records {} to {} are missing", self.next_lsn, header.lsn - 1);
+            let reason = format!("records {} to {} are missing", self.next_lsn, header.lsn.raw() - 1);
             self.damage.push(damage_at(segment, record.position, reason));
             self.next_lsn = header.lsn;
         }
         assert_eq!(header.lsn, self.next_lsn, "the record replayed is the next in sequence");
-        self.next_lsn += 1;
+        self.next_lsn = self.next_lsn.next();
         if header.kind == Kind::Seal {
             return true;
         }

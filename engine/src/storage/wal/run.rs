@@ -117,6 +117,7 @@ fn plain_record<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::Lsn;
     use crate::storage::chain::{jump_count, Chain};
     use crate::storage::record::codec::append_for_tests;
 
@@ -128,6 +129,8 @@ mod tests {
         bytes: Vec<u8>,
         /// Per stream: (location, index, end) of its last record.
         tails: std::collections::HashMap<u64, (Location, u64, Offset)>,
+        /// Records appended so far (the next one's sequence number, less one).
+        records: u64,
     }
 
     impl Log {
@@ -139,7 +142,9 @@ mod tests {
                 None => (location(SEGMENT, 0), 1, Offset::ZERO),
             };
             let chain = Chain { n, jumps: vec![previous; jump_count(n)] };
-            let record = append_for_tests(StreamId::from_raw(stream), &chain, offset, position, data);
+            self.records += 1;
+            let lsn = Lsn::from_raw(self.records);
+            let record = append_for_tests(StreamId::from_raw(stream), &chain, offset, lsn, data);
             let raw: &[u8; HEADER_BYTES] = record[..HEADER_BYTES].try_into().unwrap();
             let end = Header::decode(raw).unwrap().end_offset();
             self.bytes.extend_from_slice(&record);

@@ -25,6 +25,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::ids::Lsn;
 use crate::storage::vfs::{read_exact_at, FileMap, Vfs, VfsFile};
 
 pub const SEGMENT_HEADER_BYTES: u64 = 64;
@@ -48,7 +49,7 @@ const PAGE_BYTES: u64 = 4096;
 pub struct SegmentHeader {
     pub shard: u32,
     pub ordinal: u32,
-    pub first_lsn: u64,
+    pub first_lsn: Lsn,
     pub size: u64,
     pub created_ms: u64,
 }
@@ -60,7 +61,7 @@ impl SegmentHeader {
         raw[4..8].copy_from_slice(&VERSION.to_le_bytes());
         raw[8..12].copy_from_slice(&self.shard.to_le_bytes());
         raw[12..16].copy_from_slice(&self.ordinal.to_le_bytes());
-        raw[16..24].copy_from_slice(&self.first_lsn.to_le_bytes());
+        raw[16..24].copy_from_slice(&self.first_lsn.raw().to_le_bytes());
         raw[24..32].copy_from_slice(&self.size.to_le_bytes());
         raw[32..40].copy_from_slice(&self.created_ms.to_le_bytes());
         let crc = crc32fast::hash(&raw[..60]);
@@ -83,7 +84,7 @@ impl SegmentHeader {
         Ok(SegmentHeader {
             shard: u32_at(8),
             ordinal: u32_at(12),
-            first_lsn: u64_at(16),
+            first_lsn: Lsn::from_raw(u64_at(16)),
             size: u64_at(24),
             created_ms: u64_at(32),
         })
@@ -141,14 +142,14 @@ impl Segment {
 }
 
 /// The file name of an active segment whose first record has `first_lsn`.
-pub fn segment_name(first_lsn: u64) -> String {
+pub fn segment_name(first_lsn: Lsn) -> String {
     format!("{first_lsn:016x}.{SEGMENT_EXTENSION}")
 }
 
 /// The first LSN a segment file name stands for, if it is one.
-pub fn parse_segment_name(name: &str) -> Option<u64> {
+pub fn parse_segment_name(name: &str) -> Option<Lsn> {
     let stem = name.strip_suffix(&format!(".{SEGMENT_EXTENSION}"))?;
-    (stem.len() == 16).then(|| u64::from_str_radix(stem, 16).ok()).flatten()
+    (stem.len() == 16).then(|| u64::from_str_radix(stem, 16).ok()).flatten().map(Lsn::from_raw)
 }
 
 /// Whether `name` is a prepared (never activated) segment, left over from a previous run.
@@ -236,14 +237,15 @@ mod tests {
         vfs.create_dir_all(dir).unwrap();
         let prepared = prepare(&vfs, dir, 3, 4096).unwrap();
         assert!(is_prepared_name(&prepared.file_name().unwrap().to_string_lossy()));
-        let header = SegmentHeader { shard: 0, ordinal: 3, first_lsn: 0x42, size: 4096, created_ms: 7 };
+        let header =
+            SegmentHeader { shard: 0, ordinal: 3, first_lsn: Lsn::from_raw(0x42), size: 4096, created_ms: 7 };
         let segment = activate(&vfs, &prepared, dir, header).unwrap();
         assert_eq!(segment.path, dir.join("0000000000000042.wal"));
         assert!(!vfs.exists(&prepared));
         let reopened = Segment::open(&vfs, &segment.path).unwrap();
         assert_eq!(reopened.header, header);
         assert_eq!(reopened.map.size(), 4096);
-        assert_eq!(parse_segment_name("0000000000000042.wal"), Some(0x42));
+        assert_eq!(parse_segment_name("0000000000000042.wal"), Some(Lsn::from_raw(0x42)));
         assert_eq!(parse_segment_name("42.wal"), None);
         assert_eq!(parse_segment_name("0000000000000042.tmp"), None);
     }
@@ -254,7 +256,7 @@ mod tests {
         let dir = Path::new("/d");
         vfs.create_dir_all(dir).unwrap();
         let prepared = prepare(&vfs, dir, 0, 1024).unwrap();
-        let header = SegmentHeader { shard: 1, ordinal: 0, first_lsn: 1, size: 1024, created_ms: 0 };
+        let header = SegmentHeader { shard: 1, ordinal: 0, first_lsn: Lsn::FIRST, size: 1024, created_ms: 0 };
         let segment = activate(&vfs, &prepared, dir, header).unwrap();
         vfs.corrupt(&segment.path, 20, &[0xff]).unwrap();
         assert!(Segment::open(&vfs, &segment.path).is_err());

@@ -24,7 +24,7 @@ use super::ledger::Ledger;
 use super::segment::{self, Segment, SegmentHeader};
 use super::source::WalSource;
 use super::{location, SegmentTable, ShardFiles, WalPosition, RENEWALS_FILE};
-use crate::ids::{Location, StreamId};
+use crate::ids::{Location, Lsn, StreamId};
 use crate::limits::halve_when_over;
 use crate::storage::chain::{Chain, Levels};
 use crate::storage::chunk::ReadError;
@@ -57,7 +57,7 @@ pub struct WalWriter {
     housekeeper: Housekeeper,
     active: Arc<Segment>,
     position: u64,
-    next_lsn: u64,
+    next_lsn: Lsn,
     /// Segments prepared ahead of need (`room`).
     spares: Spares,
     /// Where this batch's accepted ops will go (`room`).
@@ -199,7 +199,7 @@ impl WalWriter {
         let padding_from = self.staging.len();
         self.staging.extend_from_slice(staged.padding);
         self.parts.push(Part::Staged(padding_from..self.staging.len()));
-        self.next_lsn += 1;
+        self.next_lsn = self.next_lsn.next();
         self.position += prepared.record_len as u64;
         let n = chain.as_ref().map_or(0, |c| c.n);
         self.after_staged(record, place_location, prepared.record_len as u64, n);
@@ -308,7 +308,7 @@ impl WalWriter {
         let header = Header::seal(self.next_lsn, time_ms);
         self.active.file().write_all_at(self.position, &[&header.encode()])?;
         self.active.file().sync_data()?;
-        self.next_lsn += 1;
+        self.next_lsn = self.next_lsn.next();
         Ok(())
     }
 
@@ -350,7 +350,8 @@ impl WalWriter {
         let checkpoint = Checkpoint {
             shard: self.files.shard,
             clean,
-            lsn: self.next_lsn - 1,
+            // Every record before the next (none yet: 0, before the first).
+            lsn: self.next_lsn.previous().unwrap_or_default(),
             resume_ordinal: self.active.ordinal(),
             resume_position: self.position,
             next_lsn: self.next_lsn,

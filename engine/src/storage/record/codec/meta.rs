@@ -198,6 +198,7 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::Lsn;
 
     #[test]
     fn create_meta_round_trips() {
@@ -235,7 +236,7 @@ mod tests {
                 meta_len: bytes.len() as u16,
                 payload_len: bytes.len() as u32,
                 payload_crc: 0,
-                lsn: 1,
+                lsn: Lsn::FIRST,
                 stream: StreamId::from_raw(1),
                 offset: fork.as_ref().map_or(Offset::ZERO, ForkRef::start),
                 time_ms: 0,

@@ -25,7 +25,7 @@
 //! payload crc is always present, so a valid header over a zeroed payload fails too.
 //! `meta` encodes and decodes the metas; `crc` computes the crcs.
 
-use crate::ids::{Location, StreamId};
+use crate::ids::{Location, Lsn, StreamId};
 use crate::offset::Offset;
 use crate::storage::chain::{Chain, Node, Stored};
 
@@ -150,7 +150,7 @@ pub struct Header {
     pub meta_len: u16,
     pub payload_len: u32,
     pub payload_crc: u32,
-    pub lsn: u64,
+    pub lsn: Lsn,
     pub stream: StreamId,
     /// The stream's offset before this record.
     pub offset: Offset,
@@ -194,7 +194,7 @@ impl std::error::Error for DecodeError {}
 
 impl Header {
     /// The record that ends a segment.
-    pub fn seal(lsn: u64, time_ms: u64) -> Header {
+    pub fn seal(lsn: Lsn, time_ms: u64) -> Header {
         Header {
             kind: Kind::Seal,
             flags: 0,
@@ -254,7 +254,7 @@ impl Header {
         raw[6..8].copy_from_slice(&self.meta_len.to_le_bytes());
         raw[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
         raw[12..16].copy_from_slice(&self.payload_crc.to_le_bytes());
-        raw[16..24].copy_from_slice(&self.lsn.to_le_bytes());
+        raw[16..24].copy_from_slice(&self.lsn.raw().to_le_bytes());
         raw[24..32].copy_from_slice(&self.stream.raw().to_le_bytes());
         raw[32..40].copy_from_slice(&self.offset.messages.to_le_bytes());
         raw[40..48].copy_from_slice(&self.offset.bytes.to_le_bytes());
@@ -282,7 +282,7 @@ impl Header {
             meta_len: u16::from_le_bytes([raw[6], raw[7]]),
             payload_len: u32_at(raw, 8),
             payload_crc: u32_at(raw, 12),
-            lsn: u64_at(raw, 16),
+            lsn: Lsn::from_raw(u64_at(raw, 16)),
             stream: StreamId::from_raw(u64_at(raw, 24)),
             offset: Offset { messages: u64_at(raw, 32), bytes: u64_at(raw, 40) },
             time_ms: u64_at(raw, 48),
@@ -313,7 +313,7 @@ impl Header {
 /// A whole append record of `stream` (chained by `chain`, starting at `offset`, one message
 /// of `data`), padded: for tests that lay out logs by hand.
 #[cfg(test)]
-pub fn append_for_tests(stream: StreamId, chain: &Chain, offset: Offset, lsn: u64, data: &[u8]) -> Vec<u8> {
+pub fn append_for_tests(stream: StreamId, chain: &Chain, offset: Offset, lsn: Lsn, data: &[u8]) -> Vec<u8> {
     let mut meta = Vec::new();
     encode_meta(Kind::Append, MetaRef { chain: Some(chain), ..MetaRef::default() }, &mut meta);
     let header = Header {
@@ -403,7 +403,7 @@ mod tests {
             meta_len: meta_bytes.len() as u16,
             payload_len: (meta_bytes.len() + data.len()) as u32,
             payload_crc: payload_crc(&meta_bytes, &[data]),
-            lsn: 77,
+            lsn: Lsn::from_raw(77),
             stream: StreamId::from_raw(5),
             offset: Offset { messages: 10, bytes: 300 },
             time_ms: 1_700_000_000_000,
@@ -423,7 +423,7 @@ mod tests {
             assert_eq!(bytes.len() % RECORD_ALIGN, 0);
             let decoded = decode_record(&bytes).unwrap();
             assert_eq!(decoded.data, b"1,{\"a\":2},");
-            assert_eq!(decoded.header.lsn, 77);
+            assert_eq!(decoded.header.lsn, Lsn::from_raw(77));
             assert_eq!(decoded.header.end_offset(), Offset { messages: 12, bytes: 310 });
             assert_eq!(decoded.header.record_len(), bytes.len());
             assert_eq!(decoded.meta.chain.as_ref().unwrap().jumps, [100, 200, 400].map(Location::from_raw));

@@ -169,7 +169,7 @@ impl WalWriter {
         let padding_from = self.staging.len();
         self.staging.extend_from_slice(codec::padding(HEADER_BYTES + copy.payload_len as usize));
         self.parts.push(Part::Staged(padding_from..self.staging.len()));
-        self.next_lsn += 1;
+        self.next_lsn = self.next_lsn.next();
         self.position += record_len as u64;
         *self.added.entry(self.active.ordinal()).or_default() += record_len as u64;
         Ok(Some((at, record_len as u64)))
