@@ -13,12 +13,6 @@ use std::fmt;
 #[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Location(u64);
 
-impl fmt::LowerHex for Location {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::LowerHex::fmt(&self.0, f)
-    }
-}
-
 impl Location {
     /// The location `bytes` further along the same log (just after a record of that size).
     pub fn plus(self, bytes: u64) -> Location {
@@ -36,12 +30,6 @@ pub struct StreamId(u64);
 /// its records from 0 (the create record), so there it is also the record's chain index.
 #[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Lsn(u64);
-
-impl fmt::LowerHex for Lsn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::LowerHex::fmt(&self.0, f)
-    }
-}
 
 impl Lsn {
     /// The first record of a shard's WAL.
@@ -84,6 +72,12 @@ macro_rules! raw_u64 {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 write!(f, "{}", self.0)
+            }
+        }
+
+        impl fmt::LowerHex for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::LowerHex::fmt(&self.0, f)
             }
         }
     };
