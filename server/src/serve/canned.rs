@@ -42,14 +42,27 @@ fn bare_error_status(bytes: &[u8]) -> Option<StatusCode> {
     if bytes.len() > BARE_HEAD_BYTES_MAX || !bytes.ends_with(b"\r\n\r\n") {
         return None;
     }
+    // Routed answers pass here far more often than hyper's own, and are mostly successes:
+    // their status settles it before anything is allocated or searched.
+    let code = status_code(bytes).filter(|code| (400..600).contains(code))?;
     let text = std::str::from_utf8(bytes).ok()?.to_ascii_lowercase();
-    let status = text.strip_prefix("http/1.1 ").or_else(|| text.strip_prefix("http/1.0 "))?;
-    let code: u16 = status.get(..3)?.parse().ok()?;
     let bare = text.matches("\r\n\r\n").count() == 1
         && text.contains("\r\ncontent-length: 0\r\n")
         && text.contains("\r\nconnection: close\r\n")
         && !text.contains("\r\nx-content-type-options:");
-    (bare && (400..600).contains(&code)).then(|| StatusCode::from_u16(code).ok()).flatten()
+    bare.then(|| StatusCode::from_u16(code).ok()).flatten()
+}
+
+/// The status code of an HTTP/1.x status line at the start of `bytes`.
+fn status_code(bytes: &[u8]) -> Option<u16> {
+    let version = bytes.get(..9)?;
+    if !version.eq_ignore_ascii_case(b"http/1.1 ") && !version.eq_ignore_ascii_case(b"http/1.0 ") {
+        return None;
+    }
+    let digits = bytes.get(9..12)?;
+    digits
+        .iter()
+        .try_fold(0u16, |code, digit| digit.is_ascii_digit().then(|| code * 10 + u16::from(digit - b'0')))
 }
 
 /// A complete answer of `status` with its problem document and the common headers.
@@ -162,6 +175,15 @@ mod tests {
         let with_body =
             b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\nxy\r\n\r\n";
         assert_eq!(bare_error_status(with_body), None);
+    }
+
+    #[test]
+    fn status_codes_are_read_from_the_status_line_alone() {
+        assert_eq!(status_code(b"HTTP/1.1 204 No Content\r\n"), Some(204));
+        assert_eq!(status_code(b"http/1.0 503 x"), Some(503));
+        for not_one in [&b"HTTP/1.1 4x0 Bad\r\n"[..], b"HTTP/2 400 x", b"HTTP/1.1 40", b"HTTP/1.1 ", b""] {
+            assert_eq!(status_code(not_one), None, "{:?}", String::from_utf8_lossy(not_one));
+        }
     }
 
     #[test]
