@@ -24,7 +24,7 @@ pub(super) fn span<S: RecordSource>(
 ) -> Result<Span, ReadError> {
     let mut scan_bytes = SCAN_BYTES_MAX;
     let first = locate(read, from, &mut scan_bytes)?;
-    let (skip_bytes, skip_messages) = read.position_in(&first, from)?;
+    let skip = read.position_in(&first, from)?;
     let budget_end = read.budget_end(from, bytes_max);
     let mut nodes = vec![first];
     while (nodes.len() as u64) < RECORDS_PER_READ_MAX {
@@ -40,7 +40,7 @@ pub(super) fn span<S: RecordSource>(
         }
         nodes.push(next);
     }
-    Ok(Span { nodes, skip_bytes, skip_messages })
+    Ok(Span { nodes, skip })
 }
 
 /// The last record that starts at or before `from`, found around damage.

@@ -111,23 +111,24 @@ pub struct LogRead<'a, S: RecordSource> {
     pub json: bool,
 }
 
+/// Where in its first record a read starts: what of the record's data comes before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Skip {
+    bytes: usize,
+    messages: u64,
+}
+
 /// The first and last records a read covers (same chain) and where in the first it starts.
 struct Bounds {
     first: Node,
     last: Node,
-    /// Bytes of the first record's data before the start offset.
-    skip_bytes: usize,
-    /// Messages of the first record before the start offset.
-    skip_messages: u64,
+    skip: Skip,
 }
 
 /// The records a read covers and where in the first one it starts.
 struct Span {
     nodes: Vec<Node>,
-    /// Bytes of the first record's data before the start offset.
-    skip_bytes: usize,
-    /// Messages of the first record before the start offset.
-    skip_messages: u64,
+    skip: Skip,
 }
 
 impl<S: RecordSource> LogRead<'_, S> {
@@ -164,7 +165,7 @@ impl<S: RecordSource> LogRead<'_, S> {
         };
         let (first, last) = (span.nodes.first(), span.nodes.last());
         let mut answer = Answer::new(from, first.expect("a span has records"), last.expect("and a last"));
-        self.take_all(&mut answer, &span.nodes, span.skip_bytes)?;
+        self.take_all(&mut answer, &span.nodes, span.skip.bytes)?;
         Ok(answer.finish(from))
     }
 
@@ -206,7 +207,7 @@ impl<S: RecordSource> LogRead<'_, S> {
                 if next > self.until {
                     break;
                 }
-                let skipped = index == 0 && next.messages <= node.start.messages + span.skip_messages;
+                let skipped = index == 0 && next.messages <= node.start.messages + span.skip.messages;
                 if !skipped {
                     messages.push(Message { stored: data.slice(start..end), next });
                 }
@@ -241,10 +242,10 @@ impl<S: RecordSource> LogRead<'_, S> {
 
     /// The records from the first to the last of `bounds`, walked back along the chain.
     fn collected(&self, bounds: Bounds) -> Result<Span, ReadError> {
-        let Bounds { first, last, skip_bytes, skip_messages } = bounds;
+        let Bounds { first, last, skip } = bounds;
         let nodes = collect(self.source, &first, last, RECORDS_PER_READ_MAX as usize)?;
         debug_assert!(nodes.windows(2).all(|pair| pair[0].end == pair[1].start), "records follow on");
-        Ok(Span { nodes, skip_bytes, skip_messages })
+        Ok(Span { nodes, skip })
     }
 
     /// The first and last records of a read from `from`, found through the chain alone,
@@ -255,7 +256,7 @@ impl<S: RecordSource> LogRead<'_, S> {
         if first.n == 0 && first.start != self.start {
             return Err(ReadError::Damaged);
         }
-        let (skip_bytes, skip_messages) = self.position_in(&first, from)?;
+        let skip = self.position_in(&first, from)?;
         let budget_end = self.budget_end(from, bytes_max);
         let mut last =
             find_last(self.source, &tail, |node| node.start.bytes < budget_end.max(from.bytes + 1))?;
@@ -267,7 +268,7 @@ impl<S: RecordSource> LogRead<'_, S> {
         if last.n - first.n >= RECORDS_PER_READ_MAX {
             last = find_index(self.source, &last, first.n + RECORDS_PER_READ_MAX - 1)?;
         }
-        Ok(Bounds { first, last, skip_bytes, skip_messages })
+        Ok(Bounds { first, last, skip })
     }
 
     /// The published last record, checked to be the one the stream's view names.
@@ -289,24 +290,26 @@ impl<S: RecordSource> LogRead<'_, S> {
     /// The data of `node`, which `until` cuts, from byte `skip` up to `until` (checked to be a
     /// message boundary).
     fn cut_data(&self, node: &Node, skip: usize) -> Result<Bytes, ReadError> {
-        let (end, _) = self.position_in(node, self.until)?;
+        let end = self.position_in(node, self.until)?.bytes;
         Ok(self.source.data(node)?.slice(skip..end))
     }
 
-    /// How far into `node` (bytes, messages) the offset `at` is; it must be a boundary.
-    fn position_in(&self, node: &Node, at: Offset) -> Result<(usize, u64), ReadError> {
+    /// How far into `node` the offset `at` is; it must be a boundary.
+    fn position_in(&self, node: &Node, at: Offset) -> Result<Skip, ReadError> {
         if at == node.start {
-            return Ok((0, 0));
+            return Ok(Skip::default());
         }
         if !self.json || at.bytes >= node.end.bytes || at.messages <= node.start.messages {
             return Err(ReadError::NotBoundary);
         }
         let data = self.source.data(node)?;
         let ends = stored_json_message_ends(&data);
-        let skip_messages = at.messages - node.start.messages;
-        let skip_bytes = (at.bytes - node.start.bytes) as usize;
-        match ends.get(skip_messages as usize - 1) {
-            Some(end) if *end == skip_bytes => Ok((skip_bytes, skip_messages)),
+        let skip = Skip {
+            bytes: (at.bytes - node.start.bytes) as usize,
+            messages: at.messages - node.start.messages,
+        };
+        match ends.get(skip.messages as usize - 1) {
+            Some(end) if *end == skip.bytes => Ok(skip),
             _ => Err(ReadError::NotBoundary),
         }
     }

@@ -38,13 +38,13 @@ pub(super) enum Pass {
 
 /// Reads `bounds` from `from` forward, as far as its records form a run.
 pub(super) fn read<S: RecordSource>(read: &LogRead<'_, S>, from: Offset, bounds: &Bounds) -> Pass {
-    let Bounds { first, last, skip_bytes, .. } = bounds;
+    let Bounds { first, last, skip } = bounds;
     if !adjacent_after(read.source, first, last) {
         return Pass::Declined;
     }
     let mut answer = Answer::new(from, first, last);
     let mut node = first.clone();
-    let mut skip = *skip_bytes;
+    let mut skip = skip.bytes;
     loop {
         if answer.take(read, &node, skip).is_err() {
             return Pass::Declined;
