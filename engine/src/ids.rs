@@ -1,6 +1,7 @@
 //! Newtypes for the numbers a mix-up would corrupt data with, so the compiler tells them
 //! apart: where a record is in its log ([`Location`]), which stream incarnation a record
-//! or state belongs to ([`StreamId`]) and a record's place in its log's sequence ([`Lsn`]).
+//! or state belongs to ([`StreamId`]), a record's place in its log's sequence ([`Lsn`]) and
+//! in its stream's chain ([`ChainIndex`]).
 //! Each converts to and from its raw `u64` only where it is encoded or decoded (records,
 //! checkpoints, segment names) and where its mode composes it (`storage::wal::location`,
 //! `storage::files::location`).
@@ -51,6 +52,46 @@ impl Lsn {
     }
 }
 
+/// A record's index in its stream's chain: the create is record 0, each append or close the
+/// next. Not an offset (those count messages and bytes) and not a sequence number of a log
+/// (a shard's log interleaves many chains).
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ChainIndex(u64);
+
+impl ChainIndex {
+    /// The create record's.
+    pub const CREATE: ChainIndex = ChainIndex(0);
+
+    /// The record after this one.
+    pub fn next(self) -> ChainIndex {
+        ChainIndex(self.0 + 1)
+    }
+
+    /// The record `records` after this one.
+    pub fn forward(self, records: u64) -> ChainIndex {
+        ChainIndex(self.0 + records)
+    }
+
+    /// The record `records` before this one (`None` before the create).
+    pub fn back(self, records: u64) -> Option<ChainIndex> {
+        self.0.checked_sub(records).map(ChainIndex)
+    }
+
+    /// How many records after `earlier` this one is (0 when it is not after it).
+    pub fn records_after(self, earlier: ChainIndex) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    pub fn is_create(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Trailing zero bits of the index (how many jumps back a record stores, less one).
+    pub fn trailing_zeros(self) -> u32 {
+        self.0.trailing_zeros()
+    }
+}
+
 macro_rules! raw_u64 {
     ($name:ident, $debug:literal) => {
         impl $name {
@@ -86,6 +127,7 @@ macro_rules! raw_u64 {
 raw_u64!(Location, "Location({:#x})");
 raw_u64!(StreamId, "StreamId({})");
 raw_u64!(Lsn, "Lsn({})");
+raw_u64!(ChainIndex, "ChainIndex({})");
 
 impl StreamId {
     /// The first id a shard hands out.

@@ -90,7 +90,7 @@ pub use config::{
 pub use content_type::ContentType;
 pub use engine::{Engine, EngineStats, ShardStats};
 pub use histogram::HistogramSnapshot;
-pub use ids::{Location, Lsn, StreamId};
+pub use ids::{ChainIndex, Location, Lsn, StreamId};
 pub use limits::{Limits, APPEND_BYTES_MAX_DEFAULT, STREAM_SEQ_BYTES_MAX};
 pub use meta::{ForkOrigin, ForkRef, StreamConfig, StreamDamage};
 pub use name::StreamName;

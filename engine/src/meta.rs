@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use crate::content_type::ContentType;
-use crate::ids::{Location, StreamId};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::offset::Offset;
 use crate::producer::ProducerState;
 
@@ -99,7 +99,7 @@ pub struct StreamSnapshot {
     /// Location of the stream's last record (disk modes).
     pub chain_tail: Location,
     /// Index of that record in the stream's chain.
-    pub chain_n: u64,
+    pub chain_n: ChainIndex,
     /// Producer tag and `Stream-Seq` bytes its appends carried (see `limits::tag_bytes`).
     pub tag_bytes: u64,
     /// Damage found in its stored bytes, if any.

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use crate::content_type::ContentType;
-use crate::ids::{Location, Lsn, StreamId};
+use crate::ids::{ChainIndex, Location, Lsn, StreamId};
 use crate::meta::{ForkOrigin, ForkRef, StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::{ProducerState, ProducerTag};
@@ -70,12 +70,13 @@ pub(super) fn record_parts() -> impl Strategy<Value = RecordParts> {
             let mut record_flags = 0;
             match kind {
                 Kind::Create => {
-                    meta.chain = Some(Chain { n: 0, jumps: Vec::new() });
+                    meta.chain = Some(Chain { n: ChainIndex::CREATE, jumps: Vec::new() });
                     record_flags = bits & (flags::CLOSE | flags::JSON);
                     record_flags |= if fork.is_some() { flags::FORK } else { 0 };
                     meta.create = Some(CreateMeta { name: name.into(), config, fork });
                 }
                 Kind::Append => {
+                    let n = ChainIndex::from_raw(n);
                     let jumps = jumps[..jump_count(n)].to_vec();
                     meta.chain =
                         Some(Chain { n, jumps: jumps.into_iter().map(Location::from_raw).collect() });
@@ -162,7 +163,7 @@ pub(super) fn snapshot() -> impl Strategy<Value = StreamSnapshot> {
                     })
                     .collect(),
                 chain_tail: Location::from_raw(chain_tail),
-                chain_n,
+                chain_n: ChainIndex::from_raw(chain_n),
                 tag_bytes,
                 damage: damage.map(|(messages, bytes, reason)| StreamDamage {
                     at: Offset { messages, bytes },

@@ -6,7 +6,7 @@ use proptest::sample::Index;
 
 use super::strategies::{encode_record, flip, RecordParts};
 use crate::content_type::ContentType;
-use crate::ids::{Lsn, StreamId};
+use crate::ids::{ChainIndex, Lsn, StreamId};
 use crate::meta::StreamConfig;
 use crate::offset::Offset;
 use crate::storage::chain::jump_count;
@@ -22,8 +22,9 @@ fn stream_file(appends: &[Vec<u8>], suffix: u8) -> (Vec<u8>, Vec<std::ops::Range
     let mut tail = Offset::ZERO;
     for n in 0..=appends.len() as u64 {
         let data = if n == 0 { Vec::new() } else { appends[n as usize - 1].clone() };
-        let jumps = (0..jump_count(n)).map(|j| locations[(n - (1 << j)) as usize]);
-        let chain = Chain { n, jumps: jumps.collect() };
+        let index = ChainIndex::from_raw(n);
+        let jumps = (0..jump_count(index)).map(|j| locations[(n - (1 << j)) as usize]);
+        let chain = Chain { n: index, jumps: jumps.collect() };
         let mut meta = Meta { chain: Some(chain), ..Meta::default() };
         if n == 0 {
             let config = StreamConfig {
@@ -69,7 +70,7 @@ proptest! {
         prop_assert!(whole.failure.is_none() && whole.damage.is_empty());
         let snapshot = whole.snapshot.expect("the stream");
         prop_assert!(snapshot.damage.is_none());
-        prop_assert_eq!(snapshot.chain_n, appends.len() as u64);
+        prop_assert_eq!(snapshot.chain_n, ChainIndex::from_raw(appends.len() as u64));
         let stored: usize = appends.iter().map(Vec::len).sum();
         prop_assert_eq!(snapshot.tail, Offset { messages: appends.len() as u64, bytes: stored as u64 });
 

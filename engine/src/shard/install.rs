@@ -173,7 +173,7 @@ fn recovered_charge(snapshot: &StreamSnapshot) -> u64 {
     let producers: u64 = snapshot.producers.iter().map(|(id, _)| producer_charge(id)).sum();
     stream_charge(&snapshot.name, snapshot.config.content_type.as_str())
         + own_bytes(snapshot)
-        + snapshot.chain_n * APPEND_CHARGE_BYTES
+        + snapshot.chain_n.raw() * APPEND_CHARGE_BYTES
         + snapshot.tag_bytes
         + producers
 }

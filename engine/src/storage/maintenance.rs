@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::ids::{Location, StreamId};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::meta::StreamSnapshot;
 
 /// What a log that is checkpointed and compacted asks of its shard.
@@ -49,7 +49,7 @@ pub struct Resident {
     pub name: Arc<str>,
     /// One of its records there (location), and that record's index in its chain.
     pub witness: Location,
-    pub witness_n: u64,
+    pub witness_n: ChainIndex,
 }
 
 /// A stream's records to copy to the head of the log, as a new chain replacing the one
@@ -60,5 +60,5 @@ pub(crate) struct Move {
     pub stream: StreamId,
     pub chain_tail: Location,
     pub witness: Location,
-    pub witness_n: u64,
+    pub witness_n: ChainIndex,
 }

@@ -38,7 +38,7 @@ pub mod wal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::ids::{Location, Lsn, StreamId};
+use crate::ids::{ChainIndex, Location, Lsn, StreamId};
 use crate::offset::Offset;
 use crate::storage::chain::read::{LogRead, RecordSource};
 use crate::storage::chunk::{Chunk, Message, ReadError};
@@ -85,7 +85,7 @@ pub struct Damage {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Place {
     pub location: Location,
-    pub n: u64,
+    pub n: ChainIndex,
 }
 
 /// What a record needs room for: deletes may use room kept back from writes (they free
@@ -196,7 +196,7 @@ pub(crate) struct LogView {
     pub name: Arc<str>,
     pub start: Offset,
     pub tail_location: Location,
-    pub tail_n: u64,
+    pub tail_n: ChainIndex,
     /// The published tail (where the tail record ends).
     pub tail_end: Offset,
     /// Where the read stops: the published tail, or a boundary before it.

@@ -172,7 +172,7 @@ mod tests {
             stream_seq: None,
             producers: Vec::new(),
             chain_tail: crate::ids::Location::from_raw(0),
-            chain_n: 0,
+            chain_n: crate::ids::ChainIndex::CREATE,
             tag_bytes: 0,
             damage: None,
             fork: None,

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use crate::ids::Location;
+use crate::ids::{ChainIndex, Location};
 use crate::limits::tag_bytes;
 use crate::meta::{ForkRef, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
@@ -27,7 +27,7 @@ pub fn created(header: &Header, meta: &Meta, at: Location) -> Result<StreamSnaps
     }
     let create = meta.create.as_ref().ok_or("create without configuration")?;
     let chain = meta.chain.as_ref().ok_or("create without chain")?;
-    if chain.n != 0 {
+    if !chain.n.is_create() {
         return Err("create that is not the first record of its chain");
     }
     if header.offset != create.fork.as_ref().map_or(Offset::ZERO, ForkRef::start) {
@@ -43,7 +43,7 @@ pub fn created(header: &Header, meta: &Meta, at: Location) -> Result<StreamSnaps
         stream_seq: None,
         producers: Vec::new(),
         chain_tail: at,
-        chain_n: 0,
+        chain_n: ChainIndex::CREATE,
         tag_bytes: 0,
         damage: None,
         fork: create.fork.clone(),
@@ -94,7 +94,7 @@ pub fn skip_damaged(stream: &mut StreamSnapshot, header: &Header, at: Location) 
         stream.tail = header.end_offset();
         stream.closed |= header.has(flags::CLOSE);
         stream.chain_tail = at;
-        stream.chain_n += 1;
+        stream.chain_n = stream.chain_n.next();
     }
 }
 
@@ -111,7 +111,7 @@ pub fn append(
     let chain = meta.chain.as_ref().ok_or("append without chain")?;
     let continues = header.stream == stream.id
         && header.offset == stream.tail
-        && chain.n == stream.chain_n + 1
+        && chain.n == stream.chain_n.next()
         && chain.jumps.first() == Some(&stream.chain_tail)
         && !stream.closed;
     if !continues {
@@ -122,7 +122,7 @@ pub fn append(
 }
 
 /// Moves `stream` past its append record (`header`, `meta`, chain index `n`) at `at`.
-fn move_forward(stream: &mut StreamSnapshot, header: &Header, meta: &Meta, at: Location, n: u64) {
+fn move_forward(stream: &mut StreamSnapshot, header: &Header, meta: &Meta, at: Location, n: ChainIndex) {
     stream.tail = header.end_offset();
     stream.closed |= header.has(flags::CLOSE);
     stream.last_access_ms = stream.last_access_ms.max(header.time_ms);

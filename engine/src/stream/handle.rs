@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::ids::{Location, StreamId};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::meta::{StreamConfig, StreamDamage};
 use crate::offset::{Offset, StartAt};
 use crate::scheduling;
@@ -214,7 +214,7 @@ impl StreamHandle {
             let until = tail_end.min(cap);
             let (tail_location, tail_n) = match &state.data {
                 StreamData::Memory(log) => {
-                    let view = self.view((Location::default(), 0, tail_end), until);
+                    let view = self.view((Location::default(), ChainIndex::CREATE, tail_end), until);
                     return read(PublishedData::Memory(log), view, from);
                 }
                 StreamData::Log { tail, n, .. } => (*tail, *n),
@@ -248,7 +248,11 @@ impl StreamHandle {
     }
 
     /// A view of the published tail record (location, chain index, end) read up to `until`.
-    fn view(&self, (tail_location, tail_n, tail_end): (Location, u64, Offset), until: Offset) -> LogView {
+    fn view(
+        &self,
+        (tail_location, tail_n, tail_end): (Location, ChainIndex, Offset),
+        until: Offset,
+    ) -> LogView {
         LogView {
             stream: self.stream.id,
             name: Arc::clone(&self.stream.name),

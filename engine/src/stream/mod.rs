@@ -14,7 +14,7 @@ pub mod live;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use crate::ids::{Location, StreamId};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::meta::{StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::ProducerTable;
@@ -57,7 +57,7 @@ pub(crate) enum StreamData {
     Memory(MemLog),
     /// In a log of chained records (disk modes): the published last record (location and
     /// chain index), and the last committed one, which becomes visible with the tail.
-    Log { tail: Location, n: u64, committed_tail: Location, committed_n: u64 },
+    Log { tail: Location, n: ChainIndex, committed_tail: Location, committed_n: ChainIndex },
 }
 
 impl StreamData {
@@ -68,15 +68,15 @@ impl StreamData {
         } else {
             StreamData::Log {
                 tail: Location::default(),
-                n: 0,
+                n: ChainIndex::CREATE,
                 committed_tail: Location::default(),
-                committed_n: 0,
+                committed_n: ChainIndex::CREATE,
             }
         }
     }
 
     /// A log-backed stream whose last record is `tail`, number `n` of its chain.
-    pub fn log_at(tail: Location, n: u64) -> StreamData {
+    pub fn log_at(tail: Location, n: ChainIndex) -> StreamData {
         StreamData::Log { tail, n, committed_tail: tail, committed_n: n }
     }
 
@@ -97,7 +97,7 @@ impl StreamData {
             }
             StreamData::Log { committed_tail, committed_n, .. } => {
                 debug_assert!(
-                    matches!(record, Record::Create { .. }) || place.n == *committed_n + 1,
+                    matches!(record, Record::Create { .. }) || place.n == committed_n.next(),
                     "chains grow by one"
                 );
                 *committed_tail = place.location;
@@ -128,9 +128,9 @@ impl StreamData {
     }
 
     /// The last committed record (location, chain index) of a log-backed stream.
-    pub fn chain(&self) -> (Location, u64) {
+    pub fn chain(&self) -> (Location, ChainIndex) {
         match self {
-            StreamData::Memory(_) => (Location::default(), 0),
+            StreamData::Memory(_) => (Location::default(), ChainIndex::CREATE),
             StreamData::Log { committed_tail, committed_n, .. } => (*committed_tail, *committed_n),
         }
     }
@@ -399,7 +399,7 @@ mod tests {
 
     #[test]
     fn committed_log_records_stay_invisible_until_published() {
-        let mut data = StreamData::log_at(Location::from_raw(100), 1);
+        let mut data = StreamData::log_at(Location::from_raw(100), ChainIndex::CREATE.next());
         let record = Record::Append {
             stream: StreamId::from_raw(1),
             name: Arc::from("s"),
@@ -410,13 +410,16 @@ mod tests {
             close: true,
             chain_tail: Location::from_raw(100),
         };
-        data.apply(&record, Place { location: Location::from_raw(200), n: 2 });
-        assert_eq!(data.chain(), (Location::from_raw(200), 2), "the writer chains to the committed record");
+        let (one, two) = (ChainIndex::from_raw(1), ChainIndex::from_raw(2));
+        data.apply(&record, Place { location: Location::from_raw(200), n: two });
+        assert_eq!(data.chain(), (Location::from_raw(200), two), "the writer chains to the committed record");
         assert!(
-            matches!(data, StreamData::Log { tail, n: 1, .. } if tail == Location::from_raw(100)),
+            matches!(data, StreamData::Log { tail, n, .. } if tail == Location::from_raw(100) && n == one),
             "readers still see the published one"
         );
         data.publish();
-        assert!(matches!(data, StreamData::Log { tail, n: 2, .. } if tail == Location::from_raw(200)));
+        assert!(
+            matches!(data, StreamData::Log { tail, n, .. } if tail == Location::from_raw(200) && n == two)
+        );
     }
 }

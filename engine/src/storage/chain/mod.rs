@@ -19,7 +19,7 @@
 
 pub mod read;
 
-use crate::ids::{Location, StreamId};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::offset::Offset;
 use crate::storage::chunk::ReadError;
 
@@ -27,14 +27,14 @@ use crate::storage::chunk::ReadError;
 /// every create and append record carries it).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Chain {
-    pub n: u64,
+    pub n: ChainIndex,
     /// Locations of records `n-1, n-2, n-4, …, n-2^tz(n)` (none for `n == 0`).
     pub jumps: Vec<Location>,
 }
 
 /// How many jumps record `n` stores.
-pub fn jump_count(n: u64) -> usize {
-    if n == 0 {
+pub fn jump_count(n: ChainIndex) -> usize {
+    if n.is_create() {
         0
     } else {
         n.trailing_zeros() as usize + 1
@@ -45,7 +45,7 @@ pub fn jump_count(n: u64) -> usize {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
     pub location: Location,
-    pub n: u64,
+    pub n: ChainIndex,
     /// The stream the record belongs to.
     pub stream: StreamId,
     /// The stream's offset before and after the record.
@@ -99,7 +99,7 @@ pub trait NodeSource {
 /// linked this way from a record back to one the chain reached are the chain's own.
 pub fn follows(previous: &Node, next: &Node) -> bool {
     next.stream == previous.stream
-        && next.n == previous.n + 1
+        && next.n == previous.n.next()
         && next.jumps.first() == Some(&previous.location)
         && next.start == previous.end
         && next.location > previous.location
@@ -108,7 +108,7 @@ pub fn follows(previous: &Node, next: &Node) -> bool {
 /// The record `from`'s jump `k` leads to, checked to be the one the chain names.
 pub fn hop<S: NodeSource>(source: &S, from: &Node, k: usize) -> Result<Node, S::Error> {
     let location = *from.jumps.get(k).ok_or(Broken)?;
-    let n = from.n.checked_sub(1 << k).ok_or(Broken)?;
+    let n = from.n.back(1 << k).ok_or(Broken)?;
     if location >= from.location {
         return Err(Broken.into());
     }
@@ -126,7 +126,7 @@ pub fn hop<S: NodeSource>(source: &S, from: &Node, k: usize) -> Result<Node, S::
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Levels {
     /// The index the next record gets.
-    next: u64,
+    next: ChainIndex,
     /// Location of record 0.
     first: Location,
     /// `latest[k]`: location of the latest record with a non-zero index that is a multiple of
@@ -137,16 +137,16 @@ pub struct Levels {
 impl Levels {
     /// A chain whose only record, the create, is at `location`.
     pub fn started_at(location: Location) -> Levels {
-        Levels { next: 1, first: location, latest: Vec::new() }
+        Levels { next: ChainIndex::CREATE.next(), first: location, latest: Vec::new() }
     }
 
-    pub fn next_index(&self) -> u64 {
+    pub fn next_index(&self) -> ChainIndex {
         self.next
     }
 
     /// Location of the chain's last record.
     pub fn last(&self) -> Location {
-        if self.next <= 1 {
+        if self.next <= ChainIndex::CREATE.next() {
             self.first
         } else {
             self.latest.first().copied().unwrap_or(self.first)
@@ -163,19 +163,20 @@ impl Levels {
     /// Records that the next record was written at `location`.
     pub fn push(&mut self, location: Location) {
         let n = self.next;
-        debug_assert!(n >= 1, "the create starts a chain");
+        debug_assert!(!n.is_create(), "the create starts a chain");
         let levels = n.trailing_zeros() as usize + 1;
         if self.latest.len() < levels {
             self.latest.resize(levels, self.first);
         }
         self.latest[..levels].fill(location);
-        self.next += 1;
+        self.next = n.next();
     }
 
     /// Rebuilds the levels of a chain whose last record is `tail`.
     pub fn rebuild<S: NodeSource>(source: &S, tail: &Node) -> Result<Levels, S::Error> {
         let mut latest = Vec::new();
-        let (mut index, mut location) = (tail.n, tail.location);
+        // The index's bits say which jumps lead back to record 0.
+        let (mut index, mut location) = (tail.n.raw(), tail.location);
         let mut level = 0;
         let mut node = tail.clone();
         while index > 0 {
@@ -187,8 +188,8 @@ impl Levels {
             }
             level += 1;
         }
-        debug_assert_eq!(node.n, 0, "the rebuild ends at the create");
-        Ok(Levels { next: tail.n + 1, first: location, latest })
+        debug_assert!(node.n.is_create(), "the rebuild ends at the create");
+        Ok(Levels { next: tail.n.next(), first: location, latest })
     }
 }
 
@@ -199,7 +200,7 @@ pub fn find<S: NodeSource>(source: &S, tail: &Node, target_bytes: u64) -> Result
 }
 
 /// The record with index `n` (at most `tail.n`).
-pub fn find_index<S: NodeSource>(source: &S, tail: &Node, n: u64) -> Result<Node, S::Error> {
+pub fn find_index<S: NodeSource>(source: &S, tail: &Node, n: ChainIndex) -> Result<Node, S::Error> {
     debug_assert!(n <= tail.n);
     find_last(source, tail, |node| node.n <= n)
 }
@@ -213,7 +214,7 @@ pub fn find_last<S: NodeSource>(
 ) -> Result<Node, S::Error> {
     let mut current = tail.clone();
     while !keep(&current) {
-        debug_assert!(current.n > 0, "the predicate holds for record 0");
+        debug_assert!(!current.n.is_create(), "the predicate holds for record 0");
         let mut nearest = None;
         let mut farther = None;
         for step in (0..current.jumps.len()).rev() {
@@ -296,7 +297,7 @@ pub fn collect<S: NodeSource>(
         if current.n <= first.n || nodes.len() >= limit {
             break;
         }
-        let previous = if current.n - 1 == first.n {
+        let previous = if current.n == first.n.next() {
             if current.jumps.first() != Some(&first.location) || first.end != current.start {
                 return Err(Broken.into());
             }
@@ -341,8 +342,8 @@ mod tests {
             let chain = levels.next_chain();
             let start = nodes.last().unwrap().end;
             let end = start.advance(u64::from(*size > 0), *size);
-            let location = chain.n * 10;
-            nodes.push(node(location, chain.n, start, end, chain.jumps));
+            let location = chain.n.raw() * 10;
+            nodes.push(node(location, chain.n.raw(), start, end, chain.jumps));
             levels.push(at(location));
         }
         Model { nodes, reads: Cell::new(0), damaged: Vec::new() }
@@ -350,6 +351,7 @@ mod tests {
 
     fn node(location: u64, n: u64, start: Offset, end: Offset, jumps: Vec<Location>) -> Node {
         let stored = Stored::default();
+        let n = ChainIndex::from_raw(n);
         Node { location: at(location), n, stream: StreamId::from_raw(1), start, end, jumps, len: 10, stored }
     }
 
@@ -362,11 +364,11 @@ mod tests {
         let chain = model(&[1; 64]);
         for node in &chain.nodes {
             let expected: Vec<Location> =
-                (0..jump_count(node.n)).map(|j| at((node.n - (1 << j)) * 10)).collect();
+                (0..jump_count(node.n)).map(|j| at((node.n.raw() - (1 << j)) * 10)).collect();
             assert_eq!(node.jumps, expected, "record {}", node.n);
         }
-        assert_eq!(jump_count(0), 0);
-        assert_eq!(jump_count(12), 3);
+        assert_eq!(jump_count(ChainIndex::CREATE), 0);
+        assert_eq!(jump_count(ChainIndex::from_raw(12)), 3);
     }
 
     #[test]
@@ -384,7 +386,7 @@ mod tests {
     fn find_index_lands_on_every_index() {
         let chain = model(&vec![1; 200]);
         let tail = chain.nodes.last().unwrap().clone();
-        for n in 0..=tail.n {
+        for n in (0..=tail.n.raw()).map(ChainIndex::from_raw) {
             assert_eq!(find_index(&chain, &tail, n).unwrap().n, n);
         }
     }
@@ -408,7 +410,7 @@ mod tests {
         let first = chain.nodes[10].clone();
         let last = chain.nodes[20].clone();
         let walked: Vec<u64> =
-            collect(&chain, &first, last.clone(), usize::MAX).unwrap().iter().map(|n| n.n).collect();
+            collect(&chain, &first, last.clone(), usize::MAX).unwrap().iter().map(|n| n.n.raw()).collect();
         assert_eq!(walked, (10..=20).collect::<Vec<_>>());
         assert_eq!(collect(&chain, &first, last, 3).unwrap().len(), 3);
         assert_eq!(collect(&chain, &first, first.clone(), 5).unwrap().len(), 1);
@@ -440,7 +442,7 @@ mod tests {
         assert_eq!(collect(&chain, &chain.nodes[8].clone(), tail.clone(), usize::MAX).err(), Some(Broken));
         // A record whose index was damaged is refused wherever a jump leads to it.
         let mut chain = model(&[1; 16]);
-        chain.nodes[4].n = 4 + (1 << 16);
+        chain.nodes[4].n = ChainIndex::from_raw(4 + (1 << 16));
         assert_eq!(hop(&chain, &chain.nodes[8].clone(), 2), Err(Broken));
         assert_eq!(hop(&chain, &chain.nodes[5].clone(), 0), Err(Broken));
         // Forward jumps and other streams' records never pass.
@@ -464,11 +466,11 @@ mod tests {
                 match find_last_tolerant(&chain, &tail, |node| node.start.bytes <= target) {
                     Ok(node) => {
                         assert!(!blocked.contains(&target), "damaged {damaged}, target {target}");
-                        assert_eq!(node.n, target + 1, "damaged {damaged}, target {target}");
+                        assert_eq!(node.n.raw(), target + 1, "damaged {damaged}, target {target}");
                     }
                     Err(Blocked { below }) => {
                         assert!(blocked.contains(&target), "damaged {damaged}, target {target}");
-                        assert_eq!(below.map(|node| node.n), Some(below_n), "damaged {damaged}");
+                        assert_eq!(below.map(|node| node.n.raw()), Some(below_n), "damaged {damaged}");
                     }
                 }
             }

@@ -10,7 +10,8 @@
 
 use bytes::Bytes;
 
-use super::location;
+use super::{location, record_number};
+use crate::ids::ChainIndex;
 use crate::meta::StreamSnapshot;
 use crate::storage::record::codec::{flags, Header, Kind, HEADER_BYTES};
 use crate::storage::record::scan::{
@@ -36,10 +37,11 @@ pub struct FileAnalysis {
 /// Reads and checks the records of a stream file's `bytes` (its collision suffix `suffix`).
 pub fn analyze_file(bytes: &Bytes, suffix: u8) -> FileAnalysis {
     let mut scan = RecordScan::new(bytes.clone(), 0);
-    let created = scan.next().filter(|first| first.header.lsn.raw() == 0).and_then(|first| {
-        let snapshot = replay::created(&first.header, &first.meta, location(suffix, 0)).ok()?;
-        Some((snapshot, first.header.record_len() as u64))
-    });
+    let created =
+        scan.next().filter(|first| first.header.lsn == record_number(ChainIndex::CREATE)).and_then(|first| {
+            let snapshot = replay::created(&first.header, &first.meta, location(suffix, 0)).ok()?;
+            Some((snapshot, first.header.record_len() as u64))
+        });
     let Some((snapshot, valid_end)) = created else {
         return FileAnalysis {
             snapshot: None,
@@ -84,7 +86,7 @@ impl Reading<'_> {
                     if could_be_torn(self.bytes, failed, failed_record_len(self.bytes, failed)) {
                         return Some(error.to_string());
                     }
-                    if !self.step_over(failed, format!("record {}: {error}", self.snapshot.chain_n + 1)) {
+                    if !self.step_over(failed, format!("record {}: {error}", self.snapshot.chain_n.next())) {
                         return Some(format!("{error}, and nothing readable after it"));
                     }
                 }
@@ -104,7 +106,7 @@ impl Reading<'_> {
         if record.header.kind == Kind::Delete {
             // A soft delete, numbered as the next record but outside the chain, ends a file.
             let soft = record.header.has(flags::SOFT) && record.header.stream == snapshot.id;
-            match soft && record.header.lsn.raw() == snapshot.chain_n + 1 && !snapshot.deleted {
+            match soft && record.header.lsn == record_number(snapshot.chain_n.next()) && !snapshot.deleted {
                 true => snapshot.deleted = true,
                 false => self.damage.push((record.position, "a delete record out of place".into())),
             }
@@ -116,7 +118,7 @@ impl Reading<'_> {
             self.damage.push((record.position, "a record after its stream's soft delete".into()));
         }
         if snapshot.damage.is_none() {
-            let applied = match record.header.lsn.raw() == snapshot.chain_n + 1 {
+            let applied = match record.header.lsn == record_number(snapshot.chain_n.next()) {
                 true => replay::append(snapshot, &record.header, &record.meta, at),
                 false => Err("record out of sequence"),
             };
@@ -150,7 +152,7 @@ impl Reading<'_> {
         }
         let mut from = failed + 1;
         while let Some((next, header)) = next_header(self.bytes, from) {
-            if header.stream == snapshot.id && header.lsn.raw() > snapshot.chain_n {
+            if header.stream == snapshot.id && header.lsn > record_number(snapshot.chain_n) {
                 self.valid_end = next as u64;
                 return true;
             }

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::xxh3_128;
 
-use crate::ids::Location;
+use crate::ids::{ChainIndex, Location, Lsn};
 
 /// The directory under the data directory that holds stream files.
 pub const STREAMS_DIR: &str = "streams";
@@ -39,6 +39,13 @@ pub const SUFFIX_MAX: u8 = 255;
 pub fn location(suffix: u8, position: u64) -> Location {
     assert!(position < 1 << 56, "stream files are smaller than 2^56 bytes");
     Location::from_raw(u64::from(suffix) << 56 | position)
+}
+
+/// The sequence number a stream file gives the record with chain index `n`: a file holds one
+/// chain, so its records are numbered by their index (a soft delete, outside the chain, takes
+/// the next).
+pub fn record_number(n: ChainIndex) -> Lsn {
+    Lsn::from_raw(n.raw())
 }
 
 /// The collision suffix and position of a location.

@@ -101,7 +101,7 @@ impl RecordSource for FileSource {
         *scan_bytes -= node.len;
         let next = self.node(at)?;
         let follows =
-            next.n == node.n + 1 && next.jumps.first() == Some(&node.location) && next.start == node.end;
+            next.n == node.n.next() && next.jumps.first() == Some(&node.location) && next.start == node.end;
         if !follows {
             return Err(ReadError::Damaged);
         }

@@ -20,8 +20,10 @@ use std::sync::Arc;
 
 use super::handles::Handles;
 use super::source::FileSource;
-use super::{incarnation, location, renewals_path, split_location, stream_dir, stream_path, SUFFIX_MAX};
-use crate::ids::{Location, Lsn, StreamId};
+use super::{
+    incarnation, location, record_number, renewals_path, split_location, stream_dir, stream_path, SUFFIX_MAX,
+};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::limits::halve_when_over;
 use crate::storage::chain::{Chain, Levels, NodeSource};
 use crate::storage::record::codec::{decode_record, Header, Kind, HEADER_BYTES};
@@ -99,11 +101,16 @@ impl FileWriter {
             Record::Create { stream, name, .. } => {
                 let (suffix, file) = self.create_file(name)?;
                 let mut open = OpenStream { file, suffix, end: 0, levels: Levels::default() };
-                self.append_record(&mut open, record, Chain { n: 0, jumps: Vec::new() }, time_ms)?;
+                self.append_record(
+                    &mut open,
+                    record,
+                    Chain { n: ChainIndex::CREATE, jumps: Vec::new() },
+                    time_ms,
+                )?;
                 self.touched_files.push((*stream, Arc::clone(&open.file)));
                 self.handles.insert(*stream, Arc::clone(&open.file));
                 self.streams.insert(*stream, open);
-                Ok(Place { location: location(suffix, 0), n: 0 })
+                Ok(Place { location: location(suffix, 0), n: ChainIndex::CREATE })
             }
             Record::Append { stream, name, chain_tail, .. } => {
                 let mut open = self.open_stream(*stream, name, *chain_tail)?;
@@ -154,8 +161,7 @@ impl FileWriter {
         let prepared = encode::prepare(record, None, &mut self.meta)?;
         self.staging.clear();
         let index = open.levels.next_index();
-        // A stream file numbers its records by chain index.
-        let staged = encode::stage(&prepared, &self.meta, Lsn::from_raw(index), time_ms, &mut self.staging);
+        let staged = encode::stage(&prepared, &self.meta, record_number(index), time_ms, &mut self.staging);
         debug_assert!(staged.body.is_none(), "a delete carries no data");
         open.file.write_all_at(open.end, &[&self.staging[staged.head], staged.padding])?;
         open.end += prepared.record_len as u64;
@@ -172,20 +178,20 @@ impl FileWriter {
     ) -> io::Result<()> {
         let prepared = encode::prepare(record, Some(&chain), &mut self.meta)?;
         self.staging.clear();
-        let staged = encode::stage(&prepared, &self.meta, Lsn::from_raw(chain.n), time_ms, &mut self.staging);
+        let staged = encode::stage(&prepared, &self.meta, record_number(chain.n), time_ms, &mut self.staging);
         let head = &self.staging[staged.head];
         match staged.body {
             Some(body) => open.file.write_all_at(open.end, &[head, body, staged.padding])?,
             None => open.file.write_all_at(open.end, &[head, staged.padding])?,
         }
         let at = location(open.suffix, open.end);
-        if chain.n == 0 {
+        if chain.n.is_create() {
             open.levels = Levels::started_at(at);
         } else {
             open.levels.push(at);
         }
         open.end += prepared.record_len as u64;
-        debug_assert_eq!(open.levels.next_index(), chain.n + 1, "the chain grows by one");
+        debug_assert_eq!(open.levels.next_index(), chain.n.next(), "the chain grows by one");
         Ok(())
     }
 

@@ -148,13 +148,13 @@ impl Iterator for RecordScan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{Lsn, StreamId};
+    use crate::ids::{ChainIndex, Lsn, StreamId};
     use crate::offset::Offset;
     use crate::storage::chain::Chain;
     use crate::storage::record::codec::append_for_tests;
 
     fn record(lsn: u64, data: &[u8]) -> Vec<u8> {
-        let chain = Chain { n: 1, jumps: vec![crate::ids::Location::from_raw(0)] };
+        let chain = Chain { n: ChainIndex::CREATE.next(), jumps: vec![crate::ids::Location::from_raw(0)] };
         append_for_tests(StreamId::from_raw(1), &chain, Offset::ZERO, Lsn::from_raw(lsn), data)
     }
 

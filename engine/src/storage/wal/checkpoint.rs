@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::binary::{DecodeFailure, Decoder, Encoder};
 use crate::content_type::ContentType;
-use crate::ids::{Location, Lsn, StreamId};
+use crate::ids::{ChainIndex, Location, Lsn, StreamId};
 use crate::meta::{ForkOrigin, ForkRef, StreamConfig, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::ProducerState;
@@ -136,7 +136,7 @@ fn encode_stream(out: &mut Encoder, stream: &StreamSnapshot) {
         .u64(stream.tail.messages)
         .u64(stream.tail.bytes)
         .u8(u8::from(stream.closed));
-    out.option_text(stream.stream_seq.as_deref()).u64(stream.chain_tail.raw()).u64(stream.chain_n);
+    out.option_text(stream.stream_seq.as_deref()).u64(stream.chain_tail.raw()).u64(stream.chain_n.raw());
     out.u32(stream.producers.len() as u32);
     for (id, state) in &stream.producers {
         out.text(id).u64(state.epoch).u64(state.last_seq).u64(state.last_used_ms);
@@ -187,7 +187,7 @@ fn decode_stream(input: &mut Decoder<'_>, version: u32) -> Result<StreamSnapshot
     let tail = Offset { messages: input.u64()?, bytes: input.u64()? };
     let closed = input.u8()? == 1;
     let stream_seq = input.option_text()?.map(String::into_boxed_str);
-    let (chain_tail, chain_n) = (Location::from_raw(input.u64()?), input.u64()?);
+    let (chain_tail, chain_n) = (Location::from_raw(input.u64()?), ChainIndex::from_raw(input.u64()?));
     let count = input.u32()?;
     let mut producers = Vec::with_capacity(count.min(1 << 16) as usize);
     for _ in 0..count {
@@ -256,7 +256,7 @@ mod tests {
             stream_seq: Some("0007".into()),
             producers: vec![("p".into(), ProducerState { epoch: 2, last_seq: 5, last_used_ms: 1000 })],
             chain_tail: Location::from_raw(0x0000_0002_0000_0040),
-            chain_n: 3,
+            chain_n: ChainIndex::from_raw(3),
             tag_bytes: 300,
             damage: None,
             fork: None,

@@ -175,7 +175,7 @@ fn reclaim(source: &WalSource, ledger: &Ledger, tail: Location) {
     let source = &source.reader();
     let walked = source.node(tail).and_then(|mut node| loop {
         *removed.entry(split_location(node.location).0).or_default() += node.len;
-        if node.n == 0 {
+        if node.n.is_create() {
             return Ok(());
         }
         node = hop(source, &node, 0)?;

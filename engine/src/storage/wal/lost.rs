@@ -16,7 +16,7 @@ use super::checkpoint::Checkpoint;
 use super::segment::Segment;
 use super::source::{WalReader, WalSource};
 use super::{location, split_location};
-use crate::ids::{Location, StreamId};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::meta::StreamSnapshot;
 use crate::offset::Offset;
 use crate::storage::chain::read::{RecordSource, SCAN_BYTES_MAX};
@@ -114,12 +114,12 @@ fn intact_before(source: &WalReader<'_>, stream: &StreamSnapshot, part: &Lost) -
     };
     match find_last_tolerant(source, &tail, |node| node.location < part.from) {
         // The record after the last one before the part is in it unless it reads.
-        Ok(before) => match find_index(source, &tail, before.n + 1) {
+        Ok(before) => match find_index(source, &tail, before.n.next()) {
             Ok(after) if after.location >= part.to => None,
             _ => Some(before.end),
         },
         // Not even the first record is before the part: damaged if that one is in it.
-        Err(Blocked { below: None }) => match find_index(source, &tail, 0) {
+        Err(Blocked { below: None }) => match find_index(source, &tail, ChainIndex::CREATE) {
             Ok(first) if first.location >= part.to => None,
             _ => Some(Offset::ZERO),
         },

@@ -20,7 +20,7 @@
 use bytes::BytesMut;
 
 use super::location;
-use crate::ids::{Location, StreamId};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::offset::Offset;
 use crate::storage::chain::read::COPY_BELOW_BYTES;
 use crate::storage::record::codec::{peek_chain, whole_payload_crc, Header, Kind, HEADER_BYTES};
@@ -32,14 +32,14 @@ pub struct RunStart {
     pub position: u64,
     pub len: u64,
     pub stream: StreamId,
-    pub n: u64,
+    pub n: ChainIndex,
     pub end: Offset,
 }
 
 /// What a run may take: records up to index `last_n` that start at or before the location
 /// `limit` (the read's last record's) and end by `until`.
 pub struct RunLimits {
-    pub last_n: u64,
+    pub last_n: ChainIndex,
     pub limit: Location,
     pub until: Offset,
 }
@@ -74,7 +74,7 @@ pub fn copy_plain_records(
 
 /// A record checked plain and whole.
 struct Plain<'a> {
-    n: u64,
+    n: ChainIndex,
     end: Offset,
     /// The bytes it takes in the log, padding included.
     len: usize,
@@ -87,7 +87,7 @@ struct Plain<'a> {
 fn plain_record<'a>(
     bytes: &'a [u8],
     stream: StreamId,
-    previous: (Location, u64, Offset),
+    previous: (Location, ChainIndex, Offset),
     limits: &RunLimits,
 ) -> Option<Plain<'a>> {
     let raw: &[u8; HEADER_BYTES] = bytes.get(..HEADER_BYTES)?.try_into().ok()?;
@@ -101,7 +101,7 @@ fn plain_record<'a>(
     let (n, nearest) = peek_chain(&payload[..meta_len]).ok()?;
     let (previous_location, previous_n, previous_end) = previous;
     let follows = header.stream == stream
-        && n == previous_n + 1
+        && n == previous_n.next()
         && nearest == Some(previous_location)
         && header.offset == previous_end;
     let data = &payload[meta_len..];
@@ -141,7 +141,8 @@ mod tests {
                 Some((location, n, end)) => (*location, n + 1, *end),
                 None => (location(SEGMENT, 0), 1, Offset::ZERO),
             };
-            let chain = Chain { n, jumps: vec![previous; jump_count(n)] };
+            let index = ChainIndex::from_raw(n);
+            let chain = Chain { n: index, jumps: vec![previous; jump_count(index)] };
             self.records += 1;
             let lsn = Lsn::from_raw(self.records);
             let record = append_for_tests(StreamId::from_raw(stream), &chain, offset, lsn, data);
@@ -162,7 +163,7 @@ mod tests {
                 position,
                 len: header.record_len() as u64,
                 stream: header.stream,
-                n,
+                n: ChainIndex::from_raw(n),
                 end,
             }
         }
@@ -176,7 +177,7 @@ mod tests {
 
     fn limits(last_n: u64) -> RunLimits {
         RunLimits {
-            last_n,
+            last_n: ChainIndex::from_raw(last_n),
             limit: location(SEGMENT, u32::MAX as u64),
             until: Offset { messages: u64::MAX, bytes: u64::MAX },
         }

@@ -26,7 +26,7 @@ use bytes::{Bytes, BytesMut};
 use super::run::{copy_plain_records, RunLimits, RunStart};
 use super::segment::Segment;
 use super::{location, split_location, SegmentTable};
-use crate::ids::{Location, StreamId};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::offset::Offset;
 use crate::storage::chain::read::RecordSource;
 use crate::storage::chain::{find_index, Chain, Node, NodeSource};
@@ -249,7 +249,7 @@ impl WalReader<'_> {
 
     fn resident(&self, stream: StreamId, witness: Location) -> Result<Resident, ReadError> {
         let node = self.node(witness)?;
-        let create = find_index(self, &node, 0)?;
+        let create = find_index(self, &node, ChainIndex::CREATE)?;
         let (_, meta, _) = self.record(create.location)?;
         let name = meta.create.ok_or(ReadError::Damaged)?.name;
         Ok(Resident { stream, name: Arc::from(name), witness, witness_n: node.n })
@@ -335,7 +335,7 @@ impl RecordSource for WalReader<'_> {
         let (ordinal, position) = split_location(node.location);
         self.walk((ordinal, position + node.len), limit, scan_bytes, |next| {
             let named = next.stream == node.stream && next.jumps.first() == Some(&node.location);
-            match named && next.n == node.n + 1 {
+            match named && next.n == node.n.next() {
                 true if next.start == node.end => Walk::Found,
                 true => Walk::Damaged,
                 false => Walk::On,
@@ -354,7 +354,7 @@ impl RecordSource for WalReader<'_> {
             return Ok(None);
         };
         self.walk((oldest, Segment::records_start()), limit, scan_bytes, |next| {
-            match next.stream == stream && next.n == 0 {
+            match next.stream == stream && next.n.is_create() {
                 true => Walk::Found,
                 false => Walk::On,
             }

@@ -24,7 +24,7 @@ use super::ledger::Ledger;
 use super::segment::{self, Segment, SegmentHeader};
 use super::source::WalSource;
 use super::{location, SegmentTable, ShardFiles, WalPosition, RENEWALS_FILE};
-use crate::ids::{Location, Lsn, StreamId};
+use crate::ids::{ChainIndex, Location, Lsn, StreamId};
 use crate::limits::halve_when_over;
 use crate::storage::chain::{Chain, Levels};
 use crate::storage::chunk::ReadError;
@@ -173,7 +173,7 @@ impl WalWriter {
     /// Encodes `record` into the current run.
     fn stage(&mut self, record: &Record, time_ms: u64) -> io::Result<Place> {
         let chain = match record {
-            Record::Create { .. } => Some(Chain { n: 0, jumps: Vec::new() }),
+            Record::Create { .. } => Some(Chain { n: ChainIndex::CREATE, jumps: Vec::new() }),
             Record::Append { stream, chain_tail, .. } => {
                 Some(self.levels(*stream, *chain_tail)?.next_chain())
             }
@@ -201,13 +201,14 @@ impl WalWriter {
         self.parts.push(Part::Staged(padding_from..self.staging.len()));
         self.next_lsn = self.next_lsn.next();
         self.position += prepared.record_len as u64;
-        let n = chain.as_ref().map_or(0, |c| c.n);
+        // (A delete is not in a chain: its place's index is never read.)
+        let n = chain.as_ref().map_or(ChainIndex::CREATE, |c| c.n);
         self.after_staged(record, place_location, prepared.record_len as u64, n);
         Ok(Place { location: place_location, n })
     }
 
     /// Updates the chains, the batch's live bytes and its deleted chains for a staged record.
-    fn after_staged(&mut self, record: &Record, at: Location, record_len: u64, n: u64) {
+    fn after_staged(&mut self, record: &Record, at: Location, record_len: u64, n: ChainIndex) {
         match record {
             Record::Create { stream, .. } => {
                 self.chains.insert(*stream, Levels::started_at(at));

@@ -77,7 +77,7 @@ fn locate<S: RecordSource>(
 fn first_record<S: RecordSource>(read: &LogRead<'_, S>, scan_bytes: &mut u64) -> Result<Node, ReadError> {
     let first =
         read.source.first_record(read.stream, read.tail_location, scan_bytes)?.ok_or(ReadError::Damaged)?;
-    if first.stream != read.stream || first.n != 0 || first.start != read.start {
+    if first.stream != read.stream || !first.n.is_create() || first.start != read.start {
         return Err(ReadError::Damaged);
     }
     Ok(first)

@@ -33,7 +33,7 @@ use answer::Answer;
 use bytes::{Bytes, BytesMut};
 use one_pass::Pass;
 
-use crate::ids::{Location, StreamId};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::offset::Offset;
 use crate::payload::stored_json_message_ends;
 use crate::storage::chain::{collect, find, find_index, find_last, Node, NodeSource};
@@ -103,7 +103,7 @@ pub struct LogRead<'a, S: RecordSource> {
     pub stream: StreamId,
     pub start: Offset,
     pub tail_location: Location,
-    pub tail_n: u64,
+    pub tail_n: ChainIndex,
     /// Where the published tail record ends.
     pub tail_end: Offset,
     /// Where reads stop: the published tail, or a boundary before it.
@@ -253,7 +253,7 @@ impl<S: RecordSource> LogRead<'_, S> {
     fn chained_bounds(&self, from: Offset, bytes_max: usize) -> Result<Bounds, ReadError> {
         let tail = self.tail()?;
         let first = find(self.source, &tail, from.bytes)?;
-        if first.n == 0 && first.start != self.start {
+        if first.n.is_create() && first.start != self.start {
             return Err(ReadError::Damaged);
         }
         let skip = self.position_in(&first, from)?;
@@ -263,10 +263,11 @@ impl<S: RecordSource> LogRead<'_, S> {
         // A last record past the budget waits for the next read; one that `until` cuts is
         // served cut.
         if last.n > first.n && last.end.bytes > from.bytes.saturating_add(bytes_max as u64) {
-            last = find_index(self.source, &last, last.n - 1)?;
+            let before_last = last.n.back(1).expect("a record after the first is not the create");
+            last = find_index(self.source, &last, before_last)?;
         }
-        if last.n - first.n >= RECORDS_PER_READ_MAX {
-            last = find_index(self.source, &last, first.n + RECORDS_PER_READ_MAX - 1)?;
+        if last.n.records_after(first.n) >= RECORDS_PER_READ_MAX {
+            last = find_index(self.source, &last, first.n.forward(RECORDS_PER_READ_MAX - 1))?;
         }
         Ok(Bounds { first, last, skip })
     }

@@ -29,7 +29,7 @@ impl NodeSource for Log {
         let mut node = self.nodes.get(location.raw() as usize).cloned().ok_or(ReadError::Damaged)?;
         match self.damage {
             Some((at, Damage::Header)) if at == location.raw() => return Err(ReadError::Damaged),
-            Some((at, Damage::ChainIndex)) if at == location.raw() => node.n += 1 << 16,
+            Some((at, Damage::ChainIndex)) if at == location.raw() => node.n = node.n.forward(1 << 16),
             _ => {}
         }
         Ok(node)
@@ -56,7 +56,7 @@ impl RecordSource for Log {
         }
         *scan -= 1;
         let next = self.node(at)?;
-        let follows = next.n == node.n + 1 && next.jumps[0] == node.location && next.start == node.end;
+        let follows = next.n == node.n.next() && next.jumps[0] == node.location && next.start == node.end;
         if follows {
             Ok(Some(next))
         } else {
@@ -84,7 +84,7 @@ fn log_among_others(payloads: &[Payload], other_before: impl Fn(usize) -> bool) 
     let mut log = Log {
         nodes: vec![Node {
             location: Location::from_raw(0),
-            n: 0,
+            n: ChainIndex::CREATE,
             stream: StreamId::from_raw(1),
             start: Offset::ZERO,
             end: Offset::ZERO,
@@ -311,7 +311,7 @@ fn reads_in_one_pass_serve_what_the_chain_walk_serves() {
 /// and makes it the chain's own (`on_chain`) or leaves it beside the chain.
 fn push_record(log: &mut Log, levels: &mut Levels, text: &str, on_chain: bool) {
     let chain = levels.next_chain();
-    let start = log.nodes.iter().rfind(|node| node.n + 1 == chain.n).unwrap().end;
+    let start = log.nodes.iter().rfind(|node| node.n.next() == chain.n).unwrap().end;
     let location = Location::from_raw(log.nodes.len() as u64);
     let end = start.advance(1, text.len() as u64);
     let stream = StreamId::from_raw(1);

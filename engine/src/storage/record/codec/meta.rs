@@ -4,7 +4,7 @@
 
 use super::{flags, DecodeError, Header, Kind, JUMPS_MAX};
 use crate::content_type::ContentType;
-use crate::ids::{Location, StreamId};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::meta::{ForkOrigin, ForkRef, StreamConfig};
 use crate::offset::Offset;
 use crate::producer::ProducerTag;
@@ -45,7 +45,7 @@ pub fn encode_meta(kind: Kind, meta: MetaRef<'_>, out: &mut Vec<u8>) {
     if matches!(kind, Kind::Create | Kind::Append) {
         let chain = meta.chain.expect("create and append records are chained");
         debug_assert!(chain.jumps.len() <= JUMPS_MAX);
-        out.extend_from_slice(&chain.n.to_le_bytes());
+        out.extend_from_slice(&chain.n.raw().to_le_bytes());
         out.push(chain.jumps.len() as u8);
         for jump in &chain.jumps {
             out.extend_from_slice(&jump.raw().to_le_bytes());
@@ -123,7 +123,7 @@ pub fn decode_chain(meta: &[u8]) -> Result<Chain, DecodeError> {
 /// The index and nearest jump of the chain at the start of `meta`, checked as
 /// [`decode_chain`] checks it (the index and jump count agree, every jump is there), without
 /// collecting the jumps: for reads that only follow records forward.
-pub fn peek_chain(meta: &[u8]) -> Result<(u64, Option<Location>), DecodeError> {
+pub fn peek_chain(meta: &[u8]) -> Result<(ChainIndex, Option<Location>), DecodeError> {
     let mut reader = Reader { bytes: meta, at: 0 };
     let (n, count) = reader.chain_head()?;
     if meta.len() < chain_bytes(count) {
@@ -185,8 +185,8 @@ impl Reader<'_> {
     }
 
     /// A chain's index and jump count, checked to agree.
-    fn chain_head(&mut self) -> Result<(u64, usize), DecodeError> {
-        let n = self.u64()?;
+    fn chain_head(&mut self) -> Result<(ChainIndex, usize), DecodeError> {
+        let n = ChainIndex::from_raw(self.u64()?);
         let count = usize::from(self.take(1)?[0]);
         if count > JUMPS_MAX || count != jump_count(n) {
             return Err(DecodeError::BadMeta);
@@ -207,7 +207,7 @@ mod tests {
             ttl_secs: Some(60),
             expires_at_ms: None,
         };
-        let chain = Chain { n: 0, jumps: vec![] };
+        let chain = Chain { n: ChainIndex::CREATE, jumps: vec![] };
         let fork = ForkRef {
             origin: ForkOrigin {
                 source: "tenant/all".into(),

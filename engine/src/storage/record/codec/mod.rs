@@ -383,11 +383,13 @@ fn u64_at(raw: &[u8], at: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::ChainIndex;
     use crate::producer::ProducerTag;
 
     fn append_record(data: &[u8], producer: bool) -> Vec<u8> {
         let mut record_flags = flags::JSON;
-        let chain = Chain { n: 4, jumps: [100, 200, 400].map(Location::from_raw).to_vec() };
+        let chain =
+            Chain { n: ChainIndex::from_raw(4), jumps: [100, 200, 400].map(Location::from_raw).to_vec() };
         let tag = ProducerTag { id: "p-1".into(), epoch: 3, seq: 9 };
         let mut meta = MetaRef { chain: Some(&chain), ..MetaRef::default() };
         if producer {

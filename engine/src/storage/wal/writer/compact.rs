@@ -24,7 +24,7 @@ use std::io;
 use crossbeam_channel::TryRecvError;
 
 use super::{Part, WalWriter, SYNC_RUN_BYTES_MAX};
-use crate::ids::{Location, StreamId};
+use crate::ids::{ChainIndex, Location, StreamId};
 use crate::storage::chain::Chain;
 use crate::storage::chain::{find_index, hop, Levels, Node, NodeSource};
 use crate::storage::maintenance::{Move, Resident};
@@ -47,7 +47,7 @@ impl WalWriter {
         let tail_location = self.chains.get(&stream).map_or(chain_tail, Levels::last);
         let Some((tail, locations)) = self.chain_to_move(stream, tail_location, witness) else {
             // Not the stream compaction found (moved since), or damaged: it stays where it is.
-            return Ok(Place { location: tail_location, n: 0 });
+            return Ok(Place { location: tail_location, n: ChainIndex::CREATE });
         };
         let mut levels = Levels::default();
         let last = locations.len() - 1;
@@ -86,7 +86,7 @@ impl WalWriter {
         &self,
         stream: StreamId,
         tail_location: Location,
-        witness: (Location, u64),
+        witness: (Location, ChainIndex),
     ) -> Option<(Node, Vec<Location>)> {
         let source = &self.source.reader();
         let tail = source.node(tail_location).ok().filter(|tail| tail.stream == stream)?;
@@ -95,7 +95,7 @@ impl WalWriter {
         }
         let mut locations = vec![tail.location];
         let mut node = tail.clone();
-        while node.n > 0 {
+        while !node.n.is_create() {
             node = match hop(source, &node, 0) {
                 Ok(node) => node,
                 Err(error) => {
@@ -128,7 +128,7 @@ impl WalWriter {
             .record(original)
             .map_err(|e| io::Error::other(format!("reading a record to move: {e}")))?;
         let chain = if header.kind == codec::Kind::Create {
-            Chain { n: 0, jumps: Vec::new() }
+            Chain { n: ChainIndex::CREATE, jumps: Vec::new() }
         } else {
             levels.next_chain()
         };
