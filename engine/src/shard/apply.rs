@@ -63,24 +63,7 @@ impl Shard {
         fork: Option<ForkBase>,
     ) -> Result<CreateOutcome, OpError> {
         if let Some(existing) = self.live_stream(batch, request.name.as_str()) {
-            let state = existing.read_state();
-            if state.writer.deleted {
-                return Err(OpError::NameHeld);
-            }
-            let same_origin = existing.fork.as_ref().map(|base| &base.reference.origin)
-                == fork.as_ref().map(|base| &base.reference.origin);
-            let same = existing.config.same_as(&request.config)
-                && state.writer.closed == request.closed
-                && same_origin;
-            return match same {
-                true => Ok(CreateOutcome {
-                    created: false,
-                    tail: state.writer.tail,
-                    closed: state.writer.closed,
-                    content_type: existing.config.content_type.clone(),
-                }),
-                false => Err(OpError::ConfigMismatch),
-            };
+            return answer_existing(&existing, &request, fork.as_ref());
         }
         let initial = request.initial.filter(|payload| !payload.is_empty());
         let initial_bytes = initial.as_ref().map_or(0, Payload::stored_len);
@@ -358,6 +341,33 @@ pub(super) fn mark_touched(batch: &mut Batch, stream: &Arc<Stream>, state: &mut 
     if state.writer.batch != batch.number {
         state.writer.batch = batch.number;
         batch.touched.push(Arc::clone(stream));
+    }
+}
+
+/// The answer to a create of a name that is taken by `existing`: the stream as it is when
+/// the create asks for the same (configuration, closed or not, fork origin), a conflict
+/// otherwise; a soft-deleted stream that forks still read holds its name.
+fn answer_existing(
+    existing: &Stream,
+    request: &CreateRequest,
+    fork: Option<&ForkBase>,
+) -> Result<CreateOutcome, OpError> {
+    let state = existing.read_state();
+    if state.writer.deleted {
+        return Err(OpError::NameHeld);
+    }
+    let same_origin =
+        existing.fork.as_ref().map(|base| &base.reference.origin) == fork.map(|base| &base.reference.origin);
+    let same =
+        existing.config.same_as(&request.config) && state.writer.closed == request.closed && same_origin;
+    match same {
+        true => Ok(CreateOutcome {
+            created: false,
+            tail: state.writer.tail,
+            closed: state.writer.closed,
+            content_type: existing.config.content_type.clone(),
+        }),
+        false => Err(OpError::ConfigMismatch),
     }
 }
 

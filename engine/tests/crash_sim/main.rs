@@ -283,47 +283,7 @@ impl Sim {
         let forks: BTreeMap<&str, u64> =
             workload::NAMES.iter().map(|name| (*name, forks_of(&self.model, name))).collect();
         for name in workload::NAMES {
-            let mut state = self.model[name].clone();
-            let mut candidates = vec![state.clone()];
-            for (op, answer) in ops.iter().zip(answers).filter(|(op, _)| op.name() == name) {
-                let prediction = predict(&state, op, STREAM_BYTES_MAX, forks[name]);
-                if *answer == Answer::Lost {
-                    if let Some(after) = prediction.written {
-                        state = after;
-                        candidates.push(state.clone());
-                    }
-                    continue;
-                }
-                assert_eq!(
-                    candidates.len(),
-                    1,
-                    "{}: {op:?} answered after an unanswered write",
-                    self.context(name)
-                );
-                if *answer == Answer::Refused(OpError::Unavailable) {
-                    // The storage could not take it (the disk failing): refused, no effect.
-                    continue;
-                }
-                let agrees = match answer {
-                    Answer::Ok { duplicate } => prediction.ok && *duplicate == prediction.duplicate,
-                    Answer::Refused(_) => !prediction.ok,
-                    Answer::Lost => unreachable!("handled above"),
-                };
-                assert!(
-                    agrees,
-                    "{}: {op:?} was answered {answer:?}, the model predicted {prediction:?} of {:?}",
-                    self.context(name),
-                    state.as_ref().map(|s| (s.observed(), &s.parent))
-                );
-                if let (Answer::Ok { .. }, Some(after)) = (answer, &prediction.written) {
-                    self.coverage.forks += u64::from(matches!(op, SimOp::Fork { .. }));
-                    self.coverage.soft_deletes += u64::from(after.as_ref().is_some_and(|s| s.deleted));
-                }
-                if let Some(after) = prediction.written {
-                    state = after;
-                    candidates = vec![state.clone()];
-                }
-            }
+            let mut candidates = self.candidates(name, ops, answers, forks[name]);
             let observed = observe(self.engine(), name);
             let matched = candidates.iter().position(|candidate| match candidate {
                 Some(stream) if stream.deleted && observed.is_none() => true,
@@ -344,6 +304,54 @@ impl Sim {
             self.model.insert(name.to_string(), settled);
         }
         self.collect_cascades();
+    }
+
+    /// The states `name` may be in after `ops`: the one after its last acknowledged
+    /// operation, then one more for each unacknowledged write after it (each of which may
+    /// have landed or not). Checks every answer against the model's prediction on the way.
+    fn candidates(&mut self, name: &str, ops: &[SimOp], answers: &[Answer], forks: u64) -> Vec<State> {
+        let mut state = self.model[name].clone();
+        let mut candidates = vec![state.clone()];
+        for (op, answer) in ops.iter().zip(answers).filter(|(op, _)| op.name() == name) {
+            let prediction = predict(&state, op, STREAM_BYTES_MAX, forks);
+            if *answer == Answer::Lost {
+                if let Some(after) = prediction.written {
+                    state = after;
+                    candidates.push(state.clone());
+                }
+                continue;
+            }
+            assert_eq!(
+                candidates.len(),
+                1,
+                "{}: {op:?} answered after an unanswered write",
+                self.context(name)
+            );
+            if *answer == Answer::Refused(OpError::Unavailable) {
+                // The storage could not take it (the disk failing): refused, no effect.
+                continue;
+            }
+            let agrees = match answer {
+                Answer::Ok { duplicate } => prediction.ok && *duplicate == prediction.duplicate,
+                Answer::Refused(_) => !prediction.ok,
+                Answer::Lost => unreachable!("handled above"),
+            };
+            assert!(
+                agrees,
+                "{}: {op:?} was answered {answer:?}, the model predicted {prediction:?} of {:?}",
+                self.context(name),
+                state.as_ref().map(|s| (s.observed(), &s.parent))
+            );
+            if let (Answer::Ok { .. }, Some(after)) = (answer, &prediction.written) {
+                self.coverage.forks += u64::from(matches!(op, SimOp::Fork { .. }));
+                self.coverage.soft_deletes += u64::from(after.as_ref().is_some_and(|s| s.deleted));
+            }
+            if let Some(after) = prediction.written {
+                state = after;
+                candidates = vec![state.clone()];
+            }
+        }
+        candidates
     }
 
     /// Every stream shows exactly what the model holds.
