@@ -7,11 +7,11 @@
 //! front at once and the batch is answered, instead of waiting for the front's turn to end
 //! (on one core, acid appends +5 % and p99 -15 %, alternating A/B). Either way a shard thread
 //! asks for a short time slice ([`SHARD_SLICE_US`]), so that once woken it is picked before
-//! a front thread that has run for a while. The policy is cached per
-//! thread, so a switch costs a syscall only when the policy changes. The other side of the
-//! bargain: a front thread kept busy by readers would hold the core until the scheduler's
-//! tick, and every step of a write with it, so reads offer the core now and then
-//! ([`offer_core`]). Leaf module: it touches only the calling thread.
+//! a front thread that has run for a while. The policy is cached per thread, so a switch
+//! costs syscalls only when the policy changes. The other side of the bargain: a front
+//! thread kept busy by readers would hold the core until the scheduler's tick, and every
+//! step of a write with it, so reads offer the core now and then ([`offer_core`]). Leaf
+//! module: it touches only the calling thread.
 
 use std::cell::Cell;
 use std::time::Instant;
@@ -52,9 +52,9 @@ pub(crate) fn prompt_scheduling() {
 /// from its flush runs before the front thread it shares a core with has used up its own
 /// slice (0.75 ms times 1 + log2 of the CPU count by default). On one core, acid appends
 /// with 64 connections, alternating A/B against the default: 500 µs 1.04-1.06x appends/s,
-/// p99 0.90-0.94x; 700 µs 1.05x, p99 0.90x; 1,000 µs 1.03x, p99 0.92x; 300 µs 0.97x;
-/// 100 µs 0.96x (the shards then preempt the front for every small step); memory mode
-/// 1.01x. Older kernels ignore the request.
+/// p99 0.90-0.94x; 700 µs 1.02-1.05x, p99 0.90-0.96x; 1,000 µs 1.03x, p99 0.92x; 300 µs
+/// 0.97x; 100 µs 0.96x (the shards then preempt the front for every small step); memory
+/// mode 1.01x. Older kernels ignore the request.
 const SHARD_SLICE_US: u64 = 700;
 
 fn set_policy(policy: Policy) {
@@ -69,19 +69,7 @@ fn set_policy(policy: Policy) {
             Policy::Batch => libc::SCHED_BATCH,
             Policy::Normal => libc::SCHED_OTHER,
         };
-        let attributes = libc::sched_attr {
-            size: std::mem::size_of::<libc::sched_attr>() as u32,
-            sched_policy: raw as u32,
-            sched_flags: 0,
-            sched_nice: 0,
-            sched_priority: 0,
-            sched_runtime: SHARD_SLICE_US * 1000,
-            sched_deadline: 0,
-            sched_period: 0,
-        };
-        // SAFETY: plain syscall on the calling thread (pid 0) with a valid attribute block of
-        // the size it states, and no flags.
-        let mut result = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attributes, 0) };
+        let mut result = with_slice(raw as u32);
         if result != 0 {
             // A kernel that refuses the slice still takes the policy alone.
             let parameters = libc::sched_param { sched_priority: 0 };
@@ -91,6 +79,35 @@ fn set_policy(policy: Policy) {
         if result != 0 {
             tracing::debug!(error = %std::io::Error::last_os_error(), ?policy, "scheduling policy unavailable");
         }
+    }
+}
+
+/// Sets the calling thread's policy to `policy` with the shard slice, keeping its nice
+/// value (the operator's, if the process was started under `nice`); 0 when done.
+#[cfg(target_os = "linux")]
+fn with_slice(policy: u32) -> libc::c_long {
+    const SIZE: u32 = std::mem::size_of::<libc::sched_attr>() as u32;
+    let mut attributes = libc::sched_attr {
+        size: SIZE,
+        sched_policy: 0,
+        sched_flags: 0,
+        sched_nice: 0,
+        sched_priority: 0,
+        sched_runtime: 0,
+        sched_deadline: 0,
+        sched_period: 0,
+    };
+    // SAFETY: plain syscalls on the calling thread (pid 0) with an attribute block of the
+    // size they are told, and no flags.
+    unsafe {
+        if libc::syscall(libc::SYS_sched_getattr, 0, &mut attributes, SIZE, 0) != 0 {
+            return -1;
+        }
+        attributes.size = SIZE;
+        attributes.sched_policy = policy;
+        attributes.sched_flags = 0;
+        attributes.sched_runtime = SHARD_SLICE_US * 1000;
+        libc::syscall(libc::SYS_sched_setattr, 0, &attributes, 0)
     }
 }
 
