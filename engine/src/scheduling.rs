@@ -50,7 +50,7 @@ pub(crate) fn prompt_scheduling() {
 /// The time slice a shard thread asks for, in microseconds: Linux's EEVDF scheduler (6.12
 /// and later) gives a thread woken with a shorter slice an earlier deadline, so a shard back
 /// from its flush runs before the front thread it shares a core with has used up its own
-/// slice (0.75 ms times 1 + log2 of the CPU count by default). On one core, acid appends
+/// slice (the default grows with the CPU count: 1.4 ms on two CPUs). On one core, acid appends
 /// with 64 connections, alternating A/B against the default: 500 µs 1.04-1.06x appends/s,
 /// p99 0.90-0.94x; 700 µs 1.02-1.05x, p99 0.90-0.96x; 1,000 µs 1.03x, p99 0.92x; 300 µs
 /// 0.97x; 100 µs 0.96x (the shards then preempt the front for every small step); memory
