@@ -28,6 +28,9 @@ enum Policy {
 thread_local! {
     /// The policy this thread last asked for (`None`: it never asked).
     static POLICY: Cell<Option<Policy>> = const { Cell::new(None) };
+    /// This thread's nice value, read at its first policy switch and kept through the
+    /// switches after it (`None`: not read yet).
+    static NICE: Cell<Option<i32>> = const { Cell::new(None) };
 }
 
 /// Before a shard thread waits for ops: `SCHED_BATCH`.
@@ -83,31 +86,41 @@ fn set_policy(policy: Policy) {
 }
 
 /// Sets the calling thread's policy to `policy` with the shard slice, keeping its nice
-/// value (the operator's, if the process was started under `nice`); 0 when done.
+/// value (the operator's, if the process was started under `nice`; read once per thread);
+/// 0 when done.
 #[cfg(target_os = "linux")]
 fn with_slice(policy: u32) -> libc::c_long {
-    const SIZE: u32 = std::mem::size_of::<libc::sched_attr>() as u32;
-    let mut attributes = libc::sched_attr {
-        size: SIZE,
-        sched_policy: 0,
+    let Some(nice) = NICE.with(Cell::get).or_else(thread_nice) else { return -1 };
+    NICE.with(|known| known.set(Some(nice)));
+    let attributes = sched_attributes(policy, nice, SHARD_SLICE_US * 1000);
+    // SAFETY: plain syscall on the calling thread (pid 0) with an attribute block of the
+    // size it states, and no flags.
+    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attributes, 0) }
+}
+
+/// The calling thread's nice value, as the scheduler holds it.
+#[cfg(target_os = "linux")]
+fn thread_nice() -> Option<i32> {
+    let mut attributes = sched_attributes(0, 0, 0);
+    let size = attributes.size;
+    // SAFETY: plain syscall on the calling thread (pid 0) with an attribute block of the
+    // size it is told, and no flags.
+    let result = unsafe { libc::syscall(libc::SYS_sched_getattr, 0, &mut attributes, size, 0) };
+    (result == 0).then_some(attributes.sched_nice)
+}
+
+/// A `sched_attr` of the normal policies: `policy`, `nice`, a slice of `runtime_ns`.
+#[cfg(target_os = "linux")]
+fn sched_attributes(policy: u32, nice: i32, runtime_ns: u64) -> libc::sched_attr {
+    libc::sched_attr {
+        size: std::mem::size_of::<libc::sched_attr>() as u32,
+        sched_policy: policy,
         sched_flags: 0,
-        sched_nice: 0,
+        sched_nice: nice,
         sched_priority: 0,
-        sched_runtime: 0,
+        sched_runtime: runtime_ns,
         sched_deadline: 0,
         sched_period: 0,
-    };
-    // SAFETY: plain syscalls on the calling thread (pid 0) with an attribute block of the
-    // size they are told, and no flags.
-    unsafe {
-        if libc::syscall(libc::SYS_sched_getattr, 0, &mut attributes, SIZE, 0) != 0 {
-            return -1;
-        }
-        attributes.size = SIZE;
-        attributes.sched_policy = policy;
-        attributes.sched_flags = 0;
-        attributes.sched_runtime = SHARD_SLICE_US * 1000;
-        libc::syscall(libc::SYS_sched_setattr, 0, &attributes, 0)
     }
 }
 
@@ -188,9 +201,9 @@ mod tests {
         assert!(!offer_due(Some(start + Duration::from_secs(1)), start), "a clock that went back waits");
     }
 
-    /// The calling thread's nice value.
+    /// The calling thread's nice value, read the other way (`getpriority`).
     #[cfg(target_os = "linux")]
-    fn thread_nice() -> i32 {
+    fn nice_by_getpriority() -> i32 {
         // SAFETY: plain syscalls reading the calling thread's nice value.
         unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t) }
     }
@@ -198,13 +211,13 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_background_thread_runs_at_the_lowest_normal_priority_and_alone() {
-        let before = thread_nice();
+        let before = nice_by_getpriority();
         let background = std::thread::spawn(|| {
             background_priority();
-            thread_nice()
+            nice_by_getpriority()
         });
         assert_eq!(background.join().unwrap(), BACKGROUND_NICE);
-        assert_eq!(thread_nice(), before, "only the calling thread changes");
+        assert_eq!(nice_by_getpriority(), before, "only the calling thread changes");
     }
 
     #[test]
