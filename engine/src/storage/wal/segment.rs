@@ -9,12 +9,12 @@
 //! ```
 //!
 //! A segment is prepared ahead of time under a temporary name: given its full size, and
-//! zero-filled and synced over a prefix (all of it for a spare, a first chunk for a shard's
-//! first segment), then activated: its header is written and synced, and it is renamed to
-//! its first LSN (`{lsn:016x}.wal`) with the directory synced. The writer zero-fills the
-//! rest a chunk at a time ahead of its records ([`zero_fill`]), so a write never lands in
-//! a block not yet written and each fdatasync stays cheap, while an idle shard holds a
-//! chunk of zeros, not a segment. A segment is never re-created or truncated afterwards.
+//! zero-filled and synced over its first step, then activated: its header is written and
+//! synced, and it is renamed to its first LSN (`{lsn:016x}.wal`) with the directory synced.
+//! The writer zero-fills the rest a step at a time ahead of its records ([`zero_fill`],
+//! which writes and syncs a smaller chunk at a time), so a write never lands in a block not
+//! yet written and each fdatasync stays cheap, while an idle shard holds a step of zeros,
+//! not a segment. A segment is never re-created or truncated afterwards.
 //! Records are located by `ordinal << 32 | position`.
 //!
 //! Only the active (last) segment keeps its file open, for writing; a sealed one is read
@@ -39,8 +39,15 @@ const VERSION: u32 = 1;
 pub const SEGMENT_EXTENSION: &str = "wal";
 /// Prefix of prepared, not yet active segment files.
 const PREPARED_PREFIX: &str = "prepared-";
-/// Zero-filling writes (and syncs) this much at a time.
-pub const ZERO_CHUNK_BYTES: u64 = 1 << 20;
+/// Most a writer zero-fills ahead of its records in one step.
+const ZERO_STEP_BYTES_MAX: u64 = 1 << 20;
+/// Zero-filling writes, then syncs, this much at a time: each chunk's write-back sits in the
+/// device queue ahead of the shards' commits, so a smaller chunk shortens the longest wait.
+/// Acid appends on one core (64 connections, 256 B), alternating A/B against 1 MiB chunks:
+/// 256 KiB p99 0.77-0.80x, p99.9 0.83-0.92x, appends/s 1.01-1.03x; 128 KiB p99 0.77x;
+/// 64 KiB p99 0.78x but p99.9 2x (four times the syncs of 256 KiB).
+const ZERO_CHUNK_BYTES: u64 = 256 << 10;
+const _: () = assert!(ZERO_STEP_BYTES_MAX.is_multiple_of(ZERO_CHUNK_BYTES), "a step is whole chunks");
 /// Zero-filling writes one page at a time.
 const PAGE_BYTES: u64 = 4096;
 
@@ -160,7 +167,7 @@ pub fn is_prepared_name(name: &str) -> bool {
 /// How far ahead of its records a writer zero-fills a segment of `segment_bytes` at a time
 /// (and how much of a shard's first segment is zero-filled before any record).
 pub fn zero_step_bytes(segment_bytes: u64) -> u64 {
-    (segment_bytes / 32).clamp(4096, ZERO_CHUNK_BYTES)
+    (segment_bytes / 32).clamp(4096, ZERO_STEP_BYTES_MAX)
 }
 
 /// How much of a new segment of `segment_bytes` is zero-filled before it is used: its
