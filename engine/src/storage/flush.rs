@@ -16,11 +16,9 @@
 //! Elsewhere (a per-file group) each commit runs its own `fdatasync`.
 //!
 //! Rounds: a commit enters the open round and gets its number; `wait` returns once a flush
-//! that started after the commit's write-back finished has finished. If no flush is
-//! running, the waiter becomes the leader: it waits for the members' write-back, then for
-//! that of commits that entered meanwhile (written while it waited on the device), closes
-//! the round with the last of them (later commits enter the next one), flushes, then wakes
-//! everyone. A failed flush fails its round and every later one: the process
+//! that started after the commit entered has finished. If no flush is running, the waiter
+//! becomes the leader: it closes the open round (later commits enter the next one), flushes,
+//! then wakes everyone. A failed flush fails its round and every later one: the process
 //! stops acknowledging (a failed fsync is fatal).
 //!
 //! A shard that drives itself (threads) enters and waits back to back; an engine that drives
@@ -39,8 +37,6 @@ use crate::histogram::{Histogram, HistogramSnapshot};
 use crate::scheduling;
 use crate::storage::vfs::VfsFile;
 
-/// Most write-back passes a round's leader makes before it closes the round.
-const PASSES_MAX: usize = 4;
 /// Most commits one round holds: one per shard, and an engine has at most 256 shards.
 const MEMBERS_MAX: usize = 256;
 
@@ -199,42 +195,23 @@ impl FlushGroup {
         }
     }
 
-    /// Waits for the write-back of the open round's members, then of those that entered
-    /// meanwhile, closes the round, flushes with `flush_file` and wakes the members. The
-    /// round closes with the members of the last pass (the first that finds none new, or
-    /// pass [`PASSES_MAX`]), so every commit it holds was written back before the flush;
-    /// closing after the write-back rather than before lets commits written while the leader
-    /// waited on the device share its flush.
+    /// Closes the open round, waits for its members' write-back, flushes with `flush_file`
+    /// and wakes the members.
     fn lead<'a>(
         &'a self,
         mut rounds: MutexGuard<'a, Rounds>,
         flush_file: &dyn VfsFile,
     ) -> MutexGuard<'a, Rounds> {
+        let closing = rounds.open;
+        let members = std::mem::take(&mut rounds.members);
+        let covered =
+            Covered { commits: members.len() as u64, records: std::mem::take(&mut rounds.open_records) };
+        rounds.open += 1;
         rounds.flushing = true;
-        let mut covered = Covered { commits: 0, records: 0 };
-        let mut written_back = Ok(());
-        let mut pass = 0;
-        let closing = loop {
-            pass += 1;
-            let members = std::mem::take(&mut rounds.members);
-            covered.commits += members.len() as u64;
-            covered.records += std::mem::take(&mut rounds.open_records);
-            let last = members.is_empty() || pass == PASSES_MAX;
-            let closing = rounds.open;
-            if last {
-                rounds.open += 1;
-            }
-            drop(rounds);
-            scheduling::prompt_scheduling();
-            if written_back.is_ok() {
-                written_back =
-                    members.iter().try_for_each(|member| member.file.write_back(member.position, member.len));
-            }
-            if last {
-                break closing;
-            }
-            rounds = self.lock();
-        };
+        drop(rounds);
+        scheduling::prompt_scheduling();
+        let written_back =
+            members.iter().try_for_each(|member| member.file.write_back(member.position, member.len));
         let flushed = written_back.and_then(|()| self.flush(flush_file, covered));
         let mut rounds = self.lock();
         assert!(rounds.flushing && rounds.done <= closing, "one leader at a time, rounds in order");
@@ -281,4 +258,138 @@ impl FlushGroup {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+    use crate::storage::vfs::sim::{SimRng, SimVfs};
+    use crate::storage::vfs::Vfs;
+    use std::path::Path;
+
+    fn files(vfs: &SimVfs, count: usize) -> Vec<Arc<dyn VfsFile>> {
+        vfs.create_dir_all(Path::new("/d")).unwrap();
+        let files: Vec<_> =
+            (0..count).map(|i| vfs.create_new(Path::new(&format!("/d/{i}"))).unwrap()).collect();
+        for file in &files {
+            file.write_all_at(0, &[&[0u8; 4096]]).unwrap();
+            file.sync_data().unwrap();
+        }
+        vfs.sync_dir(Path::new("/d")).unwrap();
+        vfs.sync_dir(Path::new("/")).unwrap();
+        files
+    }
+
+    /// A shared group whose flush file is `/d/flush`.
+    fn shared_group(vfs: &SimVfs) -> Arc<FlushGroup> {
+        FlushGroup::shared(vfs.create_new(Path::new("/d/flush")).unwrap())
+    }
+
+    fn read(vfs: &SimVfs, name: &str) -> Vec<u8> {
+        let file = vfs.open(Path::new(name)).unwrap();
+        let mut bytes = vec![0; 4096];
+        file.read_at(0, &mut bytes).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn one_flush_covers_every_member_of_its_round() {
+        let vfs = SimVfs::new();
+        let files = files(&vfs, 3);
+        let group = shared_group(&vfs);
+        let tickets: Vec<Ticket> = files
+            .iter()
+            .enumerate()
+            .map(|(i, file)| {
+                file.write_all_at(0, &[&[i as u8 + 1; 100]]).unwrap();
+                group.enter(file, 0, 100, 2).unwrap()
+            })
+            .collect();
+        for (ticket, file) in tickets.iter().zip(&files) {
+            group.wait(*ticket, file.as_ref()).unwrap();
+        }
+        let stats = group.stats();
+        assert_eq!((stats.flushes, stats.commits, stats.records), (1, 3, 6), "one flush for all three");
+        assert_eq!(
+            vfs.open(Path::new("/d/flush")).unwrap().size().unwrap(),
+            0,
+            "the flush file is never written"
+        );
+        for seed in 0..20 {
+            let after = vfs.crash(&mut SimRng::new(seed));
+            for i in 0..3 {
+                assert_eq!(read(&after, &format!("/d/{i}"))[..100], [i as u8 + 1; 100], "seed {seed}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_commit_that_enters_after_the_flush_started_waits_for_the_next_round() {
+        let vfs = SimVfs::new();
+        let files = files(&vfs, 2);
+        let group = shared_group(&vfs);
+        files[0].write_all_at(0, &[b"first"]).unwrap();
+        let first = group.enter(&files[0], 0, 5, 1).unwrap();
+        group.wait(first, files[0].as_ref()).unwrap();
+        files[1].write_all_at(0, &[b"second"]).unwrap();
+        let second = group.enter(&files[1], 0, 6, 1).unwrap();
+        assert_ne!(first, second);
+        group.wait(second, files[1].as_ref()).unwrap();
+        assert_eq!(group.stats().flushes, 2);
+    }
+
+    #[test]
+    fn writes_never_written_back_are_not_covered() {
+        let vfs = SimVfs::new();
+        let files = files(&vfs, 2);
+        let group = shared_group(&vfs);
+        files[0].write_all_at(0, &[&[7u8; 512]]).unwrap();
+        files[1].write_all_at(0, &[&[9u8; 512]]).unwrap();
+        let ticket = group.enter(&files[0], 0, 512, 1).unwrap();
+        group.wait(ticket, files[0].as_ref()).unwrap();
+        let kept: std::collections::HashSet<bool> =
+            (0..64).map(|seed| read(&vfs.crash(&mut SimRng::new(seed)), "/d/1")[0] == 9).collect();
+        assert_eq!(kept.len(), 2, "file 1 never entered: its write may be lost");
+    }
+
+    #[test]
+    fn a_failed_flush_fails_every_waiter_after_it() {
+        let vfs = SimVfs::new();
+        let files = files(&vfs, 2);
+        let group = shared_group(&vfs);
+        let ticket = group.enter(&files[0], 0, 0, 1).unwrap();
+        vfs.fail_after(0);
+        assert!(group.wait(ticket, files[0].as_ref()).is_err());
+        vfs.recover_from_failure();
+        let later = group.enter(&files[1], 0, 0, 1).unwrap();
+        assert!(group.wait(later, files[1].as_ref()).is_err(), "a failed flush is never forgotten");
+    }
+
+    #[test]
+    fn threads_share_flushes_and_each_returns_durable() {
+        let vfs = SimVfs::new();
+        let files = files(&vfs, 4);
+        let group = shared_group(&vfs);
+        std::thread::scope(|scope| {
+            for (i, file) in files.iter().enumerate() {
+                let group = &group;
+                scope.spawn(move || {
+                    for round in 0..200u32 {
+                        let byte = (round % 250) as u8 + 1;
+                        file.write_all_at(u64::from(round % 8) * 512, &[&[byte; 512]]).unwrap();
+                        let ticket = group.enter(file, 0, 4096, 1).unwrap();
+                        group.wait(ticket, file.as_ref()).unwrap();
+                    }
+                    i
+                });
+            }
+        });
+        let stats = group.stats();
+        assert_eq!(stats.records, 800);
+        assert!(stats.flushes <= 800);
+        for seed in 0..8 {
+            let after = vfs.crash(&mut SimRng::new(seed));
+            for i in 0..4 {
+                let bytes = read(&after, &format!("/d/{i}"));
+                assert_eq!(bytes[7 * 512], 200, "the last write of file {i} is durable");
+            }
+        }
+    }
+}
