@@ -41,6 +41,18 @@ impl Shard {
         Some(batch)
     }
 
+    /// Step 3, between its halves: the written batch starts for the device. `false` when
+    /// that failed: nothing of it is published.
+    pub(super) fn start_flush(&mut self) -> bool {
+        match self.persist.start_flush() {
+            Ok(()) => true,
+            Err(error) => {
+                self.fail("write-back", &error);
+                false
+            }
+        }
+    }
+
     /// Step 3, second half, and step 4: once the flush covers the batch, publish it; then
     /// checkpoint, compaction and renewals when due, and keep the batch's buffers.
     pub(super) fn settle(&mut self, mut batch: Batch) {

@@ -295,6 +295,15 @@ impl Shard {
         took_op
     }
 
+    /// Between the halves of a step: starts sending the batch [`Shard::write_step`] wrote
+    /// to the device, without waiting.
+    pub fn start_flush_step(&mut self) {
+        let wrote = self.written.as_ref().is_some_and(|batch| batch.started.is_some());
+        if wrote && !self.start_flush() {
+            self.written = None;
+        }
+    }
+
     /// The second half of a step: settles the batch [`Shard::write_step`] wrote.
     pub fn settle_step(&mut self) {
         if let Some(batch) = self.written.take() {

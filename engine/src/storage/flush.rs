@@ -21,10 +21,10 @@
 //! then wakes everyone. A failed flush fails its round and every later one: the process
 //! stops acknowledging (a failed fsync is fatal).
 //!
-//! A shard that drives itself (threads) enters and waits back to back; an engine that drives
-//! its shards (manual, for deterministic tests) lets every shard enter, then has them wait,
-//! so one flush covers several shards and a simulated power loss can fall at any step of a
-//! round. Each flush is counted ([`FlushStats`]): flushes, records covered, latency. A thread
+//! A worker (`shard::worker`) lets every shard it drives write, then enter, then wait, in
+//! threads and in an engine whose caller drives the shards (manual, for deterministic
+//! tests), so one flush covers several shards and a simulated power loss can fall at any
+//! step of a round. Each flush is counted ([`FlushStats`]): flushes, records covered, latency. A thread
 //! about to block on a flush first leaves `SCHED_BATCH` (`crate::scheduling`), so that the
 //! flush's end wakes it at once.
 

@@ -140,6 +140,14 @@ pub(crate) trait Persist: Send {
     /// records first, in order). An error is fatal: nothing of the batch is acknowledged.
     fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> std::io::Result<()>;
 
+    /// Starts sending the last commit's bytes to the device without waiting (acid: its
+    /// write-back, and its place in a flush round). A worker calls it for each of its shards
+    /// once all have written, so their requests reach the device together; `finish_commit`
+    /// does it when it was not called. An error is fatal.
+    fn start_flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+
     /// Returns once the last commit is durable in the mode's sense (a device flush the
     /// commit may share with other shards: `flush`). Called after every commit, before
     /// anything of it is acknowledged; an error is fatal.

@@ -28,7 +28,6 @@ use crate::ids::{ChainIndex, Location, Lsn, StreamId};
 use crate::limits::halve_when_over;
 use crate::storage::chain::{Chain, Levels};
 use crate::storage::chunk::ReadError;
-use crate::storage::flush::Ticket;
 use crate::storage::maintenance::{CheckpointKind, Maintenance, Resident, ShardCheckpoint};
 use crate::storage::record::codec::{Header, HEADER_BYTES, RECORD_ALIGN};
 use crate::storage::record::{encode, Record};
@@ -36,9 +35,11 @@ use crate::storage::renewals::{Renewal, RenewalStore};
 use crate::storage::{Committing, NoRoom, Persist, Place, Purpose, Unprepared};
 
 mod compact;
+mod in_flight;
 mod room;
 mod zeroing;
 
+use in_flight::InFlight;
 use room::{Plan, Spares};
 use zeroing::Zeroing;
 
@@ -85,9 +86,8 @@ pub struct WalWriter {
     /// The housekeeper's zero-fill of the next step of the active segment, when one is
     /// under way (`zeroing`).
     zeroing: Option<Zeroing>,
-    /// The last commit's place in a flush round, and where in the active segment the flush
-    /// makes it durable up to (`finish_commit` waits for it).
-    flushing: Option<(Ticket, u64)>,
+    /// The last commit, until `finish_commit` has waited for its flush.
+    in_flight: Option<InFlight>,
     /// This batch's live bytes per segment, and its deleted chains.
     added: BTreeMap<u32, u64>,
     deleted: Vec<Location>,
@@ -125,7 +125,7 @@ impl WalWriter {
             synced_to: at.position,
             zeroed_to: at.zeroed_to,
             zeroing: None,
-            flushing: None,
+            in_flight: None,
             active: at.active,
             position: at.position,
             next_lsn: at.next_lsn,
@@ -388,7 +388,7 @@ impl Persist for WalWriter {
 
     fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> io::Result<()> {
         debug_assert!(self.parts.is_empty() && self.staging.is_empty());
-        assert!(self.flushing.is_none(), "each commit is finished before the next");
+        assert!(self.in_flight.is_none(), "each commit is finished before the next");
         self.now_ms = batch.time_ms;
         self.run_start = self.position;
         for record in batch.records {
@@ -413,21 +413,17 @@ impl Persist for WalWriter {
         if self.position != self.synced_to {
             let records = (batch.records.len() + batch.moves.len()) as u64;
             let len = self.position - self.synced_to;
-            let ticket = self.files.flush.enter(self.active.file(), self.synced_to, len, records)?;
-            self.flushing = Some((ticket, self.position));
+            self.in_flight = Some(InFlight::Written { from: self.synced_to, len, records });
         }
         Ok(())
     }
 
+    fn start_flush(&mut self) -> io::Result<()> {
+        self.enter_flush_round()
+    }
+
     fn finish_commit(&mut self) -> io::Result<()> {
-        if let Some((ticket, durable_to)) = self.flushing.take() {
-            self.files.flush.wait(ticket, self.active.file().as_ref())?;
-            assert!(
-                self.synced_to < durable_to && durable_to == self.position,
-                "the flush covers the commit"
-            );
-            self.synced_to = durable_to;
-        }
+        self.wait_for_flush_round()?;
         self.request_spare_when_due();
         self.request_zero_ahead_when_due();
         self.ledger.record_batch(&self.added, &self.deleted);

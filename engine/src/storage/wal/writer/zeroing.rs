@@ -40,7 +40,7 @@ impl WalWriter {
         }
         self.refused_while_failing()?;
         assert!(needed <= self.active.size(), "room is sought inside the segment");
-        assert!(self.flushing.is_none(), "each commit is finished before room is sought");
+        assert!(self.in_flight.is_none(), "each commit is finished before room is sought");
         if self.run_start > self.zeroed_to {
             // Records written past the prefix (a batch that outgrew its plan) are made
             // durable by their own sync at the end of the commit; nothing more goes there.
