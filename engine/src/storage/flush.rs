@@ -24,9 +24,9 @@
 //! A worker (`shard::worker`) lets every shard it drives write, then enter, then wait, in
 //! threads and in an engine whose caller drives the shards (manual, for deterministic
 //! tests), so one flush covers several shards and a simulated power loss can fall at any
-//! step of a round. Each flush is counted ([`FlushStats`]): flushes, records covered, latency. A thread
-//! about to block on a flush first leaves `SCHED_BATCH` (`crate::scheduling`), so that the
-//! flush's end wakes it at once.
+//! step of a round. Each flush is counted ([`FlushStats`]): flushes, records covered,
+//! latency. A thread about to block on a flush first leaves `SCHED_BATCH`
+//! (`crate::scheduling`), so that the flush's end wakes it at once.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
