@@ -3,9 +3,10 @@
 //! `commit` writes a batch and leaves it [`InFlight::Written`]; `start_flush` starts its
 //! write-back and enters the shared round ([`InFlight::Entered`]); `finish_commit` waits for
 //! the round's flush. The middle step is its own so that a worker can let every one of its
-//! shards write first and then start all their write-backs back to back: requests that reach
-//! the device while it is still busy with the one before need no notification of their own
-//! (on this VM each notification is a VM exit, about 4 µs of the core).
+//! shards write first and then start all their write-backs back to back, and the block layer
+//! sends them to the device together: on this VM each device notification is a VM exit of
+//! about 4 µs, and in a profile they fell from 6.6% to 4.1% of the core (all of them then
+//! sent by the block layer's dispatch worker, none by the shard threads).
 
 use std::io;
 
