@@ -7,8 +7,8 @@
 // logs as regions of one file (8 MiB apart), each shard still writing only its own region,
 // and one sync_file_range over the file starting (and waiting for) all N ranges at once.
 // `burst`: per-shard files again, but every shard writes first and the N write-backs start
-// back to back (as a worker's turn does since fd3c8f0), so most reach the device while it is
-// still busy with the one before and need no notification (a VM exit each here).
+// back to back (as a worker's turn does since fd3c8f0), so the block layer dispatches them
+// together, with fewer device notifications (a VM exit each here).
 // Two more layouts for comparison, each shard flushing alone (no shared flush): `dsync`, a
 // pwritev2 with RWF_DSYNC per shard, and `fdatasync`, a pwrite and an fdatasync per shard.
 // Every file is zero-filled and synced first, as a segment is. Prints rounds per second and
