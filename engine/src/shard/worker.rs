@@ -10,8 +10,8 @@
 //! shards (and, through the shared flush group, the other workers' that wrote meanwhile);
 //! the write-backs start back to back, so the block layer sends them to the device together
 //! (acid, one core, A/B: device notifications, `iowrite16`, 6.6% of the core → 4.1%; p99
-//! 0.95× to 0.98×, appends/s 1.00× to 1.02×). Each shard stays the single writer of its log and
-//! its streams; only the thread is shared.
+//! 0.95× to 0.98×, appends/s 1.00× to 1.02×). Each shard stays the single writer of its log
+//! and its streams; only the thread is shared.
 //!
 //! With nothing queued the worker parks on the doorbell its shards share, until an op
 //! arrives or the earliest of their expiries (or idle work) is due. Every
