@@ -412,8 +412,7 @@ impl Persist for WalWriter {
         }
         if self.position != self.synced_to {
             let records = (batch.records.len() + batch.moves.len()) as u64;
-            let len = self.position - self.synced_to;
-            self.in_flight = Some(InFlight::Written { from: self.synced_to, len, records });
+            self.in_flight = Some(InFlight::Written { records });
         }
         Ok(())
     }

@@ -15,8 +15,9 @@ use crate::storage::flush::Ticket;
 
 /// Where the last commit stands.
 pub(super) enum InFlight {
-    /// Written, its write-back not started: `len` bytes from `from`, `records` records.
-    Written { from: u64, len: u64, records: u64 },
+    /// Written, its write-back not started: `records` records, the log's bytes from
+    /// `synced_to` to `position`.
+    Written { records: u64 },
     /// In a flush round: durable up to `durable_to` once `ticket` was waited for.
     Entered { ticket: Ticket, durable_to: u64 },
 }
@@ -25,8 +26,9 @@ impl WalWriter {
     /// Starts the write-back of the last commit and enters its flush round, if it wrote
     /// anything and has not yet.
     pub(super) fn enter_flush_round(&mut self) -> io::Result<()> {
-        let Some(InFlight::Written { from, len, records }) = self.in_flight else { return Ok(()) };
-        assert!(from == self.synced_to && from + len == self.position, "the commit ends the log");
+        let Some(InFlight::Written { records }) = self.in_flight else { return Ok(()) };
+        assert!(self.synced_to < self.position, "a written commit ends past the durable log");
+        let (from, len) = (self.synced_to, self.position - self.synced_to);
         let ticket = self.files.flush.enter(self.active.file(), from, len, records)?;
         self.in_flight = Some(InFlight::Entered { ticket, durable_to: self.position });
         Ok(())
