@@ -6,7 +6,8 @@
 //! - [`http`]: keep-alive HTTP/1.1 connections (hyper's client connection API).
 //! - [`sse`]: an incremental server-sent-events parser.
 //! - [`sse_stream`]: a lean SSE response reader on its own connection (the fan-out's
-//!   subscribers, so the generator's cost per delivery stays below the server's).
+//!   subscribers, so the generator's cost per delivery stays below the server's), with the
+//!   kernel's receive time of what it reads.
 //! - [`stats`]: latency histograms (HDR) and their summaries.
 //! - [`process`]: the server's resident memory and CPU time from `/proc` (`--server-pid`).
 //! - [`server_metrics`]: a ds server's device flushes over the measured phase, from its

@@ -6,6 +6,14 @@
 //! so its own queue, not the server, set the measured tail latency. [`SseStream`] is one
 //! task's worth of work: it writes the request, reads the response head, and decodes the
 //! chunked body in place, handing out slices of its read buffer.
+//!
+//! On Linux it also asks the kernel to stamp each received packet (`SO_TIMESTAMPNS`) and
+//! reads through `recvmsg`, so [`SseStream::arrived_at`] tells when the bytes reached the
+//! socket, not when this process got round to reading them: with a thousand subscribers on
+//! one core the generator reads the last of them milliseconds after the server sent them,
+//! and that queue is the generator's, not the server's.
+
+use std::time::SystemTime;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -39,6 +47,11 @@ pub struct SseStream {
     start: usize,
     end: usize,
     chunking: Chunking,
+    /// Whether the kernel stamps received packets on this socket.
+    stamped: bool,
+    /// When the last bytes read reached the socket (the kernel's stamp of the last packet of
+    /// that read), if stamped.
+    arrived_at: Option<SystemTime>,
 }
 
 impl SseStream {
@@ -46,6 +59,7 @@ impl SseStream {
     pub async fn open(target: &Target, path_and_query: &str) -> Result<SseStream, String> {
         let mut socket = TcpStream::connect(target.addr).await.map_err(|e| format!("connect: {e}"))?;
         socket.set_nodelay(true).map_err(|e| format!("TCP_NODELAY: {e}"))?;
+        let stamped = receive_timestamps::enable(&socket);
         let authorization = target
             .authorization
             .as_ref()
@@ -61,6 +75,8 @@ impl SseStream {
             start: 0,
             end: 0,
             chunking: Chunking::SizeLine,
+            stamped,
+            arrived_at: None,
         };
         let head_end = loop {
             if let Some(at) = find(&stream.buffer[..stream.end], b"\r\n\r\n") {
@@ -77,9 +93,17 @@ impl SseStream {
 
     /// The next piece of the body; `None` once it ended (or the connection did).
     pub async fn next(&mut self) -> Result<Option<&[u8]>, String> {
+        Ok(self.next_arrived().await?.map(|(piece, _)| piece))
+    }
+
+    /// The next piece of the body and when its bytes reached the socket, by the kernel's
+    /// clock (`CLOCK_REALTIME`; `None` where the kernel does not stamp them). Bytes of
+    /// several packets taken in one read carry the last one's time, so it errs late, never
+    /// early.
+    pub async fn next_arrived(&mut self) -> Result<Option<(&[u8], Option<SystemTime>)>, String> {
         loop {
             match self.decode()? {
-                Decoded::Data(from, to) => return Ok(Some(&self.buffer[from..to])),
+                Decoded::Data(from, to) => return Ok(Some((&self.buffer[from..to], self.arrived_at))),
                 Decoded::End => return Ok(None),
                 Decoded::NeedMore => {
                     if !self.fill().await? {
@@ -146,7 +170,12 @@ impl SseStream {
                 return Err("a response line fills the whole read buffer".into());
             }
         }
-        match self.socket.read(&mut self.buffer[self.end..]).await {
+        let read = if self.stamped {
+            receive_timestamps::read(&self.socket, &mut self.buffer[self.end..], &mut self.arrived_at).await
+        } else {
+            self.socket.read(&mut self.buffer[self.end..]).await
+        };
+        match read {
             Ok(0) => Ok(false),
             Ok(read) => {
                 self.end += read;
@@ -154,6 +183,107 @@ impl SseStream {
             }
             Err(error) => Err(format!("read: {error}")),
         }
+    }
+}
+
+/// Reads that also return the kernel's receive time of the data (Linux `SO_TIMESTAMPNS`).
+mod receive_timestamps {
+    use std::io;
+    use std::time::{Duration, SystemTime};
+
+    use tokio::io::Interest;
+    use tokio::net::TcpStream;
+
+    /// Asks the kernel to stamp packets received on `socket`; false where it cannot.
+    #[cfg(target_os = "linux")]
+    pub fn enable(socket: &TcpStream) -> bool {
+        use std::os::fd::AsRawFd;
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt on an open socket, with a pointer to a live int and its size.
+        let result = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                std::ptr::from_ref(&on).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        result == 0
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn enable(_socket: &TcpStream) -> bool {
+        false
+    }
+
+    /// Reads into `buffer` as `read` would; where the kernel sent a stamp with the data,
+    /// sets `arrived_at` to it.
+    pub async fn read(
+        socket: &TcpStream,
+        buffer: &mut [u8],
+        arrived_at: &mut Option<SystemTime>,
+    ) -> io::Result<usize> {
+        loop {
+            socket.readable().await?;
+            match socket.try_io(Interest::READABLE, || receive(socket, buffer)) {
+                Ok((read, stamp)) => {
+                    if stamp.is_some() {
+                        *arrived_at = stamp;
+                    }
+                    return Ok(read);
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// One `recvmsg`: the bytes read and the stamp that came with them, if any.
+    #[cfg(target_os = "linux")]
+    fn receive(socket: &TcpStream, buffer: &mut [u8]) -> io::Result<(usize, Option<SystemTime>)> {
+        use std::os::fd::AsRawFd;
+        // Room for one control message holding a timespec, aligned for cmsghdr.
+        let mut control = [0u64; 8];
+        let mut iov = libc::iovec { iov_base: buffer.as_mut_ptr().cast(), iov_len: buffer.len() };
+        // SAFETY: an all-zero msghdr is valid; the fields set below point at live buffers
+        // of the stated lengths.
+        let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+        message.msg_iov = &mut iov;
+        message.msg_iovlen = 1;
+        message.msg_control = control.as_mut_ptr().cast();
+        message.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: recvmsg on an open socket with the message above; it writes at most the
+        // given lengths into `buffer` and `control`.
+        let read = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, libc::MSG_DONTWAIT) };
+        if read < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((read as usize, stamp_of(&message)))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn receive(socket: &TcpStream, buffer: &mut [u8]) -> io::Result<(usize, Option<SystemTime>)> {
+        socket.try_read(buffer).map(|read| (read, None))
+    }
+
+    /// The `SCM_TIMESTAMPNS` control message of a received message, as a time.
+    #[cfg(target_os = "linux")]
+    fn stamp_of(message: &libc::msghdr) -> Option<SystemTime> {
+        // SAFETY: the CMSG macros walk the control buffer recvmsg filled, within the length
+        // it set; a timestamp message's data is one timespec (read unaligned).
+        unsafe {
+            let mut header = libc::CMSG_FIRSTHDR(message);
+            while !header.is_null() {
+                if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let time = std::ptr::read_unaligned(libc::CMSG_DATA(header).cast::<libc::timespec>());
+                    let since_epoch = Duration::new(time.tv_sec as u64, time.tv_nsec as u32);
+                    return SystemTime::UNIX_EPOCH.checked_add(since_epoch);
+                }
+                header = libc::CMSG_NXTHDR(message, header);
+            }
+        }
+        None
     }
 }
 
@@ -228,6 +358,24 @@ mod tests {
             }
             assert_eq!(body, b"hello, world", "in {pieces} pieces");
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn stamps_each_piece_with_when_it_reached_the_socket() {
+        let before = SystemTime::now();
+        let target = serve_once(RESPONSE, 3).await;
+        let mut stream = SseStream::open(&target, "/s").await.unwrap();
+        let (mut body, mut stamps) = (Vec::new(), Vec::new());
+        while let Some((piece, arrived_at)) = stream.next_arrived().await.unwrap() {
+            body.extend_from_slice(piece);
+            stamps.push(arrived_at.expect("the kernel stamps loopback packets"));
+        }
+        let after = SystemTime::now();
+        assert_eq!(body, b"hello, world");
+        assert!(stamps.iter().all(|at| before <= *at && *at <= after), "{before:?} {stamps:?} {after:?}");
+        assert!(stamps.windows(2).all(|pair| pair[0] <= pair[1]), "in order of arrival: {stamps:?}");
+        assert!(stamps.first() < stamps.last(), "pieces sent 2 ms apart carry their own times: {stamps:?}");
     }
 
     #[tokio::test]

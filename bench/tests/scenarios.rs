@@ -64,6 +64,11 @@ fn live_scenarios_lose_nothing() {
     assert!(figure(&fanout, "events_sent") > 0.0);
     assert_eq!(figure(&fanout, "events_lost"), 0.0);
     assert_eq!(figure(&fanout, "deliveries"), figure(&fanout, "events_sent") * 20.0);
+    if cfg!(target_os = "linux") {
+        // Delivery is timed at the socket (the kernel's stamp), which comes before the read.
+        assert_eq!(figure(&fanout, "deliveries_stamped"), figure(&fanout, "deliveries"));
+        assert!(figure(&fanout, "delivery_p50_us") <= figure(&fanout, "read_p50_us"));
+    }
 
     let longpoll = bench(&server, &[&["longpoll", "--readers", "10", "--rate", "40"][..], &BRIEF].concat());
     assert!(figure(&longpoll, "events_sent") > 0.0);

@@ -4,10 +4,16 @@
 //! the run started, on this process's monotonic clock), so every subscriber measures
 //! delivery latency and notices gaps. A subscriber whose connection ends resumes from the
 //! last offset it saw, as a real client would; events it never receives count as lost.
+//!
+//! Delivery is timed twice: when the event reached the subscriber's socket (the kernel's
+//! receive stamp, where it gives one: the server's part) and when the subscriber read it
+//! (which adds the generator's own queue: with a thousand subscribers on one core, the last
+//! is read milliseconds after it arrived). The `delivery_*` figures are arrival where
+//! stamped, `read_*` the latter.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use hyper::Method;
@@ -40,8 +46,11 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 const LATENCY_BATCH: usize = 256;
 
 struct Tally {
-    pending_us: Vec<u32>,
+    /// (arrival, read) latencies not yet in the shared histograms.
+    pending_us: Vec<(u32, u32)>,
     received: u64,
+    /// Deliveries timed by the kernel's receive stamp.
+    stamped: u64,
     reconnects: u64,
 }
 
@@ -57,10 +66,10 @@ pub async fn run(settings: &Settings, options: &FanoutOptions) -> Result<Report,
         return Err(format!("create {path}: status {}", created.status));
     }
     let memory_before = settings.server_pid.and_then(process::resident_bytes);
-    let base = Instant::now();
+    let base = Clocks { monotonic: Instant::now(), wall: SystemTime::now() };
     let ready = Arc::new((AtomicUsize::new(0), Notify::new()));
     let (total_tx, total_rx) = watch::channel(None::<u64>);
-    let latencies = Arc::new(Mutex::new(Latencies::default()));
+    let latencies = Arc::new(Mutex::new(Histograms::default()));
     let subscribers: Vec<_> = (0..options.subscribers)
         .map(|_| {
             let (ready, total, latencies) = (Arc::clone(&ready), total_rx.clone(), Arc::clone(&latencies));
@@ -76,15 +85,19 @@ pub async fn run(settings: &Settings, options: &FanoutOptions) -> Result<Report,
     let probe = ServerProbe::start(settings, clock);
     let (sent, errors) = write_events(&mut writer, &path, base, clock, &live, options).await;
     let _ = total_tx.send(Some(sent));
-    let (mut received, mut reconnects) = (0u64, 0u64);
+    let (mut received, mut reconnects, mut stamped) = (0u64, 0u64, 0u64);
     for subscriber in subscribers {
         let tally = subscriber.await.map_err(|e| format!("subscriber task: {e}"))??;
         received += tally.received;
         reconnects += tally.reconnects;
+        stamped += tally.stamped;
     }
     progress.finish();
     let expected = sent * options.subscribers as u64;
-    let summary = latencies.lock().expect("latency histogram lock").summary();
+    let (summary, read) = {
+        let histograms = latencies.lock().expect("latency histogram lock");
+        (histograms.arrival.summary(), histograms.read.summary())
+    };
     let mut report = Report::new("fanout");
     report
         .add("subscribers", options.subscribers as u64, "")
@@ -95,7 +108,10 @@ pub async fn run(settings: &Settings, options: &FanoutOptions) -> Result<Report,
         .add("reconnects", reconnects, "")
         .add("delivery_p50_us", summary.p50_us, "µs")
         .add("delivery_p99_us", summary.p99_us, "µs")
-        .add("delivery_max_us", summary.max_us, "µs");
+        .add("delivery_max_us", summary.max_us, "µs")
+        .add("deliveries_stamped", stamped, "")
+        .add("read_p50_us", read.p50_us, "µs")
+        .add("read_p99_us", read.p99_us, "µs");
     if let (Some(before), Some(after)) = (memory_before, memory_subscribed) {
         let per_subscriber = after.saturating_sub(before) / options.subscribers.max(1) as u64;
         report.add("server_memory_per_subscriber_bytes", per_subscriber, "B");
@@ -123,7 +139,7 @@ async fn wait_until_ready(ready: &(AtomicUsize, Notify), subscribers: usize) -> 
 async fn write_events(
     writer: &mut Connection,
     path: &str,
-    base: Instant,
+    base: Clocks,
     clock: Clock,
     live: &Live,
     options: &FanoutOptions,
@@ -135,7 +151,7 @@ async fn write_events(
     let (mut sent, mut errors) = (0, 0);
     for seq in 0..count {
         ticker.tick().await;
-        let mut payload = format!("{seq} {}", base.elapsed().as_micros());
+        let mut payload = format!("{seq} {}", base.monotonic.elapsed().as_micros());
         if payload.len() < options.bytes {
             payload.push(' ');
             payload.extend(std::iter::repeat_n('x', options.bytes - payload.len()));
@@ -158,12 +174,13 @@ async fn write_events(
 async fn subscribe(
     target: Target,
     path: String,
-    base: Instant,
+    base: Clocks,
     ready: Arc<(AtomicUsize, Notify)>,
     mut total: watch::Receiver<Option<u64>>,
-    latencies: Arc<Mutex<Latencies>>,
+    latencies: Arc<Mutex<Histograms>>,
 ) -> Result<Tally, String> {
-    let mut tally = Tally { pending_us: Vec::with_capacity(LATENCY_BATCH), received: 0, reconnects: 0 };
+    let mut tally =
+        Tally { pending_us: Vec::with_capacity(LATENCY_BATCH), received: 0, stamped: 0, reconnects: 0 };
     let mut offset = "now".to_string();
     let mut announced = false;
     let mut deadline: Option<tokio::time::Instant> = None;
@@ -176,7 +193,7 @@ async fn subscribe(
                 return Ok(tally);
             }
             let piece = tokio::select! {
-                piece = stream.next() => piece,
+                piece = stream.next_arrived() => piece,
                 _ = total.changed(), if deadline.is_none() => {
                     deadline = Some(tokio::time::Instant::now() + SETTLE_TIMEOUT);
                     continue;
@@ -186,7 +203,7 @@ async fn subscribe(
                     return Ok(tally);
                 }
             };
-            let Ok(Some(piece)) = piece else { break };
+            let Ok(Some((piece, arrived_at))) = piece else { break };
             parser.push_each(piece, |event| {
                 if event.event == "control" && !announced {
                     announced = true;
@@ -197,7 +214,7 @@ async fn subscribe(
                     offset.clone_from(id);
                 }
                 if event.event == "data" {
-                    tally.record(&event.data, base);
+                    tally.record(&event.data, base, arrived_at);
                 }
             })?;
             if tally.pending_us.len() >= LATENCY_BATCH {
@@ -208,22 +225,43 @@ async fn subscribe(
     }
 }
 
+/// The run's start on both clocks: sends are timed on the monotonic one, kernel receive
+/// stamps come on the wall clock.
+#[derive(Clone, Copy)]
+struct Clocks {
+    monotonic: Instant,
+    wall: SystemTime,
+}
+
+/// Delivery latencies of all subscribers.
+#[derive(Default)]
+struct Histograms {
+    /// Until the event reached the subscriber's socket (or was read, where not stamped).
+    arrival: Latencies,
+    /// Until the subscriber read it.
+    read: Latencies,
+}
+
 impl Tally {
-    fn record(&mut self, data: &str, base: Instant) {
+    fn record(&mut self, data: &str, base: Clocks, arrived_at: Option<SystemTime>) {
         let mut fields = data.split(' ');
         let _seq = fields.next();
-        if let Some(sent_us) = fields.next().and_then(|f| f.parse::<u64>().ok()) {
-            let now_us = base.elapsed().as_micros() as u64;
-            self.pending_us.push(u32::try_from(now_us.saturating_sub(sent_us)).unwrap_or(u32::MAX));
-            self.received += 1;
-        }
+        let Some(sent_us) = fields.next().and_then(|f| f.parse::<u64>().ok()) else { return };
+        let read_us = base.monotonic.elapsed().as_micros() as u64;
+        let arrival_us =
+            arrived_at.and_then(|at| at.duration_since(base.wall).ok()).map(|since| since.as_micros() as u64);
+        self.stamped += u64::from(arrival_us.is_some());
+        let latency = |at_us: u64| u32::try_from(at_us.saturating_sub(sent_us)).unwrap_or(u32::MAX);
+        self.pending_us.push((latency(arrival_us.unwrap_or(read_us)), latency(read_us)));
+        self.received += 1;
     }
 
-    /// Moves the batched latencies into the shared histogram.
-    fn flush(&mut self, latencies: &Mutex<Latencies>) {
+    /// Moves the batched latencies into the shared histograms.
+    fn flush(&mut self, latencies: &Mutex<Histograms>) {
         let mut shared = latencies.lock().expect("latency histogram lock");
-        for latency_us in self.pending_us.drain(..) {
-            shared.record_us(u64::from(latency_us));
+        for (arrival_us, read_us) in self.pending_us.drain(..) {
+            shared.arrival.record_us(u64::from(arrival_us));
+            shared.read.record_us(u64::from(read_us));
         }
     }
 }
