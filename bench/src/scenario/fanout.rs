@@ -1,8 +1,11 @@
 //! `fanout`: K SSE subscribers on one stream, one writer at R events/s.
 //!
-//! Each event's payload carries its sequence number and its send time (microseconds since
-//! the run started, on this process's monotonic clock), so every subscriber measures
-//! delivery latency and notices gaps. A subscriber whose connection ends resumes from the
+//! Each event's payload carries its sequence number, its send time (microseconds since
+//! the run started, on this process's monotonic clock) and whether it belongs to the warm-up,
+//! so every subscriber measures delivery latency and notices gaps. Events flow through the
+//! warm-up as well (counted for losses, not timed): the first events after an idle spell
+//! are slower on both ends, and a warm-up without them would leave that in the measured
+//! phase. A subscriber whose connection ends resumes from the
 //! last offset it saw, as a real client would; events it never receives count as lost.
 //!
 //! Delivery is timed twice: when the event reached the subscriber's socket (the kernel's
@@ -19,6 +22,7 @@ use bytes::Bytes;
 use hyper::Method;
 use tokio::sync::{watch, Notify};
 
+use super::{is_measured, phase_now, sent_micros, PHASE_MEASURED};
 use crate::http::Connection;
 use crate::process;
 use crate::report::Report;
@@ -49,7 +53,7 @@ struct Tally {
     /// (arrival, read) latencies not yet in the shared histograms.
     pending_us: Vec<(u32, u32)>,
     received: u64,
-    /// Deliveries timed by the kernel's receive stamp.
+    /// Timed deliveries that carried the kernel's receive stamp.
     stamped: u64,
     reconnects: u64,
 }
@@ -83,7 +87,7 @@ pub async fn run(settings: &Settings, options: &FanoutOptions) -> Result<Report,
     let live = Arc::new(Live::default());
     let progress = Progress::start("fanout", settings, clock, Arc::clone(&live));
     let probe = ServerProbe::start(settings, clock);
-    let (sent, errors) = write_events(&mut writer, &path, base, clock, &live, options).await;
+    let (sent, measured, errors) = write_events(&mut writer, &path, base, clock, &live, options).await;
     let _ = total_tx.send(Some(sent));
     let (mut received, mut reconnects, mut stamped) = (0u64, 0u64, 0u64);
     for subscriber in subscribers {
@@ -102,6 +106,7 @@ pub async fn run(settings: &Settings, options: &FanoutOptions) -> Result<Report,
     report
         .add("subscribers", options.subscribers as u64, "")
         .add("events_sent", sent, "")
+        .add("events_timed", measured, "")
         .add("write_errors", errors, "")
         .add("deliveries", received, "")
         .add("events_lost", expected.saturating_sub(received), "")
@@ -134,8 +139,8 @@ async fn wait_until_ready(ready: &(AtomicUsize, Notify), subscribers: usize) -> 
     }
 }
 
-/// Appends events at a steady pace through the measured phase (after the warm-up); returns
-/// (sent, errors).
+/// Appends events at a steady pace through the warm-up and the measured phase; returns
+/// (sent, sent in the measured phase, errors).
 async fn write_events(
     writer: &mut Connection,
     path: &str,
@@ -143,15 +148,16 @@ async fn write_events(
     clock: Clock,
     live: &Live,
     options: &FanoutOptions,
-) -> (u64, u64) {
-    tokio::time::sleep_until(clock.measure_from.into()).await;
-    let count = (f64::from(options.rate_per_sec) * clock.measured_secs()).ceil() as u64;
+) -> (u64, u64, u64) {
+    let whole_secs = (clock.end - clock.start).as_secs_f64();
+    let count = (f64::from(options.rate_per_sec) * whole_secs).ceil() as u64;
     let mut ticker = tokio::time::interval(Duration::from_secs(1) / options.rate_per_sec.max(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let (mut sent, mut errors) = (0, 0);
+    let (mut sent, mut measured, mut errors) = (0, 0, 0);
     for seq in 0..count {
         ticker.tick().await;
-        let mut payload = format!("{seq} {}", base.monotonic.elapsed().as_micros());
+        let phase = phase_now(&clock);
+        let mut payload = format!("{seq} {} {phase}", base.monotonic.elapsed().as_micros());
         if payload.len() < options.bytes {
             payload.push(' ');
             payload.extend(std::iter::repeat_n('x', options.bytes - payload.len()));
@@ -160,14 +166,17 @@ async fn write_events(
             .send(Method::POST, path, &[("content-type", "text/plain")], Bytes::from(payload))
             .await
             .is_ok_and(|reply| reply.status == 204);
-        if sent_ok {
-            sent += 1;
-            live.requests.fetch_add(1, Ordering::Relaxed);
-        } else {
+        if !sent_ok {
             errors += 1;
+            continue;
+        }
+        sent += 1;
+        if phase == PHASE_MEASURED {
+            measured += 1;
+            live.requests.fetch_add(1, Ordering::Relaxed);
         }
     }
-    (sent, errors)
+    (sent, measured, errors)
 }
 
 /// One subscriber: connects at the tail, then reads events until it has all of them.
@@ -244,16 +253,18 @@ struct Histograms {
 
 impl Tally {
     fn record(&mut self, data: &str, base: Clocks, arrived_at: Option<SystemTime>) {
-        let mut fields = data.split(' ');
-        let _seq = fields.next();
-        let Some(sent_us) = fields.next().and_then(|f| f.parse::<u64>().ok()) else { return };
+        let Some((_seq, timed)) = data.split_once(' ') else { return };
+        let Some(sent_us) = sent_micros(timed) else { return };
+        self.received += 1;
+        if !is_measured(timed) {
+            return;
+        }
         let read_us = base.monotonic.elapsed().as_micros() as u64;
         let arrival_us =
             arrived_at.and_then(|at| at.duration_since(base.wall).ok()).map(|since| since.as_micros() as u64);
         self.stamped += u64::from(arrival_us.is_some());
         let latency = |at_us: u64| u32::try_from(at_us.saturating_sub(sent_us)).unwrap_or(u32::MAX);
         self.pending_us.push((latency(arrival_us.unwrap_or(read_us)), latency(read_us)));
-        self.received += 1;
     }
 
     /// Moves the batched latencies into the shared histograms.

@@ -1,5 +1,6 @@
 //! `longpoll`: L readers long-polling one stream while a writer appends R events a second,
-//! each carrying its send time. A reader asks from its last offset, gets what arrived (or a
+//! each carrying its send time (events flow through the warm-up too, counted for losses but
+//! not timed). A reader asks from its last offset, gets what arrived (or a
 //! 204 when the wait times out) and asks again; the wake latency of an event is the time
 //! from its send to its arrival at a reader. Every event must reach every reader.
 //!
@@ -15,7 +16,7 @@ use bytes::Bytes;
 use hyper::Method;
 use tokio::sync::watch;
 
-use super::{create, reconnect, sent_micros, timed_payload, unique_suffix};
+use super::{create, is_measured, phase_now, reconnect, sent_micros, unique_suffix, PHASE_MEASURED};
 use crate::http::Connection;
 use crate::process;
 use crate::report::Report;
@@ -102,7 +103,8 @@ pub async fn run(settings: &Settings, options: &LongpollOptions) -> Result<Repor
     Ok(report)
 }
 
-/// Appends events at a steady pace through the measured phase; returns (sent, errors).
+/// Appends events at a steady pace through the warm-up and the measured phase; returns
+/// (sent, errors).
 async fn write_events(
     writer: &mut Connection,
     path: &str,
@@ -111,23 +113,24 @@ async fn write_events(
     live: &Live,
     rate: u32,
 ) -> (u64, u64) {
-    tokio::time::sleep_until(clock.measure_from.into()).await;
     let mut ticker = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let (mut sent, mut errors) = (0, 0);
     while !clock.done() {
         ticker.tick().await;
-        let mut payload = timed_payload(base, 0).to_vec();
-        payload.push(SEPARATOR as u8);
+        let phase = phase_now(&clock);
+        let payload = format!("{} {phase}{SEPARATOR}", base.elapsed().as_micros());
         let ok = writer
             .send(Method::POST, path, &[("content-type", "text/plain")], Bytes::from(payload))
             .await
             .is_ok_and(|reply| reply.status == 204);
-        if ok {
-            sent += 1;
-            live.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        } else {
+        if !ok {
             errors += 1;
+            continue;
+        }
+        sent += 1;
+        if phase == PHASE_MEASURED {
+            live.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
     (sent, errors)
@@ -190,9 +193,10 @@ async fn poll_loop(
             200 => {
                 let now_us = base.elapsed().as_micros() as u64;
                 for event in String::from_utf8_lossy(&reply.body).split(SEPARATOR).filter(|e| !e.is_empty()) {
-                    if let Some(sent_us) = sent_micros(event) {
+                    let Some(sent_us) = sent_micros(event) else { continue };
+                    tally.received += 1;
+                    if is_measured(event) {
                         tally.latencies.record_us(now_us.saturating_sub(sent_us));
-                        tally.received += 1;
                     }
                 }
             }

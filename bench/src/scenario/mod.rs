@@ -84,6 +84,27 @@ pub fn sent_micros(text: &str) -> Option<u64> {
     text.split(' ').next()?.parse().ok()
 }
 
+/// The field after an event's send time (fan-out, long-poll): sent in the warm-up (counted
+/// for losses, not timed) or in the measured phase. Events flow through the warm-up so the
+/// first deliveries after the readers connected, slower on both ends, fall outside the
+/// measured phase.
+pub const PHASE_WARMUP: &str = "w";
+pub const PHASE_MEASURED: &str = "m";
+
+/// The phase field for an event sent now.
+pub fn phase_now(clock: &Clock) -> &'static str {
+    if Instant::now() < clock.measure_from {
+        PHASE_WARMUP
+    } else {
+        PHASE_MEASURED
+    }
+}
+
+/// Whether an event's text (send time, then phase) was sent in the measured phase.
+pub fn is_measured(text: &str) -> bool {
+    text.split(' ').nth(1) == Some(PHASE_MEASURED)
+}
+
 /// Opens a connection, retrying briefly (a worker whose connection broke keeps going).
 pub async fn reconnect(target: &Target) -> Option<Connection> {
     for _ in 0..50 {
@@ -121,5 +142,21 @@ mod tests {
         let sent = sent_micros(std::str::from_utf8(&payload).unwrap()).unwrap();
         assert!(sent >= 5_000, "{sent}");
         assert_eq!(sent_micros("garbage"), None);
+    }
+
+    #[test]
+    fn only_events_of_the_measured_phase_are_timed() {
+        assert!(is_measured(&format!("1234 {PHASE_MEASURED}")));
+        assert!(is_measured(&format!("1234 {PHASE_MEASURED} xxxx")));
+        assert!(!is_measured(&format!("1234 {PHASE_WARMUP} xxxx")));
+        assert!(!is_measured("1234"), "an event without a phase is not timed");
+        let warming = Clock {
+            start: Instant::now(),
+            measure_from: Instant::now() + Duration::from_secs(60),
+            end: Instant::now() + Duration::from_secs(70),
+        };
+        assert_eq!(phase_now(&warming), PHASE_WARMUP);
+        let measuring = Clock { measure_from: Instant::now(), ..warming };
+        assert_eq!(phase_now(&measuring), PHASE_MEASURED);
     }
 }
