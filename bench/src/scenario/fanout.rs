@@ -1,12 +1,12 @@
 //! `fanout`: K SSE subscribers on one stream, one writer at R events/s.
 //!
 //! Each event's payload carries its sequence number, its send time (microseconds since
-//! the run started, on this process's monotonic clock) and whether it belongs to the warm-up,
-//! so every subscriber measures delivery latency and notices gaps. Events flow through the
-//! warm-up as well (counted for losses, not timed): the first events after an idle spell
-//! are slower on both ends, and a warm-up without them would leave that in the measured
-//! phase. A subscriber whose connection ends resumes from the
-//! last offset it saw, as a real client would; events it never receives count as lost.
+//! the run started, on this process's monotonic clock) and its phase, so every subscriber
+//! measures delivery latency and notices gaps. Events flow through the warm-up as well
+//! (counted for losses, not timed): the first events after the subscribers connected meet
+//! cold sockets on both ends, and a warm-up without events would leave them in the
+//! measured phase. A subscriber whose connection ends resumes from the last offset it saw,
+//! as a real client would; events it never receives count as lost.
 //!
 //! Delivery is timed twice: when the event reached the subscriber's socket (the kernel's
 //! receive stamp, where it gives one: the server's part) and when the subscriber read it
