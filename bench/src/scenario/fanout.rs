@@ -22,7 +22,7 @@ use bytes::Bytes;
 use hyper::Method;
 use tokio::sync::{watch, Notify};
 
-use super::{is_measured, phase_now, sent_micros, PHASE_MEASURED};
+use super::{is_measured, phase_now, phased_time, sent_micros, PHASE_MEASURED};
 use crate::http::Connection;
 use crate::process;
 use crate::report::Report;
@@ -157,7 +157,7 @@ async fn write_events(
     for seq in 0..count {
         ticker.tick().await;
         let phase = phase_now(&clock);
-        let mut payload = format!("{seq} {} {phase}", base.monotonic.elapsed().as_micros());
+        let mut payload = format!("{seq} {}", phased_time(base.monotonic, phase));
         if payload.len() < options.bytes {
             payload.push(' ');
             payload.extend(std::iter::repeat_n('x', options.bytes - payload.len()));

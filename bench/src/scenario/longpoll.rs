@@ -16,7 +16,9 @@ use bytes::Bytes;
 use hyper::Method;
 use tokio::sync::watch;
 
-use super::{create, is_measured, phase_now, reconnect, sent_micros, unique_suffix, PHASE_MEASURED};
+use super::{
+    create, is_measured, phase_now, phased_time, reconnect, sent_micros, unique_suffix, PHASE_MEASURED,
+};
 use crate::http::Connection;
 use crate::process;
 use crate::report::Report;
@@ -119,7 +121,7 @@ async fn write_events(
     while !clock.done() {
         ticker.tick().await;
         let phase = phase_now(&clock);
-        let payload = format!("{} {phase}{SEPARATOR}", base.elapsed().as_micros());
+        let payload = format!("{}{SEPARATOR}", phased_time(base, phase));
         let ok = writer
             .send(Method::POST, path, &[("content-type", "text/plain")], Bytes::from(payload))
             .await

@@ -100,6 +100,11 @@ pub fn phase_now(clock: &Clock) -> &'static str {
     }
 }
 
+/// An event's send time and phase, as [`sent_micros`] and [`is_measured`] read them.
+pub fn phased_time(base: Instant, phase: &str) -> String {
+    format!("{} {phase}", base.elapsed().as_micros())
+}
+
 /// Whether an event's text (send time, then phase) was sent in the measured phase.
 pub fn is_measured(text: &str) -> bool {
     text.split(' ').nth(1) == Some(PHASE_MEASURED)
