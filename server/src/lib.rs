@@ -68,7 +68,7 @@ pub use log_writer::{
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use ds_engine::{Engine, EngineConfig, StorageMode};
+use ds_engine::{Engine, StorageMode};
 use tokio::net::TcpListener;
 
 use crate::app::App;
@@ -119,7 +119,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         config.engine.shard_count
     );
     log_recovery(&engine);
-    log_shard_hint(&config.engine);
+    log_shard_hint(&engine);
     tokio::spawn(trigger_on_signal(Arc::clone(&app)));
     serve::serve(listener, app, tls).await;
     let stats = engine.stats();
@@ -134,17 +134,21 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     Ok(())
 }
 
-/// acid: each shard syncs its own log, so shards beyond the CPUs there are to run them
-/// split the same appends into more, smaller group commits (on one CPU: 1 shard about 62,000
-/// appends/s, 16 shards about 38,000; see the README). Said at start, because the count is
-/// fixed when the data directory is created.
-fn log_shard_hint(engine: &EngineConfig) {
+/// acid where each shard flushes its own log (a file system where device flushes cannot be
+/// shared, or `DS_STORAGE__SHARED_FLUSH=false`): shards beyond the CPUs there are to run them
+/// split the same appends into more, smaller group commits, each with its own device flush
+/// (see the README's shard-count tables). Said at start, because the count is fixed when the
+/// data directory is created. Where flushes are shared the shard count costs far less, and
+/// nothing is said.
+fn log_shard_hint(engine: &Engine) {
+    let config = engine.config();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if engine.mode == StorageMode::Acid && engine.shard_count as usize > cpus {
+    let flushes_shared = engine.flush_stats().shared;
+    if config.mode == StorageMode::Acid && !flushes_shared && config.shard_count as usize > cpus {
         tracing::info!(
-            "acid: {} shards on {cpus} CPU(s); each shard syncs its own log, so fewer shards would group \
-             more appends per fsync (DS_STORAGE__ACID_SHARD_COUNT, fixed when the data directory is created)",
-            engine.shard_count
+            "acid: {} shards on {cpus} CPU(s), each flushing its own log; fewer shards would group \
+             more appends per device flush (DS_STORAGE__ACID_SHARD_COUNT, fixed when the data directory is created)",
+            config.shard_count
         );
     }
 }
@@ -159,7 +163,12 @@ fn log_recovery(engine: &Engine) {
     let bytes: u64 = reports.iter().map(|r| r.bytes_replayed).sum();
     let files: u64 = reports.iter().map(|r| r.files).sum();
     let clean = reports.iter().all(|r| r.clean_shutdown);
+    let fresh =
+        reports.iter().all(|r| r.checkpoint_lsn.is_none() && r.records_replayed == 0 && r.damage.is_empty());
     match engine.config().mode {
+        ds_engine::StorageMode::Acid if fresh => {
+            tracing::info!("acid: a new data directory, {} shards", reports.len())
+        }
         ds_engine::StorageMode::Acid => {
             tracing::info!(records, bytes, clean_shutdown = clean, "recovered {} shards", reports.len())
         }
