@@ -3,6 +3,7 @@
 # - HAProxy 2.6 for the proxy and cluster tests (Debian's package, as root or with sudo -n).
 # - etcd 3.4+ for the cluster tests (Debian's etcd-server package; where apt cannot provide
 #   it, etcd's official release build into .ci/.cache/).
+# - mkfs.ext4 (Debian's e2fsprogs) for the full-disk test on an ext4 image.
 # - Node.js 20.19+ or 22.12+ for the public conformance suite (its locked vitest needs it);
 #   an official build is downloaded into .ci/.cache/ when the system's is missing or older.
 #
@@ -74,6 +75,11 @@ ds_setup() {
   fi
   if ! command -v etcd >/dev/null 2>&1; then
     ds_setup_etcd || return 1
+  fi
+  if ! command -v mkfs.ext4 >/dev/null 2>&1; then
+    echo "setup: installing e2fsprogs" >&2
+    ds_as_root apt-get update -qq >&2 || return 1
+    DEBIAN_FRONTEND=noninteractive ds_as_root apt-get install -y -qq e2fsprogs >&2 || return 1
   fi
   if ! ds_node_ok; then
     local version="22.12.0"

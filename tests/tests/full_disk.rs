@@ -1,38 +1,56 @@
-//! A full disk, for real: the server's data directory on a small tmpfs.
+//! A full disk, for real: the server's data directory on a small file system of its own — a
+//! tmpfs, and an ext4 image on a loop device (the file system acid is tuned for: there its
+//! shards share each device flush and zero-fill their segments ahead, and both meet the full
+//! disk).
 //!
 //! Writes fill it until they get 507 (a problem document); every acknowledged write stays
 //! readable, reads go on, a delete goes through; freeing space lets writes resume by
 //! themselves; a stop and a restart on the full disk work and lose nothing. In acid and
-//! file-durable mode. Mounting needs root (as the tests run here and in CI); where it is
-//! not allowed the test says so on stderr and checks nothing.
+//! file-durable mode. Mounting needs root (as the tests run here and in CI), and the ext4
+//! image `mkfs.ext4` and a loop device; where one is missing the test says so on stderr and
+//! checks nothing.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ds_tests::data_dir::DataDir;
 use ds_tests::Server;
 
 /// Size of the file system the server gets.
-const TMPFS_BYTES: u64 = 48 << 20;
+const FILE_SYSTEM_BYTES: u64 = 48 << 20;
 /// A file that takes space on it, removed to give space back.
 const FILLER_BYTES: usize = 6 << 20;
 const BODY_BYTES: usize = 32 << 10;
 
-/// A tmpfs mounted on a temporary directory, unmounted when dropped.
-struct Tmpfs {
+/// A small file system mounted on a temporary directory, unmounted when dropped (before the
+/// image it may live in is removed).
+struct Scratch {
     dir: DataDir,
+    /// The directory holding an ext4 image.
+    _image: Option<DataDir>,
 }
 
-impl Tmpfs {
-    fn mount() -> Option<Tmpfs> {
+impl Scratch {
+    fn tmpfs() -> Option<Scratch> {
         let dir = DataDir::new("tmpfs");
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={TMPFS_BYTES}"), "tmpfs"])
-            .arg(dir.path())
-            .status();
-        status.is_ok_and(|status| status.success()).then_some(Tmpfs { dir })
+        let size = format!("size={FILE_SYSTEM_BYTES}");
+        quietly(Command::new("mount").args(["-t", "tmpfs", "-o", &size, "tmpfs"]).arg(dir.path()))
+            .then_some(Scratch { dir, _image: None })
+    }
+
+    /// ext4 with 4 KiB blocks (what `mkfs` gives a disk of any real size) and its default
+    /// journal, in an image file mounted through a loop device.
+    fn ext4() -> Option<Scratch> {
+        let image_dir = DataDir::new("ext4-image");
+        let image = image_dir.path().join("fs.img");
+        std::fs::File::create(&image).ok()?.set_len(FILE_SYSTEM_BYTES).ok()?;
+        let dir = DataDir::new("ext4");
+        let made =
+            quietly(Command::new(system_tool("mkfs.ext4")).args(["-q", "-F", "-b", "4096"]).arg(&image));
+        let mounted = made && quietly(Command::new("mount").args(["-o", "loop"]).arg(&image).arg(dir.path()));
+        mounted.then_some(Scratch { dir, _image: Some(image_dir) })
     }
 
     fn path(&self) -> &Path {
@@ -40,10 +58,22 @@ impl Tmpfs {
     }
 }
 
-impl Drop for Tmpfs {
+impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
+        let _ = quietly(Command::new("umount").arg(self.dir.path()));
     }
+}
+
+/// `name` where a user's PATH may not reach it (Debian keeps mkfs in /usr/sbin), else `name`.
+fn system_tool(name: &str) -> PathBuf {
+    let sbin = ["/usr/sbin", "/sbin"].iter().map(|dir| Path::new(dir).join(name)).find(|path| path.exists());
+    sbin.unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// Runs `command` with its output dropped; whether it ran and succeeded.
+fn quietly(command: &mut Command) -> bool {
+    let status = command.stdout(Stdio::null()).stderr(Stdio::null()).status();
+    status.is_ok_and(|status| status.success())
 }
 
 fn start(mode: &str, data: &Path) -> Server {
@@ -51,7 +81,7 @@ fn start(mode: &str, data: &Path) -> Server {
     Server::start(&[
         ("DS_STORAGE__MODE", mode),
         ("DS_STORAGE__DATA_DIR", &data_dir),
-        ("DS_STORAGE__ACID_SHARD_COUNT", "1"),
+        ("DS_STORAGE__ACID_SHARD_COUNT", "4"),
         ("DS_STORAGE__SEGMENT_BYTES", "1048576"),
         ("DS_LIMITS__MAX_STREAM_BYTES", "262144"),
         ("DS_LIMITS__MAX_MEMORY_BYTES", "1073741824"),
@@ -112,28 +142,48 @@ fn wait_for_writes(server: &Server, path: &str, timeout: Duration) {
     }
 }
 
-fn filler(tmpfs: &Tmpfs, name: &str) -> PathBuf {
-    let path = tmpfs.path().join(name);
+fn filler(scratch: &Scratch, name: &str) -> PathBuf {
+    let path = scratch.path().join(name);
     std::fs::write(&path, vec![7u8; FILLER_BYTES]).unwrap();
     path
 }
 
 #[test]
-fn a_full_disk_is_back_pressure_not_death() {
-    let Some(tmpfs) = Tmpfs::mount() else {
-        // Written past the test harness's capture, so the skip shows in the summary.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED a_full_disk_is_back_pressure_not_death: cannot mount a tmpfs (not root?)"
-        );
-        return;
-    };
+fn a_full_tmpfs_is_back_pressure_not_death() {
+    match Scratch::tmpfs() {
+        Some(scratch) => back_pressure_not_death(&scratch, false),
+        None => skipped("a_full_tmpfs_is_back_pressure_not_death", "cannot mount a tmpfs (not root?)"),
+    }
+}
+
+#[test]
+fn a_full_ext4_is_back_pressure_not_death() {
+    match Scratch::ext4() {
+        Some(scratch) => back_pressure_not_death(&scratch, true),
+        None => skipped(
+            "a_full_ext4_is_back_pressure_not_death",
+            "cannot make and mount an ext4 image (no mkfs.ext4, no loop device, or not root)",
+        ),
+    }
+}
+
+/// Written past the test harness's capture, so the skip shows in the summary.
+fn skipped(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+/// `shared_flush`: whether acid's shards share each device flush there (ext4: they do).
+fn back_pressure_not_death(scratch: &Scratch, shared_flush: bool) {
     for mode in ["acid", "file-durable"] {
-        let data = tmpfs.path().join(mode);
+        let data = scratch.path().join(mode);
         let fillers =
-            [filler(&tmpfs, &format!("{mode}-filler-1")), filler(&tmpfs, &format!("{mode}-filler-2"))];
+            [filler(scratch, &format!("{mode}-filler-1")), filler(scratch, &format!("{mode}-filler-2"))];
         let mut server = start(mode, &data);
         let client = server.client();
+        if mode == "acid" {
+            let shared = format!("ds_flush_shared {}\n", u8::from(shared_flush));
+            assert!(client.get("/metrics").text().contains(&shared), "{mode}: expected {shared}");
+        }
         assert_eq!(client.put("/v1/stream/kept", "text/plain", b"kept;").status, 201);
         let mut filled = fill(&server, "first");
         assert!(filled.len() > 2, "{mode}: the disk took some writes first");
