@@ -6,6 +6,10 @@
 # - mkfs.ext4 (Debian's e2fsprogs) for the full-disk test on an ext4 image.
 # - Node.js 20.19+ or 22.12+ for the public conformance suite (its locked vitest needs it);
 #   an official build is downloaded into .ci/.cache/ when the system's is missing or older.
+# - With `--python-clients` (and only then): Python 3.10+ and a virtual environment in
+#   .ci/.cache/python-clients holding the public Python client pinned in
+#   tests/clients/python/requirements.txt (Debian's python3 and python3-venv where missing);
+#   prints that environment's python as its last line.
 #
 # Sourced by `.ci/run` (it puts a downloaded Node.js on PATH) or by hand
 # (`source .ci/setup.sh`); the test harness runs it as `bash .ci/setup.sh --print-path`,
@@ -65,6 +69,26 @@ ds_setup_etcd() {
   command -v etcd >/dev/null 2>&1
 }
 
+# The pinned Python client in its own virtual environment, made again when the pins change.
+ds_setup_python_clients() {
+  local dir requirements
+  dir="$(pwd)/.ci/.cache/python-clients"
+  requirements="$(pwd)/tests/clients/python/requirements.txt"
+  if [ -x "${dir}/bin/python" ] && cmp -s "${requirements}" "${dir}/requirements.txt"; then
+    return 0
+  fi
+  if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null \
+    || ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    echo "setup: installing python3 and python3-venv" >&2
+    ds_as_root apt-get update -qq >&2 || return 1
+    DEBIAN_FRONTEND=noninteractive ds_as_root apt-get install -y -qq python3 python3-venv >&2 || return 1
+  fi
+  rm -rf "${dir}"
+  python3 -m venv "${dir}" >&2 || return 1
+  "${dir}/bin/python" -m pip install -q --disable-pip-version-check -r "${requirements}" >&2 || return 1
+  cp "${requirements}" "${dir}/requirements.txt"
+}
+
 ds_setup() {
   # Debian installs haproxy in /usr/sbin, which a user's PATH may not hold.
   case ":${PATH}:" in *:/usr/sbin:*) ;; *) export PATH="${PATH}:/usr/sbin" ;; esac
@@ -97,6 +121,11 @@ ds_setup() {
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   cd "$(dirname "$0")/.." || exit 1
+  if [ "${1:-}" = "--python-clients" ]; then
+    ds_setup_python_clients || exit 1
+    printf '%s\n' "$(pwd)/.ci/.cache/python-clients/bin/python"
+    exit 0
+  fi
   ds_setup || exit 1
   if [ "${1:-}" = "--print-path" ]; then printf '%s\n' "${PATH}"; fi
 else

@@ -7,10 +7,11 @@
 //! - `haproxy` and `jwt`: the shipped proxy configuration, started for end-to-end tests, and
 //!   tokens minted with the committed test-only keys.
 //! - `etcd`: a one-member etcd for the cluster tests, stopped and started at will.
-//! - `prerequisites`: HAProxy, etcd and Node.js, found or installed by `.ci/setup.sh`.
+//! - `prerequisites`: HAProxy, etcd, Node.js and the public Python client, found or installed
+//!   by `.ci/setup.sh`.
 //!
-//! The tests themselves live in `tests/tests/`: protocol behaviour, configuration, and the
-//! public conformance suite.
+//! The tests themselves live in `tests/tests/`: protocol behaviour, configuration, the
+//! public conformance suite, and sessions of the public clients (`tests/clients/`).
 
 pub mod client;
 pub mod data_dir;

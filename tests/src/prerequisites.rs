@@ -1,6 +1,6 @@
-//! The tools the tests run besides the built binaries (HAProxy, Node.js and npm), found or
-//! installed by the project's own `.ci/setup.sh`, so `cargo test --workspace` works on a
-//! fresh machine.
+//! The tools the tests run besides the built binaries (HAProxy, Node.js and npm, and the
+//! public Python client), found or installed by the project's own `.ci/setup.sh`, so
+//! `cargo test --workspace` works on a fresh machine.
 //!
 //! The script runs once per test process: it installs HAProxy where it is missing (Debian's
 //! package, as root or with `sudo -n`) and downloads a recent enough Node.js into
@@ -17,24 +17,7 @@ use std::sync::OnceLock;
 pub fn tools_path() -> &'static OsString {
     static PATH: OnceLock<OsString> = OnceLock::new();
     PATH.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let output = Command::new("bash")
-            .arg(".ci/setup.sh")
-            .arg("--print-path")
-            .current_dir(&root)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("bash runs .ci/setup.sh");
-        assert!(
-            output.status.success(),
-            ".ci/setup.sh could not provide the test tools (HAProxy 2.6, Node.js 20.19+ or \
-             22.12+); see its message above"
-        );
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let path = stdout.lines().last().unwrap_or_default().trim();
-        assert!(!path.is_empty(), ".ci/setup.sh --print-path printed no PATH");
-        OsString::from(path)
+        OsString::from(setup("--print-path", "the test tools (HAProxy 2.6, Node.js 20.19+ or 22.12+)"))
     })
 }
 
@@ -43,4 +26,32 @@ pub fn tool(program: &str) -> Command {
     let mut command = Command::new(program);
     command.env("PATH", tools_path());
     command
+}
+
+/// The python of a virtual environment holding the public Python client pinned in
+/// `tests/clients/python/requirements.txt`, made by `.ci/setup.sh --python-clients` (once per
+/// test process). Panics, with the script's message, when it cannot.
+pub fn python_clients() -> &'static PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        PathBuf::from(setup("--python-clients", "the Python client (Python 3.10+, venv, PyPI)"))
+    })
+}
+
+/// Runs `.ci/setup.sh FLAG` from the project's root; the last line it printed. Panics when
+/// it fails, naming `what` it could not provide (its own message is on stderr above).
+fn setup(flag: &str, what: &str) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = Command::new("bash")
+        .args([".ci/setup.sh", flag])
+        .current_dir(&root)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("bash runs .ci/setup.sh");
+    assert!(output.status.success(), ".ci/setup.sh could not provide {what}; see its message above");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default().trim().to_owned();
+    assert!(!last.is_empty(), ".ci/setup.sh {flag} printed nothing");
+    last
 }
