@@ -1,11 +1,11 @@
 // One session of the public TypeScript client (@durable-streams/client, pinned in
 // package-lock.json) against a running ds-server: what an application does with it —
 // create, append, read back, JSON streams, long-poll and SSE readers that see a later
-// append, an idempotent producer whose repeated batch is stored once, closing, head and
-// delete. Started by tests/tests/clients.rs with the server's base URL; exits non-zero
+// append (bytes that are not text too), an idempotent producer whose repeated batch is
+// stored once, a fenced older epoch, closing, head and delete. Started by tests/tests/clients.rs with the server's base URL; exits non-zero
 // (with the failed check on stderr) when anything differs from what the client promises.
 import assert from "node:assert/strict"
-import { DurableStream, IdempotentProducer, stream } from "@durable-streams/client"
+import { DurableStream, IdempotentProducer, StaleEpochError, stream } from "@durable-streams/client"
 
 const base = process.argv[2]
 assert.ok(base, "usage: node session.mjs BASE_URL")
@@ -75,6 +75,52 @@ async function producer() {
   await assert.rejects(handle.append("late;"), "a closed stream takes no appends")
 }
 
+/// Bytes that are not text reach an SSE reader whole (ds sends them base64, and says so).
+async function binaryOverSse() {
+  const name = url("ts-binary")
+  const handle = await DurableStream.create({ url: name, contentType: "application/octet-stream" })
+  await handle.append(new Uint8Array([0, 1, 2, 255]))
+  const read = await stream({ url: name, offset: "-1", live: "sse" })
+  setTimeout(() => handle.append(new Uint8Array([13, 10, 0])), 300)
+  const reader = read.bodyStream().getReader()
+  const seen = []
+  while (seen.length < 7) {
+    const { value, done } = await reader.read()
+    assert.ok(!done, `the session ended after ${seen}`)
+    seen.push(...value)
+  }
+  read.cancel()
+  await read.closed
+  assert.deepEqual(seen, [0, 1, 2, 255, 13, 10, 0])
+}
+
+/// A producer's newer epoch fences the older one: its next batch is refused, not stored.
+async function fencing() {
+  const name = url("ts-fencing")
+  const handle = await DurableStream.create({ url: name, contentType: "text/plain" })
+  const errors = []
+  const old = new IdempotentProducer(handle, "writer", { epoch: 0, lingerMs: 0, onError: (e) => errors.push(e) })
+  old.append("a;")
+  await old.flush()
+  const newer = new IdempotentProducer(handle, "writer", { epoch: 1, lingerMs: 0 })
+  newer.append("b;")
+  await newer.flush()
+  old.append("c;")
+  await old.flush().catch((error) => errors.push(error))
+  assert.ok(errors.some((error) => error instanceof StaleEpochError), `errors: ${errors}`)
+  const read = await stream({ url: name, offset: "-1", live: false })
+  assert.equal(await read.text(), "a;b;")
+}
+
+async function closing() {
+  const handle = await DurableStream.create({ url: url("ts-close"), contentType: "text/plain" })
+  await handle.append("x;")
+  const closed = await handle.close()
+  const head = await handle.head()
+  assert.equal(head.streamClosed, true)
+  assert.equal(head.offset, closed.finalOffset, "the close reports the final offset")
+}
+
 async function deletion() {
   const handle = await DurableStream.create({ url: url("ts-gone"), contentType: "text/plain" })
   await handle.delete()
@@ -82,7 +128,17 @@ async function deletion() {
   assert.ok(head instanceof Error || head.exists === false, "a deleted stream is gone")
 }
 
-const steps = { bytes, json, longPoll: () => live("long-poll"), sse: () => live("sse"), producer, deletion }
+const steps = {
+  bytes,
+  json,
+  longPoll: () => live("long-poll"),
+  sse: () => live("sse"),
+  binaryOverSse,
+  producer,
+  fencing,
+  closing,
+  deletion,
+}
 for (const [name, step] of Object.entries(steps)) {
   try {
     await step()
