@@ -68,20 +68,20 @@ def missing_stream():
     expect_error(StreamNotFoundError, read_missing)
 
 
-def live(mode, items):
+def live(mode, json):
     """A reader in `mode` from the start sees the first message, then one appended later."""
-    name = url(f"py-live-{mode}-{items.__name__}")
-    json = items.__name__ == "json_items"
+    name = url(f"py-live-{mode}-{'json' if json else 'text'}")
     handle = DurableStream.create(name, content_type="application/json" if json else "text/plain")
     first, later = ({"n": 1}, {"n": 2}) if json else ("first;", "later;")
+    expected = [first, later] if json else "first;later;"
     handle.append(first)
     seen = []
 
     def reader():
         with stream(name, live=mode, offset="-1") as read:
-            for item in items(read, mode):
+            for item in items(read, mode, json):
                 seen.append(item)
-                if len(seen) == 2 or (not json and "".join(seen) == "first;later;"):
+                if (seen if json else "".join(seen)) == expected:
                     return
 
     thread = threading.Thread(target=reader, daemon=True)
@@ -90,16 +90,15 @@ def live(mode, items):
     handle.append(later)
     thread.join(15)
     assert not thread.is_alive(), f"{mode}: the reader did not see the later append: {seen}"
-    assert (seen == [first, later]) if json else ("".join(seen) == "first;later;"), (mode, seen)
+    assert (seen if json else "".join(seen)) == expected, (mode, seen)
 
 
-def text_items(read, mode):
-    # SSE gives text; a long-poll body iterates as bytes.
+def items(read, mode, json):
+    """What a reader iterates: JSON values, or text (SSE gives text; a long-poll body
+    iterates as bytes)."""
+    if json:
+        return read.iter_json()
     return read.iter_text() if mode == "sse" else (chunk.decode() for chunk in read)
-
-
-def json_items(read, mode):
-    return read.iter_json()
 
 
 for step in [
@@ -107,10 +106,10 @@ for step in [
     json_stream,
     sequence_conflict,
     missing_stream,
-    lambda: live("long-poll", text_items),
-    lambda: live("sse", text_items),
-    lambda: live("long-poll", json_items),
-    lambda: live("sse", json_items),
+    lambda: live("long-poll", json=False),
+    lambda: live("sse", json=False),
+    lambda: live("long-poll", json=True),
+    lambda: live("sse", json=True),
 ]:
     step()
 print("python client session: ok")
