@@ -363,7 +363,9 @@ fn cors_follows_the_configured_origins(mode: &str) {
         b"",
     );
     assert_eq!(preflight.status, 204);
-    assert!(preflight.header("access-control-allow-headers").unwrap().contains("Producer-Id"));
+    let allowed_headers = preflight.header("access-control-allow-headers").unwrap();
+    assert!(allowed_headers.contains("Producer-Id"));
+    assert!(allowed_headers.contains("Stream-Forked-From"), "a browser may create a fork: {allowed_headers}");
     assert!(preflight.header("access-control-allow-methods").unwrap().contains("DELETE"));
 }
 

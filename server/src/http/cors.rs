@@ -12,9 +12,11 @@ use hyper::header::{
 pub const EXPOSED_HEADERS: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, \
      Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, \
      Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, Retry-After";
-/// Request headers a browser script may send.
+/// Request headers a browser script may send: every protocol header a route acts on (forks'
+/// included), and `Authorization` for the proxy in front.
 pub const ALLOWED_HEADERS: &str = "Content-Type, If-None-Match, Last-Event-ID, Authorization, Stream-Seq, \
-     Stream-TTL, Stream-Expires-At, Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq";
+     Stream-TTL, Stream-Expires-At, Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, \
+     Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset";
 /// Methods a browser script may use.
 pub const ALLOWED_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
 /// How long browsers may cache a preflight answer, in seconds.
@@ -75,6 +77,32 @@ impl CorsPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::headers;
+
+    /// A header a route acts on but a browser may not send makes that request impossible
+    /// cross-origin (the preflight fails): forks' headers were once missing here.
+    #[test]
+    fn every_request_header_a_route_reads_is_allowed() {
+        let allowed: Vec<String> = ALLOWED_HEADERS.split(", ").map(str::to_ascii_lowercase).collect();
+        let read_by_routes = [
+            hyper::header::CONTENT_TYPE,
+            hyper::header::IF_NONE_MATCH,
+            headers::LAST_EVENT_ID,
+            headers::STREAM_SEQ,
+            headers::STREAM_TTL,
+            headers::STREAM_EXPIRES_AT,
+            headers::STREAM_CLOSED,
+            headers::PRODUCER_ID,
+            headers::PRODUCER_EPOCH,
+            headers::PRODUCER_SEQ,
+            headers::STREAM_FORKED_FROM,
+            headers::STREAM_FORK_OFFSET,
+            headers::STREAM_FORK_SUB_OFFSET,
+        ];
+        for name in read_by_routes {
+            assert!(allowed.iter().any(|header| header == name.as_str()), "{name} is not allowed");
+        }
+    }
 
     #[test]
     fn any_origin_by_default() {
