@@ -9,8 +9,12 @@ import assert from "node:assert/strict"
 import { DurableStream, IdempotentProducer, StaleEpochError, stream } from "@durable-streams/client"
 
 const base = process.argv[2]
-assert.ok(base, "usage: node session.mjs BASE_URL")
+assert.ok(base, "usage: [DS_BEARER=token] node session.mjs BASE_URL")
 const url = (name) => `${base}/v1/stream/${name}-${process.pid}`
+// Behind the authenticating proxy every request carries the token, as an application's do.
+const headers = process.env.DS_BEARER ? { Authorization: `Bearer ${process.env.DS_BEARER}` } : {}
+const create = (options) => DurableStream.create({ ...options, headers })
+const readFrom = (options) => stream({ ...options, headers })
 // A session that hangs is a failure, not a stuck test run.
 setTimeout(() => {
   console.error("the session did not finish within 60 s")
@@ -18,9 +22,9 @@ setTimeout(() => {
 }, 60_000).unref()
 
 async function bytes() {
-  const handle = await DurableStream.create({ url: url("ts-bytes"), contentType: "text/plain" })
+  const handle = await create({ url: url("ts-bytes"), contentType: "text/plain" })
   for (let i = 0; i < 5; i++) await handle.append(`m${i};`)
-  const read = await stream({ url: url("ts-bytes"), offset: "-1", live: false })
+  const read = await readFrom({ url: url("ts-bytes"), offset: "-1", live: false })
   assert.equal(await read.text(), "m0;m1;m2;m3;m4;")
   const head = await handle.head()
   assert.equal(head.exists, true)
@@ -28,10 +32,10 @@ async function bytes() {
 }
 
 async function json() {
-  const handle = await DurableStream.create({ url: url("ts-json"), contentType: "application/json" })
+  const handle = await create({ url: url("ts-json"), contentType: "application/json" })
   await handle.append(JSON.stringify({ a: 1 }))
   await handle.append(JSON.stringify([{ b: 2 }, { c: 3 }]))
-  const read = await stream({ url: url("ts-json"), offset: "-1", live: false })
+  const read = await readFrom({ url: url("ts-json"), offset: "-1", live: false })
   // The client sends each append as one message (it wraps the value in an array, which the
   // server unwraps one level), so an appended array stays one message.
   assert.deepEqual(await read.json(), [{ a: 1 }, [{ b: 2 }, { c: 3 }]])
@@ -40,9 +44,9 @@ async function json() {
 // A reader in `live` mode from the start sees the first message, then one appended later.
 async function live(live) {
   const name = url(`ts-live-${live}`)
-  const handle = await DurableStream.create({ url: name, contentType: "text/plain" })
+  const handle = await create({ url: name, contentType: "text/plain" })
   await handle.append("first;")
-  const read = await stream({ url: name, offset: "-1", live })
+  const read = await readFrom({ url: name, offset: "-1", live })
   setTimeout(() => handle.append("later;"), 300)
   let seen = ""
   const texts = read.textStream()
@@ -59,7 +63,7 @@ async function live(live) {
 
 async function producer() {
   const name = url("ts-producer")
-  const handle = await DurableStream.create({ url: name, contentType: "text/plain" })
+  const handle = await create({ url: name, contentType: "text/plain" })
   const writer = new IdempotentProducer(handle, "writer-1", { epoch: 0, lingerMs: 0 })
   writer.append("a;")
   writer.append("b;")
@@ -70,7 +74,7 @@ async function producer() {
   again.append("a;")
   await again.flush()
   await writer.close("end;")
-  const read = await stream({ url: name, offset: "-1", live: false })
+  const read = await readFrom({ url: name, offset: "-1", live: false })
   assert.equal(await read.text(), "a;b;end;")
   assert.equal(read.streamClosed, true, "closing with a final message closes the stream")
   await assert.rejects(handle.append("late;"), "a closed stream takes no appends")
@@ -79,9 +83,9 @@ async function producer() {
 // Bytes that are not text reach an SSE reader whole (ds sends them base64, and says so).
 async function binaryOverSse() {
   const name = url("ts-binary")
-  const handle = await DurableStream.create({ url: name, contentType: "application/octet-stream" })
+  const handle = await create({ url: name, contentType: "application/octet-stream" })
   await handle.append(new Uint8Array([0, 1, 2, 255]))
-  const read = await stream({ url: name, offset: "-1", live: "sse" })
+  const read = await readFrom({ url: name, offset: "-1", live: "sse" })
   setTimeout(() => handle.append(new Uint8Array([13, 10, 0])), 300)
   const reader = read.bodyStream().getReader()
   const seen = []
@@ -98,7 +102,7 @@ async function binaryOverSse() {
 // A producer's newer epoch fences the older one: its next batch is refused, not stored.
 async function fencing() {
   const name = url("ts-fencing")
-  const handle = await DurableStream.create({ url: name, contentType: "text/plain" })
+  const handle = await create({ url: name, contentType: "text/plain" })
   const errors = []
   const old = new IdempotentProducer(handle, "writer", { epoch: 0, lingerMs: 0, onError: (e) => errors.push(e) })
   old.append("a;")
@@ -109,12 +113,12 @@ async function fencing() {
   old.append("c;")
   await old.flush().catch((error) => errors.push(error))
   assert.ok(errors.some((error) => error instanceof StaleEpochError), `errors: ${errors}`)
-  const read = await stream({ url: name, offset: "-1", live: false })
+  const read = await readFrom({ url: name, offset: "-1", live: false })
   assert.equal(await read.text(), "a;b;")
 }
 
 async function closing() {
-  const handle = await DurableStream.create({ url: url("ts-close"), contentType: "text/plain" })
+  const handle = await create({ url: url("ts-close"), contentType: "text/plain" })
   await handle.append("x;")
   const closed = await handle.close()
   const head = await handle.head()
@@ -123,9 +127,9 @@ async function closing() {
 }
 
 async function deletion() {
-  const handle = await DurableStream.create({ url: url("ts-gone"), contentType: "text/plain" })
+  const handle = await create({ url: url("ts-gone"), contentType: "text/plain" })
   await handle.delete()
-  const head = await DurableStream.head({ url: url("ts-gone") })
+  const head = await DurableStream.head({ url: url("ts-gone"), headers })
   assert.equal(head.exists, false, "a deleted stream is gone")
 }
 
