@@ -57,9 +57,11 @@ const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pause after a failed accept (such as running out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// The answer past the connection limit (sent before reading the request).
+/// The answer past the connection limit (sent before reading the request), with the
+/// headers every answer carries.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
-content-type: application/problem+json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 125\r\n\r\n\
+content-type: application/problem+json\r\ncache-control: no-store\r\nx-content-type-options: nosniff\r\n\
+cross-origin-resource-policy: cross-origin\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 125\r\n\r\n\
 {\"type\":\"urn:ds:problem:too-many-connections\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"connection limit reached\"}";
 
 /// Serves `listener` until the app's shutdown signal fires, then drains. Readers the bare
@@ -255,6 +257,11 @@ mod tests {
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(head.starts_with("HTTP/1.1 503 "));
         assert!(head.contains(&format!("content-length: {}", body.len())), "{head}");
+        for every_answer in
+            ["cache-control: no-store", "x-content-type-options: nosniff", "cross-origin-resource-policy"]
+        {
+            assert!(head.contains(every_answer), "{head}");
+        }
         let document: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(document["status"], 503);
     }
