@@ -19,6 +19,12 @@ ds_as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi
 }
 
+# Debian packages `$@`, from a fresh package index; its output to stderr.
+ds_apt_install() {
+  ds_as_root apt-get update -qq >&2 \
+    && DEBIAN_FRONTEND=noninteractive ds_as_root apt-get install -y -qq "$@" >&2
+}
+
 ds_node_ok() {
   command -v node >/dev/null 2>&1 || return 1
   node -e '
@@ -56,8 +62,7 @@ ds_setup_etcd() {
     return 0
   fi
   echo "setup: installing etcd" >&2
-  if ds_as_root apt-get update -qq >&2 \
-    && DEBIAN_FRONTEND=noninteractive ds_as_root apt-get install -y -qq etcd-server >&2 \
+  if ds_apt_install etcd-server \
     && command -v etcd >/dev/null 2>&1; then
     return 0
   fi
@@ -80,8 +85,7 @@ ds_setup_python_clients() {
   if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null \
     || ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
     echo "setup: installing python3 and python3-venv" >&2
-    ds_as_root apt-get update -qq >&2 || return 1
-    DEBIAN_FRONTEND=noninteractive ds_as_root apt-get install -y -qq python3 python3-venv >&2 || return 1
+    ds_apt_install python3 python3-venv || return 1
   fi
   rm -rf "${dir}"
   python3 -m venv "${dir}" >&2 || return 1
@@ -94,16 +98,14 @@ ds_setup() {
   case ":${PATH}:" in *:/usr/sbin:*) ;; *) export PATH="${PATH}:/usr/sbin" ;; esac
   if ! command -v haproxy >/dev/null 2>&1; then
     echo "setup: installing haproxy" >&2
-    ds_as_root apt-get update -qq >&2 || return 1
-    DEBIAN_FRONTEND=noninteractive ds_as_root apt-get install -y -qq haproxy >&2 || return 1
+    ds_apt_install haproxy || return 1
   fi
   if ! command -v etcd >/dev/null 2>&1; then
     ds_setup_etcd || return 1
   fi
   if ! command -v mkfs.ext4 >/dev/null 2>&1; then
     echo "setup: installing e2fsprogs" >&2
-    ds_as_root apt-get update -qq >&2 || return 1
-    DEBIAN_FRONTEND=noninteractive ds_as_root apt-get install -y -qq e2fsprogs >&2 || return 1
+    ds_apt_install e2fsprogs || return 1
   fi
   if ! ds_node_ok; then
     local version="22.12.0"

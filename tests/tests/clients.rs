@@ -40,6 +40,13 @@ fn node_client_installed() {
     });
 }
 
+/// The TypeScript session, to be given the base URL.
+fn node_session() -> Command {
+    let mut command = tool("node");
+    command.arg("session.mjs").current_dir(clients_dir("node"));
+    command
+}
+
 /// Runs `session` (given the server's base URL last) against a server in each mode.
 fn session_in_every_mode(client: &str, session: impl Fn() -> Command) {
     for mode in MODES {
@@ -63,11 +70,7 @@ fn assert_passed(output: &Output, session: &str, server: &Server) {
 #[test]
 fn the_typescript_client_works_in_every_mode() {
     node_client_installed();
-    session_in_every_mode("TypeScript", || {
-        let mut command = tool("node");
-        command.arg("session.mjs").current_dir(clients_dir("node"));
-        command
-    });
+    session_in_every_mode("TypeScript", node_session);
 }
 
 #[test]
@@ -77,8 +80,7 @@ fn the_typescript_client_works_behind_the_proxy() {
     let server = Server::start_in("acid", &[]);
     let proxy = Proxy::start("backend-single.cfg", &[("DS_NODE", server.addr.to_string())]);
     let token = mint(&valid_claims("client-session"), TRUSTED_KEY);
-    let output = tool("node")
-        .arg("session.mjs")
+    let output = node_session()
         .arg(format!("http://{}", proxy.addr))
         .env("DS_BEARER", token)
         .current_dir(clients_dir("node"))

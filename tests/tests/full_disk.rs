@@ -181,8 +181,7 @@ fn back_pressure_not_death(scratch: &Scratch, shared_flush: bool) {
         let mut server = start(mode, &data);
         let client = server.client();
         if mode == "acid" {
-            let shared = format!("ds_flush_shared {}\n", u8::from(shared_flush));
-            assert!(client.get("/metrics").text().contains(&shared), "{mode}: expected {shared}");
+            assert_eq!(server.metric("ds_flush_shared"), u64::from(shared_flush), "{mode}: ds_flush_shared");
         }
         assert_eq!(client.put("/v1/stream/kept", "text/plain", b"kept;").status, 201);
         let mut filled = fill(&server, "first");
