@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use ds_engine::StreamName;
 use hyper::body::Body as _;
-use hyper::header::{HeaderValue, ALLOW, ORIGIN};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, ORIGIN};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 
 use crate::access_log::AccessRecord;
@@ -55,13 +55,17 @@ async fn handle_route(app: Arc<App>, request: Request<RequestBody>, label: Route
     ds_engine::wake_batch::ring_overdue();
     let origin = request.headers().get(ORIGIN).cloned();
     if let Some(problem) = oversized_head(&request) {
-        let mut response = problem.into_response();
+        let mut response = refuse(request, problem).await.into_response();
         finish(&mut response, &app.cors, origin.as_ref());
         app.metrics.request(label, response.status().as_u16());
         return Routed::Now(response);
     }
-    let answer =
-        Unanswered { app: Arc::clone(&app), label, access: AccessRecord::begin(&request), answered: false };
+    let (request, closes) = match label {
+        Route::Create | Route::Append => (request, false),
+        _ => without_body(request).await,
+    };
+    let access = AccessRecord::begin(&request);
+    let answer = Unanswered { app: Arc::clone(&app), label, access, closes, answered: false };
     match route(&app, label, request).await {
         Ok(Reply::Now(response)) => Routed::Now(answer.finish(response, origin)),
         Err(problem) => Routed::Now(answer.finish(problem.into_response(), origin)),
@@ -106,6 +110,8 @@ struct Unanswered {
     app: Arc<App>,
     label: Route,
     access: Option<AccessRecord>,
+    /// The request's body was left unread: the answer closes the connection.
+    closes: bool,
     answered: bool,
 }
 
@@ -113,6 +119,9 @@ impl Unanswered {
     /// Adds the common headers to `response`, counts it and writes its access line.
     fn finish(mut self, mut response: Response<Body>, origin: Option<HeaderValue>) -> Response<Body> {
         finish(&mut response, &self.app.cors, origin.as_ref());
+        if self.closes {
+            response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        }
         let status = response.status().as_u16();
         let bytes = response.body().size_hint().exact();
         self.app.metrics.request(self.label, status);
@@ -213,6 +222,16 @@ fn stream_name(uri: &Uri) -> Result<StreamName, Problem> {
         return Err(Problem::new(StatusCode::NOT_FOUND, "no-route", format!("no resource at {path}")));
     };
     StreamName::from_path(raw_name).map_err(|error| Problem::bad_request("invalid-name", error.to_string()))
+}
+
+/// `request` without its body, for a route that has no use for one (only creates and
+/// appends read theirs): a short body is dropped so the connection can carry the next
+/// request; true when it was left unread instead, and the answer must close the connection
+/// (hyper closes it either way: the client is told, rather than finding it reset).
+async fn without_body(request: Request<RequestBody>) -> (Request<RequestBody>, bool) {
+    let (parts, body) = request.into_parts();
+    let kept = request_body::discard_unread(body, &parts.headers).await;
+    (Request::from_parts(parts, RequestBody::Empty), !kept)
 }
 
 /// `problem`, as the answer to `request` before its body was read.

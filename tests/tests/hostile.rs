@@ -9,7 +9,9 @@
 //! - Big bodies are refused before they are read when the stream is missing (404, closing
 //!   the connection), past the cap on buffered bodies (503 with `Retry-After`), and cut when
 //!   they stall (408); what the stalled ones hold stays within the cap. Short bodies refused
-//!   before they are read keep their connection usable, however late they arrive.
+//!   before they are read keep their connection usable, however late they arrive; so do
+//!   short bodies sent to routes that take none (a read, a health check, a deletion), and a
+//!   long one left unread gets an answer that says the connection closes.
 //! - Catch-up readers that never read their answers hold at most the budget of reads'
 //!   copies (and the gather buffers' cap) in acid, however many they are; each still gets
 //!   its whole answer.
@@ -190,6 +192,47 @@ fn short_bodies_refused_before_they_are_read_keep_the_connection() {
     let (head, body) = request("POST", "/v1/stream/text", "text/plain");
     connection.write_all(format!("{head}{body}").as_bytes()).unwrap();
     assert_eq!(read_response(&mut reader, false).unwrap().status, 204, "and it still takes appends");
+}
+
+#[test]
+fn bodies_on_requests_that_take_none_keep_the_connection_or_say_it_closes() {
+    let server = Server::start(&[]);
+    assert_eq!(server.client().put("/v1/stream/text", "text/plain", b"kept").status, 201);
+    let sized = |method: &str, path: &str| {
+        format!("{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+    };
+    let chunked = |method: &str, path: &str| {
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+        )
+    };
+    // Routes that read no body, answered each in turn on one connection: the body is
+    // dropped, the answer is the route's, and the connection carries the next request.
+    let answered = [
+        (sized("GET", "/healthz"), 200),
+        (chunked("GET", "/v1/stream/text?offset=-1"), 200),
+        (sized("HEAD", "/v1/stream/text"), 200),
+        (chunked("POST", "/metrics"), 405),
+        (sized("OPTIONS", "/v1/stream/text"), 204),
+        (chunked("PATCH", "/v1/stream/text"), 405),
+        (sized("DELETE", "/v1/stream/missing"), 404),
+    ];
+    let mut connection = TcpStream::connect(server.addr).expect("connect");
+    connection.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reader = BufReader::new(connection.try_clone().unwrap());
+    for (request, status) in &answered {
+        connection.write_all(request.as_bytes()).expect("the connection is still open");
+        let head_request = request.starts_with("HEAD");
+        let response = read_response(&mut reader, head_request).expect("an answer on the same connection");
+        assert_eq!(response.status, *status, "{request:.40}: {}", response.text());
+        assert_eq!(response.header("connection"), None, "{request:.40}: kept open");
+    }
+    connection.write_all(sized("GET", "/v1/stream/text?offset=-1").as_bytes()).unwrap();
+    assert_eq!(read_response(&mut reader, false).unwrap().body, b"kept", "and it still serves reads");
+    // A body too long to drop is left unread, and the answer says the connection closes.
+    let long = "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
+    let response = read_answer(send_raw(server.addr, long.as_bytes())).expect("an answer");
+    assert_eq!((response.status, response.header("connection")), (200, Some("close")));
 }
 
 #[test]

@@ -9,8 +9,9 @@
 //! sends nothing for the body timeout is cut (408). The charge is held ([`HeldBody`]) until
 //! the request is answered, since the engine keeps the bytes until they are committed.
 //!
-//! A request refused before its body is read ([`refuse_unread`]) keeps its connection when
-//! the body is short: it is read and dropped first. Any answer that leaves a body unread
+//! A request refused before its body is read ([`refuse_unread`]), or served by a route that
+//! has no use for a body (a read, a deletion, a health check: [`discard_unread`]), keeps its
+//! connection when the body is short: it is read and dropped first. Any answer that leaves a body unread
 //! says `Connection: close`, since the connection cannot carry another request after it;
 //! the client then knows to open a new one instead of finding this one reset.
 
@@ -134,14 +135,22 @@ const DISCARD_WAIT: Duration = Duration::from_secs(1);
 /// dropped first, so the connection stays usable; a longer one (or one that does not arrive
 /// at once) is left unread, and the answer closes the connection.
 pub async fn refuse_unread(body: RequestBody, headers: &HeaderMap, problem: Problem) -> Problem {
+    match discard_unread(body, headers).await {
+        true => problem,
+        false => closing(problem),
+    }
+}
+
+/// Drops a body its route has no use for (a read's, a deletion's, a health check's): a
+/// short one — declared at most [`DISCARD_BYTES_MAX`] long, or chunked and ending within
+/// it — is read and dropped within [`DISCARD_WAIT`]. True when the connection can carry
+/// another request; false when the body is left unread and the answer must close it.
+pub async fn discard_unread(body: RequestBody, headers: &HeaderMap) -> bool {
     if body.is_end_stream() {
-        return problem;
+        return true;
     }
-    let short = declared_length(headers).is_some_and(|length| length <= DISCARD_BYTES_MAX);
-    if short && tokio::time::timeout(DISCARD_WAIT, discard(body)).await == Ok(true) {
-        return problem;
-    }
-    closing(problem)
+    let short = declared_length(headers).is_none_or(|length| length <= DISCARD_BYTES_MAX);
+    short && tokio::time::timeout(DISCARD_WAIT, discard(body)).await == Ok(true)
 }
 
 /// Reads `body` to its end, keeping nothing; false if it fails or passes
