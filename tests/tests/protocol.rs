@@ -220,6 +220,27 @@ fn put_compares_the_closed_state(mode: &str) {
     assert_eq!(open.json()["status"], 409);
 }
 
+/// Only `Stream-Closed: true` (any case) closes; every other value is as if the header were
+/// absent, with no error (PROTOCOL.md §4.1).
+fn stream_closed_is_only_true(mode: &str) {
+    let server = Server::start_in(mode, &[]);
+    let client = server.client();
+    let not_true = ["false", "yes", "1", ""];
+    for (index, value) in not_true.iter().enumerate() {
+        let path = format!("/v1/stream/n{index}");
+        let headers = [("Content-Type", "text/plain"), ("Stream-Closed", value)];
+        let created = client.send("PUT", &path, &headers, b"a");
+        assert_eq!((created.status, created.header("stream-closed")), (201, None), "PUT {value:?}");
+        let appended = client.send("POST", &path, &headers, b"b");
+        assert_eq!((appended.status, appended.header("stream-closed")), (204, None), "POST {value:?}");
+        assert_eq!(client.put(&path, "text/plain", b"").status, 200, "{value:?}: created open");
+        assert_eq!(client.get(&format!("{path}?offset=-1")).body, b"ab");
+    }
+    let closing = [("Content-Type", "text/plain"), ("Stream-Closed", "TRUE")];
+    let closed = client.send("POST", "/v1/stream/n0", &closing, b"c");
+    assert_eq!((closed.status, closed.header("stream-closed")), (204, Some("true")));
+}
+
 fn long_poll_wakes_on_append_and_times_out_with_204(mode: &str) {
     let server = Server::start_in(mode, &[("DS_SERVER__LONG_POLL_TIMEOUT_SECS", "1")]);
     let client = server.client();
@@ -391,6 +412,7 @@ in_every_mode!(
     etags_follow_start_and_end_and_mark_closed_tails,
     head_reports_remaining_ttl_and_expiry_without_renewing,
     put_compares_the_closed_state,
+    stream_closed_is_only_true,
     long_poll_wakes_on_append_and_times_out_with_204,
     sse_events_carry_ids_and_last_event_id_resumes,
     sse_connections_close_when_idle,

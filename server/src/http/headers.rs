@@ -71,13 +71,15 @@ pub fn content_type(headers: &HeaderMap) -> Result<Option<ContentType>, Problem>
         .map_err(|error| Problem::bad_request("invalid-content-type", error.to_string()))
 }
 
-/// `Stream-Closed`: `true` or `false` (any case); absent means false.
+/// `Stream-Closed`: set only by the value `true` (any case). Any other value — `false`,
+/// `yes`, `1`, empty, not even text — is as if the header were absent, and no error: the
+/// protocol says so (§4.1). Given twice, it is refused like every header read once.
 pub fn stream_closed(headers: &HeaderMap) -> Result<bool, Problem> {
-    match single(headers, &STREAM_CLOSED)? {
-        None => Ok(false),
-        Some(text) if text.trim().eq_ignore_ascii_case("true") => Ok(true),
-        Some(text) if text.trim().eq_ignore_ascii_case("false") => Ok(false),
-        Some(_) => Err(Problem::bad_request("invalid-stream-closed", "Stream-Closed must be true or false")),
+    let mut values = headers.get_all(&STREAM_CLOSED).iter();
+    match (values.next(), values.next()) {
+        (None, _) => Ok(false),
+        (Some(value), None) => Ok(value.as_bytes().trim_ascii().eq_ignore_ascii_case(b"true")),
+        (Some(_), Some(_)) => single(headers, &STREAM_CLOSED).map(|_| false),
     }
 }
 
@@ -238,7 +240,11 @@ mod tests {
     fn closed_flag_and_duplicates() {
         assert!(stream_closed(&headers(&[("stream-closed", "TRUE")])).unwrap());
         assert!(!stream_closed(&headers(&[("stream-closed", "false")])).unwrap());
-        assert!(stream_closed(&headers(&[("stream-closed", "yes")])).is_err());
+        for other in ["yes", "1", "", "tru", "true!", "falsch"] {
+            assert!(!stream_closed(&headers(&[("stream-closed", other)])).unwrap(), "{other:?} is no close");
+        }
+        let not_text = HeaderMap::from_iter([(STREAM_CLOSED, HeaderValue::from_bytes(b"\xfftrue").unwrap())]);
+        assert!(!stream_closed(&not_text).unwrap());
         assert!(stream_closed(&headers(&[("stream-closed", "true"), ("stream-closed", "true")])).is_err());
     }
 
