@@ -200,6 +200,31 @@ async fn a_retried_closing_request_is_a_duplicate() {
 }
 
 #[tokio::test]
+async fn a_closed_stream_is_named_before_any_other_refusal() {
+    let (engine, _clock) = engine();
+    engine.create(create_request("s", config("text/plain"))).await.unwrap();
+    engine.append(tagged("s", "a", "p", 3, 0)).await.unwrap();
+    let mut closing = tagged("s", "b", "p", 3, 1);
+    closing.close = true;
+    let tail = engine.append(closing).await.unwrap().tail;
+    let closed = Some(OpError::StreamClosed { tail });
+    // Each of these is refused for another reason on an open stream.
+    let mut wrong_type = append_request("s", "x");
+    wrong_type.content_type = Some(ContentType::parse("application/json").unwrap());
+    assert_eq!(engine.append(wrong_type).await.err(), closed, "another content type");
+    assert_eq!(engine.append(tagged("s", "x", "p", 2, 0)).await.err(), closed, "a stale epoch");
+    assert_eq!(engine.append(tagged("s", "x", "p", 3, 5)).await.err(), closed, "a sequence gap");
+    assert_eq!(engine.append(tagged("s", "x", "p", 4, 1)).await.err(), closed, "a new epoch not at 0");
+    let mut regressing = append_request("s", "x");
+    regressing.stream_seq = Some("0".into());
+    assert_eq!(engine.append(regressing).await.err(), closed, "any Stream-Seq");
+    // A producer's duplicate still succeeds without writing.
+    let earlier = engine.append(tagged("s", "a", "p", 3, 0)).await.unwrap();
+    assert_eq!((earlier.kind, earlier.closed, earlier.tail), (AppendKind::Duplicate, true, tail));
+    assert_eq!(read_all(&engine, "s"), "ab");
+}
+
+#[tokio::test]
 async fn stream_seq_must_increase_bytewise() {
     let (engine, _clock) = engine();
     engine.create(create_request("s", config("text/plain"))).await.unwrap();

@@ -241,6 +241,34 @@ fn stream_closed_is_only_true(mode: &str) {
     assert_eq!((closed.status, closed.header("stream-closed")), (204, Some("true")));
 }
 
+/// On a closed stream every append that cannot succeed is a 409 with `Stream-Closed` and
+/// the final offset, whatever else is wrong with it (PROTOCOL.md §5.2's precedence).
+fn a_closed_stream_is_named_first(mode: &str) {
+    let server = Server::start_in(mode, &[]);
+    let client = server.client();
+    create(&client, "/v1/stream/done", "text/plain", b"");
+    let closing = [("Content-Type", "text/plain"), ("Stream-Closed", "true")];
+    let tail = client.send("POST", "/v1/stream/done", &closing, b"end").next_offset();
+    let producer = |epoch: &'static str, seq: &'static str| {
+        [
+            ("Content-Type", "text/plain"),
+            ("Producer-Id", "p"),
+            ("Producer-Epoch", epoch),
+            ("Producer-Seq", seq),
+        ]
+    };
+    let refused = [
+        client.post("/v1/stream/done", "application/json", b"[1]"),
+        client.send("POST", "/v1/stream/done", &producer("0", "3"), b"x"),
+        client.send("POST", "/v1/stream/done", &producer("1", "2"), b"x"),
+    ];
+    for answer in refused {
+        assert_eq!(answer.status, 409, "{}", answer.text());
+        assert_eq!(answer.header("stream-closed"), Some("true"), "{}", answer.text());
+        assert_eq!(answer.header("stream-next-offset"), Some(tail.as_str()));
+    }
+}
+
 fn long_poll_wakes_on_append_and_times_out_with_204(mode: &str) {
     let server = Server::start_in(mode, &[("DS_SERVER__LONG_POLL_TIMEOUT_SECS", "1")]);
     let client = server.client();
@@ -413,6 +441,7 @@ in_every_mode!(
     head_reports_remaining_ttl_and_expiry_without_renewing,
     put_compares_the_closed_state,
     stream_closed_is_only_true,
+    a_closed_stream_is_named_first,
     long_poll_wakes_on_append_and_times_out_with_204,
     sse_events_carry_ids_and_last_event_id_resumes,
     sse_connections_close_when_idle,

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use crate::content_type::ContentType;
 use crate::limits::{stream_charge, tag_bytes, APPEND_CHARGE_BYTES};
 use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
 use crate::payload::Payload;
@@ -125,7 +126,7 @@ impl Shard {
         if payload.is_none() && !request.close {
             return Err(OpError::EmptyAppend);
         }
-        let stream = self.append_target(batch, &request, payload.is_some())?;
+        let stream = self.append_target(batch, &request)?;
         let mut state = stream.write_state();
         stream.touch(batch.now_ms);
         if let (Some(_), Some(idle_ms_max)) = (&request.producer, self.settings.producer_idle_ms_max) {
@@ -133,7 +134,10 @@ impl Shard {
             self.release_charge(&mut state, released);
         }
         let decision = request.producer.as_ref().map(|tag| state.writer.producers.decide(tag, batch.now_ms));
-        if let Some(answer) = answer_without_writing(&state, &request, payload.is_some(), decision)? {
+        let content_type = &stream.config.content_type;
+        if let Some(answer) =
+            answer_without_writing(&state, &request, content_type, payload.is_some(), decision)?
+        {
             return Ok(answer);
         }
         let stored_bytes = payload.as_ref().map_or(0, Payload::stored_len);
@@ -175,24 +179,14 @@ impl Shard {
         Ok(outcome)
     }
 
-    /// The stream an append is for, if it may take one: there, intact, and of the append's
-    /// content type when it carries data.
-    fn append_target(
-        &mut self,
-        batch: &mut Batch,
-        request: &AppendRequest,
-        has_data: bool,
-    ) -> Result<Arc<Stream>, OpError> {
+    /// The stream an append is for, if it may take one: there and intact.
+    fn append_target(&mut self, batch: &mut Batch, request: &AppendRequest) -> Result<Arc<Stream>, OpError> {
         let stream = self.live_stream(batch, request.name.as_str()).ok_or(OpError::NotFound)?;
         if stream.read_state().writer.deleted {
             return Err(OpError::Gone);
         }
         if let Some(damage) = stream.damage() {
             return Err(OpError::StreamDamaged { at: damage.at });
-        }
-        let matches = request.content_type.as_ref().is_some_and(|ct| ct.matches(&stream.config.content_type));
-        if has_data && !matches {
-            return Err(OpError::ContentTypeMismatch);
         }
         Ok(stream)
     }
@@ -371,15 +365,46 @@ fn answer_existing(
     }
 }
 
-/// The answer to an append that writes nothing, if it is one: a producer's refusal or
-/// duplicate, a closed stream (a plain close of it again is answered, anything else
-/// refused), a `Stream-Seq` that does not increase. `None`: the append is to be written.
+/// The answer to any append on a closed stream: a producer's duplicate (the closing request
+/// retried, or an earlier one) and a plain close again succeed without writing; everything
+/// else — data, a new producer tuple, a stale epoch, a gap, another content type — is
+/// refused as closed (409 with `Stream-Closed`).
+fn answer_on_closed(
+    state: &StreamState,
+    decision: Option<Decision>,
+    has_data: bool,
+) -> Result<Option<AppendOutcome>, OpError> {
+    let tail = state.writer.tail;
+    match decision {
+        Some(Decision::Duplicate { epoch, last_seq }) => {
+            let producer = Some((epoch, last_seq));
+            Ok(Some(AppendOutcome { kind: AppendKind::Duplicate, tail, closed: true, producer }))
+        }
+        None if !has_data => {
+            Ok(Some(AppendOutcome { kind: AppendKind::Closed, tail, closed: true, producer: None }))
+        }
+        _ => Err(OpError::StreamClosed { tail }),
+    }
+}
+
+/// The answer to an append that writes nothing, if it is one: anything on a closed stream
+/// (checked first, as PROTOCOL.md §5.2 recommends, so a client always learns the stream is
+/// closed), data of another content type, a producer's refusal or duplicate, a `Stream-Seq`
+/// that does not increase. `None`: the append is to be written.
 fn answer_without_writing(
     state: &StreamState,
     request: &AppendRequest,
+    stream_content_type: &ContentType,
     has_data: bool,
     decision: Option<Decision>,
 ) -> Result<Option<AppendOutcome>, OpError> {
+    if state.writer.closed {
+        return answer_on_closed(state, decision, has_data);
+    }
+    let matches = request.content_type.as_ref().is_some_and(|ct| ct.matches(stream_content_type));
+    if has_data && !matches {
+        return Err(OpError::ContentTypeMismatch);
+    }
     match decision {
         Some(Decision::StaleEpoch { current }) => return Err(OpError::StaleEpoch { current }),
         Some(Decision::EpochSeqNotZero) => return Err(OpError::EpochSeqNotZero),
@@ -390,13 +415,6 @@ fn answer_without_writing(
             return Ok(Some(AppendOutcome { kind: AppendKind::Duplicate, tail, closed, producer }));
         }
         Some(Decision::Accept { .. }) | None => {}
-    }
-    if state.writer.closed {
-        if !has_data && request.producer.is_none() {
-            let tail = state.writer.tail;
-            return Ok(Some(AppendOutcome { kind: AppendKind::Closed, tail, closed: true, producer: None }));
-        }
-        return Err(OpError::StreamClosed { tail: state.writer.tail });
     }
     if let (Some(seq), Some(last)) = (&request.stream_seq, &state.writer.stream_seq) {
         if seq.as_bytes() <= last.as_bytes() {

@@ -75,8 +75,8 @@ fn judge_head(app: &App, name: &StreamName, headers: &hyper::HeaderMap) -> Resul
 
 /// What can be refused before a byte of the body is read (so a body sent to a stream that
 /// is not there, or is of another type, never takes memory): a missing or damaged stream,
-/// and a body whose content type is missing or not the stream's. The shard decides all of
-/// it again with the body.
+/// and a body whose content type is not an open stream's (on a closed one the shard answers
+/// that it is closed, which comes first). The shard decides all of it again with the body.
 fn refuse_before_the_body(
     app: &App,
     name: &StreamName,
@@ -91,8 +91,9 @@ fn refuse_before_the_body(
     if request_body::declared_length(headers).unwrap_or(0) == 0 {
         return Ok(());
     }
+    let open = handle.status().is_some_and(|published| !published.closed);
     match content_type {
-        Some(content_type) if !content_type.matches(&handle.config().content_type) => {
+        Some(content_type) if open && !content_type.matches(&handle.config().content_type) => {
             Err(op_problem(ds_engine::OpError::ContentTypeMismatch))
         }
         _ => Ok(()),
