@@ -2,7 +2,8 @@
 //! in both content modes read back through catch-up, SSE and small reads; forks of forks of
 //! a soft-deleted source; a fork whose source expires; forks across shards; the byte budget
 //! given back once a cascade ends; all of it in memory mode and the disk modes, and forks,
-//! soft deletes and cascades across a kill -9 and a restart.
+//! soft deletes and cascades across a kill -9 and a restart; a fork offset given as a read's
+//! sentinel (`-1`, `now`).
 
 use std::time::{Duration, Instant};
 
@@ -154,6 +155,22 @@ fn chain_of_forks(mode: &str) {
     }
     assert_eq!(server.metric("ds_charged_bytes"), memory_before, "every charge given back");
     assert_eq!(client.put("/v1/stream/root", "text/plain", b"new").status, 201, "the name is free");
+}
+
+#[test]
+fn a_fork_offset_may_be_a_reads_sentinel() {
+    let server = Server::start(&[]);
+    let client = server.client();
+    assert_eq!(client.put("/v1/stream/s", "text/plain", b"hello").status, 201);
+    let at = |offset: &'static str| [("Stream-Forked-From", "/v1/stream/s"), ("Stream-Fork-Offset", offset)];
+    assert_eq!(fork(&client, "/v1/stream/start", &at("-1")).status, 201);
+    assert_eq!(fork(&client, "/v1/stream/tail", &at("now")).status, 201);
+    assert_eq!(client.post("/v1/stream/s", "text/plain", b" world").status, 204);
+    assert_eq!(read_all(&client, "/v1/stream/start"), "", "-1: from the source's start");
+    assert_eq!(read_all(&client, "/v1/stream/tail"), "hello", "now: the source's tail when forked");
+    assert_eq!(fork(&client, "/v1/stream/start", &at("-1")).status, 200, "the same fork again");
+    let bad = fork(&client, "/v1/stream/bad", &at("-2"));
+    assert_eq!((bad.status, bad.json()["type"].as_str()), (400, Some("urn:ds:problem:invalid-fork")));
 }
 
 #[test]

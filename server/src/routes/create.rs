@@ -10,7 +10,7 @@
 //! when omitted, is the source's; its TTL and expiry, when both are omitted, too.
 
 use ds_engine::ContentType;
-use ds_engine::{CreateRequest, ForkRequest, Offset, StreamConfig, StreamName};
+use ds_engine::{CreateRequest, ForkRequest, Offset, StartAt, StreamConfig, StreamName};
 use hyper::header::{CONTENT_TYPE, HOST, LOCATION};
 use hyper::{Request, Response, StatusCode};
 
@@ -114,17 +114,23 @@ fn judge_fork(headers: &hyper::HeaderMap) -> Result<Option<ForkHead>, Problem> {
             StreamName::from_path(raw)
                 .map_err(|error| Problem::bad_request("invalid-fork", error.to_string()))
         })?;
-    let offset = offset
-        .map(|text| {
-            Offset::parse(text)
-                .map_err(|error| Problem::bad_request("invalid-fork", format!("Stream-Fork-Offset: {error}")))
-        })
-        .transpose()?;
     let sub_offset = sub_offset.map(parse_sub_offset).transpose()?.unwrap_or(0);
     if sub_offset > 0 && offset.is_none() {
         return Err(Problem::bad_request("invalid-fork", "Stream-Fork-Sub-Offset needs Stream-Fork-Offset"));
     }
+    let offset = offset.map(parse_fork_offset).transpose()?.flatten();
     Ok(Some(ForkHead { source, offset, sub_offset }))
+}
+
+/// `Stream-Fork-Offset`: an offset, or a read's sentinels — `-1` the source's start, `now`
+/// its tail (`None`: as when the header is absent).
+fn parse_fork_offset(text: &str) -> Result<Option<Offset>, Problem> {
+    match StartAt::parse(text) {
+        Ok(StartAt::Beginning) => Ok(Some(Offset::ZERO)),
+        Ok(StartAt::Tail) => Ok(None),
+        Ok(StartAt::At(offset)) => Ok(Some(offset)),
+        Err(error) => Err(Problem::bad_request("invalid-fork", format!("Stream-Fork-Offset: {error}"))),
+    }
 }
 
 /// A non-negative decimal integer without sign or leading zeros, at most 2^53 - 1.
