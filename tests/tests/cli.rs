@@ -1,4 +1,5 @@
-//! `ds-server` as a command: its help, its configuration errors, its startup line.
+//! `ds-server` as a command: its help, its configuration errors, its startup line, a data
+//! directory it cannot take.
 
 use std::process::Command;
 
@@ -71,4 +72,25 @@ fn startup_logs_where_it_listens_and_in_which_mode() {
     let line = log.lines().find(|l| l.contains("listening on")).expect("a listening line");
     assert!(line.contains(&format!("http://{}", server.addr)), "{line}");
     assert!(line.contains("mode memory") && line.contains("4 shards"), "{line}");
+}
+
+#[test]
+fn a_data_directory_in_use_or_not_a_directory_stops_startup_saying_which() {
+    let server = Server::start_in("acid", &[]);
+    let dir = server.data_dir().expect("acid has a directory").display().to_string();
+    let start = |dir: &str| {
+        let output = Command::new(binary("ds-server"))
+            .env_clear()
+            .env("DS_SERVER__PORT", "0")
+            .env("DS_STORAGE__MODE", "acid")
+            .env("DS_STORAGE__DATA_DIR", dir)
+            .output()
+            .unwrap();
+        (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (started, stderr) = start(&dir);
+    assert!(!started && stderr.contains("is in use by another process"), "{stderr}");
+    let file = format!("{dir}/MANIFEST");
+    let (started, stderr) = start(&file);
+    assert!(!started && stderr.contains("Not a directory") && !stderr.contains("in use"), "{stderr}");
 }

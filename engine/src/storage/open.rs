@@ -127,8 +127,12 @@ fn lock_data_dir(config: &StoreSettings) -> Result<Box<dyn Any + Send + Sync>, O
     let vfs = config.vfs.as_ref();
     let dir = &config.data_dir;
     create_dir_durably(vfs, dir).map_err(storage_error(format!("cannot create {}", dir.display())))?;
-    let lock = vfs.lock_exclusive(&dir.join(LOCK_NAME)).map_err(|error| {
-        OpenError::Storage(format!("{} is in use by another process ({error})", dir.display()))
+    let lock_path = dir.join(LOCK_NAME);
+    let lock = vfs.lock_exclusive(&lock_path).map_err(|error| match error.kind() {
+        std::io::ErrorKind::WouldBlock => {
+            OpenError::Storage(format!("{} is in use by another process", dir.display()))
+        }
+        _ => OpenError::Storage(format!("cannot lock {}: {error}", lock_path.display())),
     })?;
     Manifest::check_or_create(vfs, dir, &Manifest::new(config.mode, config.shard_count))
         .map_err(|error| OpenError::Storage(error.to_string()))?;
