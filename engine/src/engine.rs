@@ -86,6 +86,11 @@ pub struct EngineStats {
     /// Bytes catch-up reads' copies of small records hold now, across the process (disk
     /// modes; capped: `storage::chain::read::copies`).
     pub read_copies_held_bytes: u64,
+    /// Pages of mapped files that could not be read (cut short under the process, a device
+    /// error) and read as zeros instead, across the process (`storage::vfs::fault_guard`).
+    pub map_faults: u64,
+    /// Maps read without that guard because its table was full.
+    pub maps_unguarded: u64,
 }
 
 /// One shard's activity, for metrics.
@@ -276,6 +281,8 @@ impl Engine {
                 .map(|s| s.counters.damage.damaged_streams.load(Ordering::Relaxed))
                 .sum(),
             read_copies_held_bytes: crate::storage::chain::read::copies_held_bytes(),
+            map_faults: crate::storage::vfs::fault_guard::faults(),
+            maps_unguarded: crate::storage::vfs::fault_guard::unguarded(),
         }
     }
 

@@ -286,6 +286,12 @@ fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], 
         "Streams whose stored data is damaged (served up to the damage, refusing writes).",
         engine.damaged_streams,
     );
+    if disk {
+        let faults_help = "Pages of data files that could not be read (a file cut short under the server, a device error): read as zeros, which no checksum passes, instead of killing the process.";
+        single(out, "ds_map_faults_total", "counter", faults_help, engine.map_faults);
+        let unguarded_help = "Data file maps read without that protection (its table of maps was full).";
+        single(out, "ds_maps_unguarded_total", "counter", unguarded_help, engine.maps_unguarded);
+    }
     header(out, "ds_shard_queue_depth", "gauge", "Operations waiting in each shard's queue.");
     for (index, shard) in shards.iter().enumerate() {
         let _ = writeln!(out, "ds_shard_queue_depth{{shard=\"{index}\"}} {}", shard.queue_depth);

@@ -13,7 +13,8 @@
 //! Damage: a flipped byte in the header, the metadata and the payload of a middle record
 //! (acid and file-durable); the first and a middle segment missing, a segment truncated
 //! (acid); a stream file cut mid-record (a torn end: cut, not damage) and flipped mid-file;
-//! a missing MANIFEST (the server refuses the directory).
+//! a missing MANIFEST (the server refuses the directory); a log cut short under the running
+//! server (its map faults: damage, not a crash).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -390,6 +391,50 @@ fn a_stream_file_cut_mid_record_ends_there_and_one_flipped_mid_file_is_read_arou
         let path = copy.join(&relative);
         flip(&path, position_of(&path, &needle) + 1)
     });
+}
+
+/// A log cut short under the running server (another process truncating it; a device that
+/// cannot read a page faults the map the same way): the process lives, the streams whose
+/// bytes are gone are damaged (500, counted), a stream written afterwards lands in a new
+/// segment and survives a restart, and `ds-tool verify` names the damage.
+#[test]
+fn a_log_cut_under_the_running_server_is_damage_not_a_crash() {
+    let mut server = Server::start_in("acid", &[("DS_STORAGE__ACID_SHARD_COUNT", "1")]);
+    let client = server.client();
+    for name in ["/v1/stream/a", "/v1/stream/b"] {
+        assert_eq!(client.put(name, "text/plain", b"first").status, 201);
+        assert_eq!(client.post(name, "text/plain", b" second").status, 204);
+    }
+    let dir = server.data_dir().expect("acid has a directory").to_path_buf();
+    let logs = dir.join("shard-000");
+    let mut segments: Vec<PathBuf> =
+        std::fs::read_dir(&logs).unwrap().map(|entry| entry.unwrap().path()).collect();
+    segments.retain(|path| path.extension().is_some_and(|ext| ext == "wal"));
+    segments.sort();
+    std::fs::OpenOptions::new().write(true).open(&segments[0]).unwrap().set_len(0).unwrap();
+    for name in ["/v1/stream/a", "/v1/stream/b"] {
+        let read = client.get(&format!("{name}?offset=-1"));
+        assert_eq!(read.status, 500, "{name}: {}", read.text());
+        assert_eq!(read.json()["type"], "urn:ds:problem:stream-damaged");
+    }
+    assert!(server.metric("ds_map_faults_total") >= 1, "the fault is counted");
+    assert_eq!(server.metric("ds_damaged_streams"), 2);
+    assert_eq!(client.get("/healthz").status, 200, "the process lives");
+    assert_eq!(client.put("/v1/stream/c", "text/plain", b"after").status, 201);
+    assert_eq!(client.post("/v1/stream/c", "text/plain", b" the cut").status, 204);
+    assert_eq!(client.get("/v1/stream/c?offset=-1").body, b"after the cut");
+    assert!(server.terminate().success());
+    server.restart();
+    let client = server.client();
+    assert_eq!(
+        client.get("/v1/stream/c?offset=-1").body,
+        b"after the cut",
+        "acknowledged after the cut: kept"
+    );
+    assert_eq!(client.get("/v1/stream/a?offset=-1").status, 500);
+    assert!(server.terminate().success());
+    let (code, _, stderr) = ds_tool(&["verify", &dir.display().to_string()]);
+    assert_eq!(code, 1, "verify names the damage: {stderr}");
 }
 
 #[test]

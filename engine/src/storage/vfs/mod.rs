@@ -10,8 +10,11 @@
 //! - `sim`: an in-memory disk with an explicit durable state and a seeded crash.
 //! - `read_only`: any of them, refusing every change (offline inspection).
 //! - `domain`: which real file systems let one device flush cover every file.
+//! - `fault_guard`: a page of a real map that cannot be read reads as zeros (which no
+//!   checksum passes) instead of killing the process with SIGBUS.
 
 mod domain;
+pub mod fault_guard;
 pub mod read_only;
 pub mod real;
 #[cfg(any(test, feature = "testing"))]
@@ -105,6 +108,11 @@ pub trait VfsFile: Send + Sync {
 /// A read-only view of a file's first bytes.
 pub trait FileMap: Send + Sync {
     fn size(&self) -> usize;
+    /// Whether a page of the map could not be read and shows zeros instead
+    /// (`fault_guard`): from then on the map may differ from the file.
+    fn faulted(&self) -> bool {
+        false
+    }
     /// Copies `buffer.len()` bytes from `start` (panics past the end).
     fn read(&self, start: usize, buffer: &mut [u8]);
     /// Shares bytes `start..end` (without copying where the platform allows).

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use memmap2::{Mmap, MmapOptions};
 
+use super::fault_guard::{self, Guard};
 use super::{FileMap, Vfs, VfsFile};
 
 /// Most buffers one `pwritev` call takes (Linux's `IOV_MAX`).
@@ -25,7 +26,7 @@ struct RealFile {
 }
 
 struct RealMap {
-    map: Arc<Mmap>,
+    map: Arc<GuardedMap>,
     /// The whole map as one shared `Bytes`: a slice of it costs a reference count, not an
     /// allocation (a catch-up read hands out one slice per record).
     whole: Bytes,
@@ -197,9 +198,12 @@ impl VfsFile for RealFile {
     fn map(&self, len: u64) -> io::Result<Arc<dyn FileMap>> {
         let len = usize::try_from(len).map_err(|_| io::Error::other("map too large"))?;
         // SAFETY: the engine never truncates or shrinks a file while it is mapped, and maps
-        // are read-only (a store through a writable map would turn I/O errors into SIGBUS).
+        // are read-only. A page that still cannot be read (the file cut short by someone
+        // else, a device error) faults: the guard turns it into zeros, which no record's
+        // checksum passes, instead of SIGBUS killing the process.
         let map = unsafe { MmapOptions::new().len(len).map(&self.file)? };
-        let map = Arc::new(map);
+        let guard = fault_guard::guard(map.as_ptr(), map.len());
+        let map = Arc::new(GuardedMap { guard, map });
         let whole = Bytes::from_owner(MapRange { map: Arc::clone(&map), start: 0, end: len });
         Ok(Arc::new(RealMap { map, whole }))
     }
@@ -244,9 +248,23 @@ impl RealFile {
     }
 }
 
+/// A map and its fault guard (released first: nothing reads the map by then).
+struct GuardedMap {
+    guard: Guard,
+    map: Mmap,
+}
+
+impl std::ops::Deref for GuardedMap {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.map
+    }
+}
+
 /// A shared range of a map, kept alive by the `Bytes` that points into it.
 struct MapRange {
-    map: Arc<Mmap>,
+    map: Arc<GuardedMap>,
     start: usize,
     end: usize,
 }
@@ -260,6 +278,10 @@ impl AsRef<[u8]> for MapRange {
 impl FileMap for RealMap {
     fn size(&self) -> usize {
         self.map.len()
+    }
+
+    fn faulted(&self) -> bool {
+        self.map.guard.faulted()
     }
 
     fn read(&self, start: usize, buffer: &mut [u8]) {

@@ -251,10 +251,12 @@ impl WalWriter {
         Ok(())
     }
 
-    /// Makes sure `record_len` more bytes and a seal fit in the active segment.
+    /// Makes sure `record_len` more bytes and a seal fit in the active segment. A segment
+    /// whose map could not read a page (its file cut short, a device error: `fault_guard`)
+    /// takes no more records: they go to the next segment, where readers see them.
     fn ensure_room(&mut self, record_len: usize, time_ms: u64) -> io::Result<()> {
         let needed = self.position + record_len as u64 + HEADER_BYTES as u64;
-        if needed <= self.active.size() {
+        if needed <= self.active.size() && !self.active.map.faulted() {
             return Ok(());
         }
         if Segment::records_start() + record_len as u64 + HEADER_BYTES as u64 > self.files.segment_bytes {
@@ -270,7 +272,9 @@ impl WalWriter {
 
     /// Whether a record of `record_len` bytes fits the active segment without a rotation.
     fn fits_active(&self, record_len: usize) -> bool {
-        !self.sealed && self.position + record_len as u64 + HEADER_BYTES as u64 <= self.active.size()
+        !self.sealed
+            && !self.active.map.faulted()
+            && self.position + record_len as u64 + HEADER_BYTES as u64 <= self.active.size()
     }
 
     /// Writes the current run at its place in the active segment (no sync).
