@@ -134,6 +134,18 @@ impl Segment {
         self.map.size() as u64
     }
 
+    /// Whether the segment still reads as written: its header as it was made, and no page
+    /// of its map replaced after a fault (the file cut short or overwritten under the
+    /// process). A segment that is not takes no more records.
+    pub fn intact(&self) -> bool {
+        let mut raw = [0u8; SEGMENT_HEADER_BYTES as usize];
+        if self.map.size() < raw.len() {
+            return false;
+        }
+        self.map.read(0, &mut raw);
+        raw == self.header.encode() && !self.map.faulted()
+    }
+
     /// Where records start.
     pub fn records_start() -> u64 {
         SEGMENT_HEADER_BYTES

@@ -251,6 +251,22 @@ impl WalWriter {
         Ok(())
     }
 
+    /// Moves on to the next segment when the active one no longer reads as written (its
+    /// file cut short or overwritten under the process, a page the device cannot read):
+    /// what is committed from now on must land where recovery and readers find it.
+    fn leave_damaged_segment(&mut self, time_ms: u64) -> io::Result<()> {
+        if self.sealed || self.active.intact() {
+            return Ok(());
+        }
+        tracing::error!(
+            segment = %self.active.path.display(),
+            "the active log segment was damaged under the server; later records go to a new segment"
+        );
+        self.seal(time_ms)?;
+        self.sealed = true;
+        self.rotate(time_ms)
+    }
+
     /// Makes sure `record_len` more bytes and a seal fit in the active segment. A segment
     /// whose map could not read a page (its file cut short, a device error: `fault_guard`)
     /// takes no more records: they go to the next segment, where readers see them.
@@ -394,6 +410,7 @@ impl Persist for WalWriter {
         debug_assert!(self.parts.is_empty() && self.staging.is_empty());
         assert!(self.in_flight.is_none(), "each commit is finished before the next");
         self.now_ms = batch.time_ms;
+        self.leave_damaged_segment(batch.time_ms)?;
         self.run_start = self.position;
         for record in batch.records {
             let place = self.stage(record, batch.time_ms)?;
