@@ -400,6 +400,24 @@ fn a_stream_file_cut_mid_record_ends_there_and_one_flipped_mid_file_is_read_arou
 /// `ds-tool verify` names the damage.
 #[test]
 fn a_log_cut_under_the_running_server_is_damage_not_a_crash() {
+    log_damaged_under_the_server(|segment| {
+        std::fs::OpenOptions::new().write(true).open(segment).unwrap().set_len(0).unwrap();
+    });
+}
+
+/// The same cut, then the file grown back to its size (as the log's zero-fill ahead may do):
+/// no page faults, the bytes read as zeros, and the writer finds its segment's header gone.
+#[test]
+fn a_log_cut_and_grown_back_under_the_running_server_is_damage_too() {
+    log_damaged_under_the_server(|segment| {
+        let file = std::fs::OpenOptions::new().write(true).open(segment).unwrap();
+        let size = file.metadata().unwrap().len();
+        file.set_len(0).unwrap();
+        file.set_len(size).unwrap();
+    });
+}
+
+fn log_damaged_under_the_server(cut: impl FnOnce(&Path)) {
     let mut server = Server::start_in("acid", &[("DS_STORAGE__ACID_SHARD_COUNT", "1")]);
     let client = server.client();
     for name in ["/v1/stream/a", "/v1/stream/b"] {
@@ -412,7 +430,7 @@ fn a_log_cut_under_the_running_server_is_damage_not_a_crash() {
         std::fs::read_dir(&logs).unwrap().map(|entry| entry.unwrap().path()).collect();
     segments.retain(|path| path.extension().is_some_and(|ext| ext == "wal"));
     segments.sort();
-    std::fs::OpenOptions::new().write(true).open(&segments[0]).unwrap().set_len(0).unwrap();
+    cut(&segments[0]);
     for name in ["/v1/stream/a", "/v1/stream/b"] {
         let read = client.get(&format!("{name}?offset=-1"));
         assert_eq!(read.status, 500, "{name}: {}", read.text());
