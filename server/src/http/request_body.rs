@@ -11,9 +11,10 @@
 //!
 //! A request refused before its body is read ([`refuse_unread`]), or served by a route that
 //! has no use for a body (a read, a deletion, a health check: [`discard_unread`]), keeps its
-//! connection when the body is short: it is read and dropped first. Any answer that leaves a body unread
-//! says `Connection: close`, since the connection cannot carry another request after it;
-//! the client then knows to open a new one instead of finding this one reset.
+//! connection when the body is short: it is read and dropped first. Any answer that leaves
+//! a body unread says `Connection: close`, since the connection cannot carry another
+//! request after it; the client then knows to open a new one instead of finding this one
+//! reset.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};

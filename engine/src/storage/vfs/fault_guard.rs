@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Once, OnceLock};
 
-/// Maps guarded at once (each slot two words: 256 KiB in all).
+/// Maps guarded at once (a slot is 24 bytes: 384 KiB of static memory in all).
 pub const SLOTS: usize = 16_384;
 
 struct Slot {
