@@ -1,5 +1,5 @@
 //! Recovery from damaged logs: a flipped byte, a zeroed tail, a truncated segment, a torn
-//! batch, lost checkpoints. A torn write (the unacknowledged end a crash leaves) is cut;
+//! batch, lost checkpoints, a damaged segment header. A torn write (the unacknowledged end a crash leaves) is cut;
 //! damage to bytes written whole is stepped over: the damaged stream is marked, read up to
 //! the damage and after it, and refuses writes; every other stream goes on. Recovery reports
 //! what it found, and the log stays writable and recoverable afterwards.
@@ -235,6 +235,46 @@ fn reordered_segments_are_damage_never_replayed_out_of_order() {
         harness.append(append_request("new", "fine")).unwrap();
         assert_eq!(harness.read("new").unwrap(), "fine".repeat(restart + 1));
         harness.stop_abruptly();
+    }
+}
+
+/// A flipped byte in a segment's header (not in any record): the records in it pass their
+/// own checks, so nothing is lost. The segment is read as the ordinal its neighbours place
+/// it at, the damage is reported, and the log stays writable and recoverable: the first
+/// segment (its ordinal from the checkpoint's ledger) and the last (the one after the one
+/// before it), the last also with no checkpoint at all.
+#[test]
+fn a_damaged_segment_header_loses_no_record() {
+    for (which, drop_checkpoints) in [(0usize, false), (usize::MAX, true), (usize::MAX, false)] {
+        let (mut harness, mut kept) = many_segments();
+        let segments = harness.segments();
+        assert!(segments.len() >= 2, "the test spans several segments: {segments:?}");
+        if drop_checkpoints {
+            for name in ["checkpoint", "checkpoint.previous"] {
+                harness.disk.remove_file(&Path::new(support::SHARD_DIR).join(name)).unwrap();
+            }
+        }
+        let damaged = segments[which.min(segments.len() - 1)].clone();
+        harness.disk.corrupt(&damaged, 13, b"\x5a").unwrap();
+        for restart in 0..2 {
+            let report = harness.start();
+            let case =
+                format!("segment {damaged:?}, checkpoints dropped {drop_checkpoints}, restart {restart}");
+            if restart == 0 {
+                assert!(
+                    report.damage.iter().any(|d| d.reason.contains("segment header damaged")),
+                    "{case}: {report:?}"
+                );
+            }
+            assert_eq!(report.damaged_streams, 0, "{case}: {report:?}");
+            assert!(harness.read("kept").as_deref() == Some(kept.as_str()), "{case}: every record read");
+            harness.append(append_request("kept", "!")).unwrap();
+            kept.push('!');
+            harness.stop_abruptly();
+            harness.start();
+            assert!(harness.read("kept").as_deref() == Some(kept.as_str()), "{case}: written after");
+            harness.shutdown();
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 //!   checks and applies each record).
 //! - `writer::compact`: moving live streams out of mostly-dead segments.
 //! - `lost`: parts of the log that are gone, and the streams that had records there.
+//! - `salvage`: which ordinal a segment with a damaged header had, so its records are read.
 //! - `checkpoint`: a shard's state at an LSN.
 //! - `ledger`: live bytes per segment, for removing dead ones.
 //! - `housekeeper`: a background thread that prepares segments, writes checkpoints,
@@ -25,6 +26,7 @@ pub mod lost;
 pub mod recovery;
 mod replay;
 mod run;
+mod salvage;
 pub mod segment;
 pub mod source;
 pub mod writer;

@@ -1,7 +1,8 @@
 //! Rebuilding a shard from its log: the newest valid checkpoint, then every record after it.
 //!
 //! Opening the log sets aside (in `dropped/`) any `.wal` file that is not a readable segment
-//! of this shard, and finds the parts of the log that are gone (`wal::lost`): segments the
+//! of this shard — except one whose header alone is damaged and whose place can be told
+//! (`wal::salvage`): its records are read by their own checks — and finds the parts of the log that are gone (`wal::lost`): segments the
 //! checkpoint needs that are missing, and segment files cut short. Replay (`wal::replay`)
 //! then checks every record after the checkpoint: it stops at a torn write (the
 //! unacknowledged end of the log a crash leaves), and steps over damage, marking the
@@ -26,6 +27,7 @@ use super::checkpoint::{checkpoint_path, Checkpoint, PREVIOUS_CHECKPOINT_NAME};
 use super::ledger::LedgerState;
 use super::lost::{lost_parts, mark_streams, Lost};
 use super::replay::{Replay, ReplayEnd};
+use super::salvage;
 use super::segment::{self, is_prepared_name, parse_segment_name, Segment, SegmentHeader};
 use super::source::WalSource;
 use super::{SegmentTable, WalPosition, RENEWALS_FILE};
@@ -71,6 +73,9 @@ pub struct Analysis {
     /// `.wal` files that are not readable segments of this shard, and why (recovery moves
     /// them to `dropped/`).
     pub strays: Vec<(PathBuf, String)>,
+    /// Segments whose header is damaged, read by their records' own checks (`salvage`), and
+    /// what was found.
+    pub salvaged: Vec<(PathBuf, String)>,
     /// Parts of the log that are gone.
     pub lost: Vec<Lost>,
     /// Streams marked damaged by this analysis.
@@ -102,7 +107,7 @@ impl Analysis {
     /// Everything found damaged or gone, in the order a reader of the log meets it (the
     /// torn end of the log, which recovery cuts, is [`Analysis::torn`]).
     pub fn damage(&self, dir: &Path) -> Vec<Damage> {
-        let strays = self.strays.iter().map(|(file, why)| Damage {
+        let strays = self.strays.iter().chain(&self.salvaged).map(|(file, why)| Damage {
             file: file.clone(),
             position: 0,
             reason: why.clone(),
@@ -157,8 +162,10 @@ impl Analysis {
 /// bytes past a failed record within which a crash can have left a torn batch.
 pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result<Analysis> {
     let (named, leftovers) = list_segments(vfs, dir)?;
-    let (segments, strays) = open_segments(vfs, named, shard)?;
     let checkpoint = load_checkpoint(vfs, dir, shard);
+    let known: Vec<u32> =
+        checkpoint.as_ref().map_or_else(Vec::new, |c| c.ledger.live.keys().copied().collect());
+    let (segments, strays, salvaged) = open_segments(vfs, named, shard, &known)?;
     let lost = lost_parts(&segments, checkpoint.as_ref());
     let mut replay = Replay::start(checkpoint.as_ref(), &segments, window);
     let checkpoint = checkpoint.map(|c| CheckpointInfo {
@@ -178,7 +185,18 @@ pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result
         table.insert(Arc::clone(segment));
     }
     let damaged_streams = mark_streams(&WalSource { table }, &mut replay.streams, &lost);
-    Ok(Analysis { segments, leftovers, strays, lost, damaged_streams, checkpoint, stale_bytes, replay, end })
+    Ok(Analysis {
+        segments,
+        leftovers,
+        strays,
+        salvaged,
+        lost,
+        damaged_streams,
+        checkpoint,
+        stale_bytes,
+        replay,
+        end,
+    })
 }
 
 /// Recovers the shard in `dir`, creating its first segment when the directory is new.
@@ -367,22 +385,29 @@ fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<(Vec<NamedSegment>, Ve
 /// A file set aside, and why.
 type Stray = (PathBuf, String);
 
+/// The segments in order, the files set aside, and the segments read without their header.
+type OpenedSegments = (Vec<Arc<Segment>>, Vec<Stray>, Vec<Stray>);
+
 /// Opens the named segments, in the order of their ordinals. A file that is not a readable
-/// segment of this shard, or a second one with an ordinal already taken, is a stray.
+/// segment of this shard, or a second one with an ordinal already taken, is a stray; one
+/// whose header is damaged is read by its records' checks where its ordinal can be told
+/// (`salvage`; `known`: the ordinals the checkpoint counts), else a stray too.
 fn open_segments(
     vfs: &dyn Vfs,
     named: Vec<NamedSegment>,
     shard: u32,
-) -> io::Result<(Vec<Arc<Segment>>, Vec<Stray>)> {
+    known: &[u32],
+) -> io::Result<OpenedSegments> {
     let mut by_ordinal: BTreeMap<u32, Arc<Segment>> = BTreeMap::new();
     let mut strays = Vec::new();
+    let mut headerless = Vec::new();
     for (first_lsn, path) in named {
         let segment = match Segment::open(vfs, &path) {
             Ok(segment) => segment,
             Err(error)
                 if matches!(error.kind(), io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof) =>
             {
-                strays.push((path, format!("not a readable segment: {error}")));
+                headerless.push((first_lsn, path, error));
                 continue;
             }
             Err(error) => return Err(error),
@@ -403,6 +428,7 @@ fn open_segments(
             }
         }
     }
+    let salvaged = salvage_headerless(vfs, headerless, shard, known, &mut by_ordinal, &mut strays)?;
     // Only the last one may be written again (and keeps its file open).
     let count = by_ordinal.len();
     let segments = by_ordinal
@@ -410,7 +436,43 @@ fn open_segments(
         .enumerate()
         .map(|(index, segment)| if index + 1 < count { Arc::new(segment.sealed()) } else { segment })
         .collect();
-    Ok((segments, strays))
+    Ok((segments, strays, salvaged))
+}
+
+/// Opens each segment whose header failed its checks under the ordinal `salvage` infers
+/// (in sequence order, so one salvaged places the next); one it cannot place is a stray.
+fn salvage_headerless(
+    vfs: &dyn Vfs,
+    headerless: Vec<(Lsn, PathBuf, io::Error)>,
+    shard: u32,
+    known: &[u32],
+    by_ordinal: &mut BTreeMap<u32, Arc<Segment>>,
+    strays: &mut Vec<Stray>,
+) -> io::Result<Vec<Stray>> {
+    let mut salvaged = Vec::new();
+    for (first_lsn, path, error) in headerless {
+        let placed = by_ordinal
+            .values()
+            .map(|s| (s.ordinal(), salvage::Placed { ordinal: s.ordinal(), first_lsn: s.header.first_lsn }))
+            .collect();
+        let Some(ordinal) = salvage::infer_ordinal(first_lsn, &placed, known) else {
+            strays.push((path, format!("not a readable segment: {error}")));
+            continue;
+        };
+        let size = vfs.open(&path)?.size()?;
+        if size <= Segment::records_start() {
+            strays.push((path, format!("not a readable segment: {error}")));
+            continue;
+        }
+        let header = SegmentHeader { shard, ordinal, first_lsn, size, created_ms: 0 };
+        let segment = Segment::open_salvaged(vfs, &path, header)?;
+        let why = format!(
+            "segment header damaged ({error}); its records are read by their own checks as segment {ordinal}"
+        );
+        salvaged.push((path, why));
+        by_ordinal.insert(ordinal, Arc::new(segment));
+    }
+    Ok(salvaged)
 }
 
 /// The newest checkpoint that decodes and belongs to this shard, else the previous one.

@@ -119,6 +119,14 @@ impl Segment {
         Ok(Segment { header, path: path.to_path_buf(), file: Some(file), map })
     }
 
+    /// Opens a segment whose header is damaged as `header` says it is (inferred by
+    /// `salvage`): its records are read by their own checks.
+    pub fn open_salvaged(vfs: &dyn Vfs, path: &Path, header: SegmentHeader) -> io::Result<Segment> {
+        let file = vfs.open(path)?;
+        let map = file.map(file.size()?.min(header.size))?;
+        Ok(Segment { header, path: path.to_path_buf(), file: Some(file), map })
+    }
+
     /// The same segment read through its map alone, its file closed (a sealed one).
     pub fn sealed(&self) -> Segment {
         Segment { header: self.header, path: self.path.clone(), file: None, map: Arc::clone(&self.map) }

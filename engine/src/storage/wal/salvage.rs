@@ -1,0 +1,89 @@
+//! Segments whose header is damaged, read by their records' own checks.
+//!
+//! A segment's 64-byte header names its shard, ordinal and first sequence number. When it
+//! fails its checks (a flipped bit, a bad first sector), the records after it may be whole,
+//! and each carries its own checksum and sequence number: setting the whole file aside
+//! would lose every other stream's records in it for a few damaged bytes. The first
+//! sequence number is in the file's name; the ordinal — which every record location
+//! holds, so it must be exact — is inferred from the segments around it and the
+//! checkpoint's ledger ([`infer_ordinal`]). Where it cannot be told, the file is set aside
+//! as before. Pure: recovery (`recovery::open_segments`) does the opening.
+
+use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
+
+use crate::ids::Lsn;
+
+/// Where a readable segment stands: its ordinal and first sequence number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placed {
+    pub ordinal: u32,
+    pub first_lsn: Lsn,
+}
+
+/// The ordinal of a segment whose header is damaged and whose name says it starts at
+/// `first_lsn`, among `placed` (the readable ones, by ordinal), or `None` when it cannot
+/// be told for certain. `known`: the ordinals the checkpoint's ledger counts live bytes in.
+pub fn infer_ordinal(first_lsn: Lsn, placed: &BTreeMap<u32, Placed>, known: &[u32]) -> Option<u32> {
+    let before = placed.values().filter(|p| p.first_lsn < first_lsn).map(|p| p.ordinal).max();
+    let after = placed.values().filter(|p| p.first_lsn > first_lsn).map(|p| p.ordinal).min();
+    let room = open_range(before, after)?;
+    let mut candidates = known.iter().copied().filter(|o| room.contains(o) && !placed.contains_key(o));
+    if let (Some(only), None) = (candidates.next(), candidates.next()) {
+        return Some(only);
+    }
+    // Ordinals only grow by one per rotation: right after the one before (the segment a
+    // shard moved on to), or right before the one after, when nothing else fits.
+    match (before, after) {
+        (Some(before), Some(after)) if after - before == 2 => Some(before + 1),
+        (Some(before), None) => before.checked_add(1),
+        _ => None,
+    }
+}
+
+/// The ordinals strictly between `before` and `after` (1 at least), if any.
+fn open_range(before: Option<u32>, after: Option<u32>) -> Option<RangeInclusive<u32>> {
+    let low = before.map_or(Some(1), |b| b.checked_add(1))?;
+    let high = after.map_or(Some(u32::MAX), |a| a.checked_sub(1))?;
+    (low <= high).then_some(low..=high)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placed(pairs: &[(u32, u64)]) -> BTreeMap<u32, Placed> {
+        pairs
+            .iter()
+            .map(|&(ordinal, lsn)| (ordinal, Placed { ordinal, first_lsn: Lsn::from_raw(lsn) }))
+            .collect()
+    }
+
+    #[test]
+    fn between_neighbours_one_apart_it_is_the_one_between() {
+        let around = placed(&[(3, 100), (5, 300)]);
+        assert_eq!(infer_ordinal(Lsn::from_raw(200), &around, &[]), Some(4));
+        assert_eq!(infer_ordinal(Lsn::from_raw(200), &around, &[3, 4, 5]), Some(4));
+    }
+
+    #[test]
+    fn the_last_one_follows_the_one_before() {
+        assert_eq!(infer_ordinal(Lsn::from_raw(400), &placed(&[(3, 100), (5, 300)]), &[]), Some(6));
+    }
+
+    #[test]
+    fn across_a_gap_only_the_ledger_can_tell() {
+        let around = placed(&[(3, 100), (9, 300)]);
+        assert_eq!(infer_ordinal(Lsn::from_raw(200), &around, &[]), None, "4 to 8: unknown");
+        assert_eq!(infer_ordinal(Lsn::from_raw(200), &around, &[3, 7, 9]), Some(7));
+        assert_eq!(infer_ordinal(Lsn::from_raw(200), &around, &[6, 7]), None, "two candidates");
+    }
+
+    #[test]
+    fn alone_or_first_it_needs_the_ledger() {
+        assert_eq!(infer_ordinal(Lsn::from_raw(1), &placed(&[]), &[]), None);
+        assert_eq!(infer_ordinal(Lsn::from_raw(1), &placed(&[]), &[2]), Some(2));
+        assert_eq!(infer_ordinal(Lsn::from_raw(1), &placed(&[(5, 300)]), &[]), None);
+        assert_eq!(infer_ordinal(Lsn::from_raw(1), &placed(&[(1, 300)]), &[]), None, "no room before 1");
+    }
+}
