@@ -2,8 +2,9 @@
 //!
 //! Opening the log sets aside (in `dropped/`) any `.wal` file that is not a readable segment
 //! of this shard — except one whose header alone is damaged and whose place can be told
-//! (`wal::salvage`): its records are read by their own checks — and finds the parts of the log that are gone (`wal::lost`): segments the
-//! checkpoint needs that are missing, and segment files cut short. Replay (`wal::replay`)
+//! (`wal::salvage`): its records are read by their own checks — and finds the parts of the
+//! log that are gone (`wal::lost`): segments the checkpoint needs that are missing, and
+//! segment files cut short. Replay (`wal::replay`)
 //! then checks every record after the checkpoint: it stops at a torn write (the
 //! unacknowledged end of the log a crash leaves), and steps over damage, marking the
 //! streams it touches. Streams with records in a lost part are marked too. Damage never
@@ -428,7 +429,7 @@ fn open_segments(
             }
         }
     }
-    let salvaged = salvage_headerless(vfs, headerless, shard, known, &mut by_ordinal, &mut strays)?;
+    let salvaged = salvage::open_headerless(vfs, headerless, shard, known, &mut by_ordinal, &mut strays)?;
     // Only the last one may be written again (and keeps its file open).
     let count = by_ordinal.len();
     let segments = by_ordinal
@@ -437,42 +438,6 @@ fn open_segments(
         .map(|(index, segment)| if index + 1 < count { Arc::new(segment.sealed()) } else { segment })
         .collect();
     Ok((segments, strays, salvaged))
-}
-
-/// Opens each segment whose header failed its checks under the ordinal `salvage` infers
-/// (in sequence order, so one salvaged places the next); one it cannot place is a stray.
-fn salvage_headerless(
-    vfs: &dyn Vfs,
-    headerless: Vec<(Lsn, PathBuf, io::Error)>,
-    shard: u32,
-    known: &[u32],
-    by_ordinal: &mut BTreeMap<u32, Arc<Segment>>,
-    strays: &mut Vec<Stray>,
-) -> io::Result<Vec<Stray>> {
-    let mut salvaged = Vec::new();
-    for (first_lsn, path, error) in headerless {
-        let placed = by_ordinal
-            .values()
-            .map(|s| (s.ordinal(), salvage::Placed { ordinal: s.ordinal(), first_lsn: s.header.first_lsn }))
-            .collect();
-        let Some(ordinal) = salvage::infer_ordinal(first_lsn, &placed, known) else {
-            strays.push((path, format!("not a readable segment: {error}")));
-            continue;
-        };
-        let size = vfs.open(&path)?.size()?;
-        if size <= Segment::records_start() {
-            strays.push((path, format!("not a readable segment: {error}")));
-            continue;
-        }
-        let header = SegmentHeader { shard, ordinal, first_lsn, size, created_ms: 0 };
-        let segment = Segment::open_salvaged(vfs, &path, header)?;
-        let why = format!(
-            "segment header damaged ({error}); its records are read by their own checks as segment {ordinal}"
-        );
-        salvaged.push((path, why));
-        by_ordinal.insert(ordinal, Arc::new(segment));
-    }
-    Ok(salvaged)
 }
 
 /// The newest checkpoint that decodes and belongs to this shard, else the previous one.

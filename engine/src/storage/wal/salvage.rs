@@ -7,12 +7,18 @@
 //! sequence number is in the file's name; the ordinal — which every record location
 //! holds, so it must be exact — is inferred from the segments around it and the
 //! checkpoint's ledger ([`infer_ordinal`]). Where it cannot be told, the file is set aside
-//! as before. Pure: recovery (`recovery::open_segments`) does the opening.
+//! as before. [`infer_ordinal`] is pure; [`open_headerless`] opens the files it places
+//! (for `recovery::open_segments`).
 
 use std::collections::BTreeMap;
+use std::io;
 use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::sync::Arc;
 
+use super::segment::{Segment, SegmentHeader};
 use crate::ids::Lsn;
+use crate::storage::vfs::Vfs;
 
 /// Where a readable segment stands: its ordinal and first sequence number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +52,42 @@ fn open_range(before: Option<u32>, after: Option<u32>) -> Option<RangeInclusive<
     let low = before.map_or(Some(1), |b| b.checked_add(1))?;
     let high = after.map_or(Some(u32::MAX), |a| a.checked_sub(1))?;
     (low <= high).then_some(low..=high)
+}
+
+/// Opens each segment whose header failed its checks under the ordinal [`infer_ordinal`] gives
+/// (in sequence order, so one salvaged places the next); one it cannot place is a stray.
+pub fn open_headerless(
+    vfs: &dyn Vfs,
+    headerless: Vec<(Lsn, PathBuf, io::Error)>,
+    shard: u32,
+    known: &[u32],
+    by_ordinal: &mut BTreeMap<u32, Arc<Segment>>,
+    strays: &mut Vec<(PathBuf, String)>,
+) -> io::Result<Vec<(PathBuf, String)>> {
+    let mut salvaged = Vec::new();
+    for (first_lsn, path, error) in headerless {
+        let placed = by_ordinal
+            .values()
+            .map(|s| (s.ordinal(), Placed { ordinal: s.ordinal(), first_lsn: s.header.first_lsn }))
+            .collect();
+        let Some(ordinal) = infer_ordinal(first_lsn, &placed, known) else {
+            strays.push((path, format!("not a readable segment: {error}")));
+            continue;
+        };
+        let size = vfs.open(&path)?.size()?;
+        if size <= Segment::records_start() {
+            strays.push((path, format!("not a readable segment: {error}")));
+            continue;
+        }
+        let header = SegmentHeader { shard, ordinal, first_lsn, size, created_ms: 0 };
+        let segment = Segment::open_salvaged(vfs, &path, header)?;
+        let why = format!(
+            "segment header damaged ({error}); its records are read by their own checks as segment {ordinal}"
+        );
+        salvaged.push((path, why));
+        by_ordinal.insert(ordinal, Arc::new(segment));
+    }
+    Ok(salvaged)
 }
 
 #[cfg(test)]
