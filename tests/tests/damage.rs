@@ -103,7 +103,8 @@ fn build(setup: &Setup) -> DataDir {
     }
     // Written last: whatever earlier part of the log is damaged, this stream is whole.
     assert_eq!(client.put("/v1/stream/late", "text/plain", b"late;").status, 201);
-    assert!(server.terminate().success());
+    let stopped = server.terminate();
+    assert!(stopped.success(), "{stopped}: {}", server.log());
     dir
 }
 
@@ -444,7 +445,8 @@ fn log_damaged_under_the_server(cut: impl FnOnce(&Path)) {
     assert_eq!(client.put("/v1/stream/c", "text/plain", b"after").status, 201);
     assert_eq!(client.post("/v1/stream/c", "text/plain", b" the cut").status, 204);
     assert_eq!(client.get("/v1/stream/c?offset=-1").body, b"after the cut");
-    assert!(server.terminate().success());
+    let stopped = server.terminate();
+    assert!(stopped.success(), "{stopped}: {}", server.log());
     server.restart();
     let client = server.client();
     assert_eq!(
@@ -453,7 +455,8 @@ fn log_damaged_under_the_server(cut: impl FnOnce(&Path)) {
         "acknowledged after the cut: kept"
     );
     assert_eq!(client.get("/v1/stream/a?offset=-1").status, 500);
-    assert!(server.terminate().success());
+    let stopped = server.terminate();
+    assert!(stopped.success(), "{stopped}: {}", server.log());
     let (code, _, stderr) = ds_tool(&["verify", &dir.display().to_string()]);
     assert_eq!(code, 1, "verify names the damage: {stderr}");
 }

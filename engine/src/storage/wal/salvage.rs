@@ -47,9 +47,10 @@ pub fn infer_ordinal(first_lsn: Lsn, placed: &BTreeMap<u32, Placed>, known: &[u3
     }
 }
 
-/// The ordinals strictly between `before` and `after` (1 at least), if any.
+/// The ordinals strictly between `before` and `after` (a shard's first segment is 0), if
+/// any.
 fn open_range(before: Option<u32>, after: Option<u32>) -> Option<RangeInclusive<u32>> {
-    let low = before.map_or(Some(1), |b| b.checked_add(1))?;
+    let low = before.map_or(Some(0), |b| b.checked_add(1))?;
     let high = after.map_or(Some(u32::MAX), |a| a.checked_sub(1))?;
     (low <= high).then_some(low..=high)
 }
@@ -126,6 +127,7 @@ mod tests {
         assert_eq!(infer_ordinal(Lsn::from_raw(1), &placed(&[]), &[]), None);
         assert_eq!(infer_ordinal(Lsn::from_raw(1), &placed(&[]), &[2]), Some(2));
         assert_eq!(infer_ordinal(Lsn::from_raw(1), &placed(&[(5, 300)]), &[]), None);
-        assert_eq!(infer_ordinal(Lsn::from_raw(1), &placed(&[(1, 300)]), &[]), None, "no room before 1");
+        assert_eq!(infer_ordinal(Lsn::from_raw(1), &placed(&[(1, 300)]), &[0, 1]), Some(0), "the first is 0");
+        assert_eq!(infer_ordinal(Lsn::from_raw(1), &placed(&[(0, 300)]), &[0]), None, "no room before 0");
     }
 }
