@@ -164,8 +164,9 @@ impl Analysis {
 pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result<Analysis> {
     let (named, leftovers) = list_segments(vfs, dir)?;
     let checkpoint = load_checkpoint(vfs, dir, shard);
-    let known: Vec<u32> =
-        checkpoint.as_ref().map_or_else(Vec::new, |c| c.ledger.live.keys().copied().collect());
+    let known: Vec<u32> = checkpoint.as_ref().map_or_else(Vec::new, |c| {
+        c.ledger.live.iter().filter(|(_, live)| **live > 0).map(|(ordinal, _)| *ordinal).collect()
+    });
     let (segments, strays, salvaged) = open_segments(vfs, named, shard, &known)?;
     let lost = lost_parts(&segments, checkpoint.as_ref());
     let mut replay = Replay::start(checkpoint.as_ref(), &segments, window);

@@ -29,7 +29,8 @@ pub struct Placed {
 
 /// The ordinal of a segment whose header is damaged and whose name says it starts at
 /// `first_lsn`, among `placed` (the readable ones, by ordinal), or `None` when it cannot
-/// be told for certain. `known`: the ordinals the checkpoint's ledger counts live bytes in.
+/// be told for certain. `known`: the ordinals the checkpoint's ledger counts live bytes in
+/// (a segment with none is one a shard may already have removed).
 pub fn infer_ordinal(first_lsn: Lsn, placed: &BTreeMap<u32, Placed>, known: &[u32]) -> Option<u32> {
     let before = placed.values().filter(|p| p.first_lsn < first_lsn).map(|p| p.ordinal).max();
     let after = placed.values().filter(|p| p.first_lsn > first_lsn).map(|p| p.ordinal).min();
