@@ -182,7 +182,7 @@ fn log_recovery(engine: &Engine) {
                 position = damage.position,
                 reason = %damage.reason,
                 quarantined = damage.quarantined.len(),
-                "recovery dropped everything after damaged data"
+                "recovery found damage (stepped over; what it touches is marked, set aside files kept in dropped/)"
             );
         }
         if report.damage.is_empty() && report.stale_bytes > 0 {
