@@ -39,8 +39,8 @@ pub fn infer_ordinal(first_lsn: Lsn, placed: &BTreeMap<u32, Placed>, known: &[u3
     if let (Some(only), None) = (candidates.next(), candidates.next()) {
         return Some(only);
     }
-    // Ordinals only grow by one per rotation: right after the one before (the segment a
-    // shard moved on to), or right before the one after, when nothing else fits.
+    // Ordinals grow by one per rotation: the one between two segments one apart, or the
+    // one after the last (the segment a shard moved on to). Nothing else is certain.
     match (before, after) {
         (Some(before), Some(after)) if after - before == 2 => Some(before + 1),
         (Some(before), None) => before.checked_add(1),
@@ -56,8 +56,9 @@ fn open_range(before: Option<u32>, after: Option<u32>) -> Option<RangeInclusive<
     (low <= high).then_some(low..=high)
 }
 
-/// Opens each segment whose header failed its checks under the ordinal [`infer_ordinal`] gives
-/// (in sequence order, so one salvaged places the next); one it cannot place is a stray.
+/// Opens each segment whose header failed its checks under the ordinal [`infer_ordinal`]
+/// gives (in sequence order, so one salvaged places the next); one it cannot place, or
+/// holding no more than a header, is a stray.
 pub fn open_headerless(
     vfs: &dyn Vfs,
     headerless: Vec<(Lsn, PathBuf, io::Error)>,
