@@ -53,12 +53,17 @@ pub fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'
         return Ok(None);
     };
     if values.next().is_some() {
-        return Err(Problem::bad_request("duplicate-header", format!("{name} is given more than once")));
+        return Err(given_twice(name));
     }
     let text = first
         .to_str()
         .map_err(|_| Problem::bad_request("invalid-header", format!("{name} is not visible ASCII")))?;
     Ok(Some(text))
+}
+
+/// 400 for a header the protocol reads once, given more than once.
+fn given_twice(name: &HeaderName) -> Problem {
+    Problem::bad_request("duplicate-header", format!("{name} is given more than once"))
 }
 
 /// `Content-Type`: absent, or a valid media type (an empty value is an error).
@@ -79,7 +84,7 @@ pub fn stream_closed(headers: &HeaderMap) -> Result<bool, Problem> {
     match (values.next(), values.next()) {
         (None, _) => Ok(false),
         (Some(value), None) => Ok(value.as_bytes().trim_ascii().eq_ignore_ascii_case(b"true")),
-        (Some(_), Some(_)) => single(headers, &STREAM_CLOSED).map(|_| false),
+        (Some(_), Some(_)) => Err(given_twice(&STREAM_CLOSED)),
     }
 }
 

@@ -77,13 +77,11 @@ pub fn open_headerless(
             strays.push((path, format!("not a readable segment: {error}")));
             continue;
         };
-        let size = vfs.open(&path)?.size()?;
-        if size <= Segment::records_start() {
+        let header_of = |size| SegmentHeader { shard, ordinal, first_lsn, size, created_ms: 0 };
+        let Some(segment) = Segment::open_salvaged(vfs, &path, header_of)? else {
             strays.push((path, format!("not a readable segment: {error}")));
             continue;
-        }
-        let header = SegmentHeader { shard, ordinal, first_lsn, size, created_ms: 0 };
-        let segment = Segment::open_salvaged(vfs, &path, header)?;
+        };
         let why = format!(
             "segment header damaged ({error}); its records are read by their own checks as segment {ordinal}"
         );

@@ -119,12 +119,22 @@ impl Segment {
         Ok(Segment { header, path: path.to_path_buf(), file: Some(file), map })
     }
 
-    /// Opens a segment whose header is damaged as `header` says it is (inferred by
-    /// `salvage`): its records are read by their own checks.
-    pub fn open_salvaged(vfs: &dyn Vfs, path: &Path, header: SegmentHeader) -> io::Result<Segment> {
+    /// Opens a segment whose header is damaged as the header `header_of` its size says it
+    /// is (inferred by `salvage`): its records are read by their own checks. `None` when the
+    /// file holds no more than a header.
+    pub fn open_salvaged(
+        vfs: &dyn Vfs,
+        path: &Path,
+        header_of: impl FnOnce(u64) -> SegmentHeader,
+    ) -> io::Result<Option<Segment>> {
         let file = vfs.open(path)?;
-        let map = file.map(file.size()?.min(header.size))?;
-        Ok(Segment { header, path: path.to_path_buf(), file: Some(file), map })
+        let size = file.size()?;
+        if size <= Segment::records_start() {
+            return Ok(None);
+        }
+        let header = header_of(size);
+        let map = file.map(size.min(header.size))?;
+        Ok(Some(Segment { header, path: path.to_path_buf(), file: Some(file), map }))
     }
 
     /// The same segment read through its map alone, its file closed (a sealed one).
