@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ds_engine::{Engine, StorageMode};
+use tokio::sync::Semaphore;
 
 use crate::cluster::Cluster;
 use crate::config::Config;
@@ -38,6 +39,10 @@ pub struct App {
     /// Whether requests without a body on plain TCP are served by the bare front
     /// (`crate::serve::bare`) rather than hyper.
     pub bare_front: bool,
+    /// Whether clients may speak HTTP/2 (`crate::serve::http2`).
+    pub http2: bool,
+    /// Requests open on HTTP/2 connections, all together: at most as many as connections.
+    pub http2_streams: Arc<Semaphore>,
     /// The TCP congestion control of connections from this host (`None`: the system's).
     pub local_tcp_congestion: Option<Box<str>>,
     /// Whether the bare front copies catch-up answers of many small messages into gather
@@ -69,6 +74,8 @@ impl App {
             write_stall_timeout: config.write_stall_timeout,
             frames,
             bare_front: config.bare_front,
+            http2: config.http2,
+            http2_streams: Arc::new(Semaphore::new(config.connections_max)),
             local_tcp_congestion: config.local_tcp_congestion.clone(),
             gather_reads: config.engine.mode == StorageMode::Acid,
             cluster,

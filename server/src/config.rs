@@ -88,6 +88,10 @@ pub struct Args {
     /// hyper serves every request)
     #[arg(long, env = "DS_SERVER__BARE_FRONT", default_value = "true")]
     pub bare_front: String,
+    /// Serve HTTP/2: with prior knowledge on plain TCP, by ALPN `h2` on TLS (`false`:
+    /// HTTP/1.1 only)
+    #[arg(long, env = "DS_SERVER__HTTP2", default_value = "true")]
+    pub http2: String,
     /// TCP congestion control of connections from this host (loopback, or this host's own
     /// address): one that does not pace packets, as nothing lies between the two ends;
     /// `system` keeps the system's (remote connections always do)
@@ -140,6 +144,8 @@ pub struct Config {
     pub write_stall_timeout: Duration,
     /// Requests without a body on plain TCP are served by the bare front.
     pub bare_front: bool,
+    /// Clients may speak HTTP/2.
+    pub http2: bool,
     /// The TCP congestion control of connections from this host (`None`: the system's).
     pub local_tcp_congestion: Option<Box<str>>,
     /// Request body bytes held across all connections at once.
@@ -212,6 +218,7 @@ impl Args {
             WRITE_STALL_SECS_MAX,
         )?;
         let bare_front = boolean("DS_SERVER__BARE_FRONT", &self.bare_front)?;
+        let http2 = boolean("DS_SERVER__HTTP2", &self.http2)?;
         let local_tcp_congestion = congestion::parse(&self.local_tcp_congestion)
             .map_err(|why| ConfigError(format!("DS_SERVER__LOCAL_TCP_CONGESTION: {why}")))?;
         let engine = self.engine_config()?;
@@ -226,6 +233,7 @@ impl Args {
             connections_max,
             write_stall_timeout: Duration::from_secs(write_stall_secs),
             bare_front,
+            http2,
             local_tcp_congestion,
             body_buffer_bytes_max,
             body_timeout: Duration::from_secs(body_timeout_secs),

@@ -31,7 +31,8 @@
 //!   bare front, ds's own lean HTTP/1.1 for requests without a body on plain TCP (reads:
 //!   catch-up, long-poll, SSE), and hyper for the rest (a connection goes to hyper at its
 //!   first request with a body; write stalls, small writes joined, hyper's own error answers
-//!   made problem documents).
+//!   made problem documents); HTTP/2 through hyper for clients that speak it (`serve::http2`:
+//!   the preface on plain TCP, ALPN `h2` on TLS; its request limits).
 //!
 //! # How a request flows
 //!
@@ -99,7 +100,12 @@ impl std::error::Error for RunError {}
 
 /// Runs the server until SIGINT or SIGTERM, then shuts down gracefully.
 pub async fn run(config: Config) -> Result<(), RunError> {
-    let tls = config.tls.as_ref().map(serve::tls::acceptor).transpose().map_err(RunError::Tls)?;
+    let tls = config
+        .tls
+        .as_ref()
+        .map(|files| serve::tls::acceptor(files, config.http2))
+        .transpose()
+        .map_err(RunError::Tls)?;
     let mut config = config;
     let descriptors = descriptors::prepare(&mut config).map_err(RunError::Descriptors)?;
     tracing::debug!(descriptors, "file descriptors the configuration needs at most");

@@ -106,6 +106,9 @@ pub struct Metrics {
     /// Connections the bare front handed to hyper (at a request with a body, or one it
     /// leaves to hyper's checks).
     pub bare_handoffs: AtomicU64,
+    /// Connections served as HTTP/2, and their requests refused past the HTTP/2 budget.
+    pub http2_connections: AtomicU64,
+    pub http2_refused: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -122,6 +125,8 @@ impl Default for Metrics {
             connections_refused: AtomicU64::new(0),
             bare_requests: AtomicU64::new(0),
             bare_handoffs: AtomicU64::new(0),
+            http2_connections: AtomicU64::new(0),
+            http2_refused: AtomicU64::new(0),
         }
     }
 }
@@ -258,6 +263,10 @@ fn render_front(out: &mut String, metrics: &Metrics) {
     single(out, "ds_bare_requests_total", "counter", bare_help, load(&metrics.bare_requests));
     let handoff_help = "Connections the bare front handed to hyper.";
     single(out, "ds_bare_handoffs_total", "counter", handoff_help, load(&metrics.bare_handoffs));
+    let http2_help = "Connections served as HTTP/2.";
+    single(out, "ds_http2_connections_total", "counter", http2_help, load(&metrics.http2_connections));
+    let http2_refused_help = "HTTP/2 requests refused (503) past the HTTP/2 request limit.";
+    single(out, "ds_http2_refused_total", "counter", http2_refused_help, load(&metrics.http2_refused));
     header(out, "ds_errors_total", "counter", "Errors outside request handling, by kind.");
     for kind in ErrorKind::ALL {
         let _ = writeln!(

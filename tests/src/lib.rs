@@ -2,7 +2,8 @@
 //!
 //! - `server`: starts `ds-server` on a free loopback port with chosen `DS_*` variables and
 //!   stops it (SIGTERM or kill) when the test is done.
-//! - `client`: a small blocking HTTP/1.1 client that also reads SSE bodies incrementally.
+//! - `client`: a small blocking HTTP/1.1 client that also reads SSE bodies incrementally;
+//!   `http2`: an HTTP/2 client (async, on tokio) for the HTTP/2 tests.
 //! - `data_dir`: temporary data directories for servers of the disk modes.
 //! - `haproxy` and `jwt`: the shipped proxy configuration, started for end-to-end tests, and
 //!   tokens minted with the committed test-only keys.
@@ -17,6 +18,7 @@ pub mod client;
 pub mod data_dir;
 pub mod etcd;
 pub mod haproxy;
+pub mod http2;
 pub mod jwt;
 pub mod prerequisites;
 pub mod server;

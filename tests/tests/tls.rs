@@ -1,5 +1,6 @@
 //! Direct TLS: `ds-server` with `DS_TLS__CERT_PATH` and `DS_TLS__KEY_PATH` serves HTTPS
-//! (TLS 1.3 and 1.2), and bad TLS settings stop startup with a message naming the problem.
+//! (TLS 1.3 and 1.2), HTTP/2 to a client that offers it by ALPN, and bad TLS settings stop
+//! startup with a message naming the problem.
 //! Certificates are generated here (rcgen); no private key for TLS is committed.
 
 use std::io::{BufReader, Write};
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use ds_tests::client::read_response;
 use ds_tests::data_dir::DataDir;
+use ds_tests::http2::Http2;
 use ds_tests::server::binary;
 use ds_tests::{Response, Server};
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -110,6 +112,55 @@ fn plain_http_to_the_tls_port_gets_no_http_answer() {
         .status,
         200
     );
+}
+
+/// A TLS connection offering ALPN `h2` and `http/1.1`; the protocol the server chose.
+async fn connect_offering_h2(
+    addr: SocketAddr,
+    cert: &TestCert,
+) -> (tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Option<Vec<u8>>) {
+    let mut roots = RootCertStore::empty();
+    roots.add(cert.der.clone()).unwrap();
+    let mut config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let stream =
+        connector.connect(ServerName::try_from("localhost").unwrap(), socket).await.expect("a handshake");
+    let chosen = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    (stream, chosen)
+}
+
+#[test]
+fn a_client_offering_h2_gets_http2_over_tls() {
+    let cert = test_cert("tls-h2");
+    let server = start_tls(&cert);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let (stream, chosen) = connect_offering_h2(server.addr, &cert).await;
+        assert_eq!(chosen.as_deref(), Some(&b"h2"[..]), "ALPN chose HTTP/2");
+        let origin = format!("https://localhost:{}", server.addr.port());
+        let mut h2 = Http2::connect(stream, &origin).await.expect("an HTTP/2 handshake");
+        let created = h2.send("PUT", "/v1/stream/h2s", &[("content-type", "text/plain")], b"").await;
+        assert_eq!(created.status, 201, "{}", created.text());
+        assert_eq!(created.header("location"), Some(format!("{origin}/v1/stream/h2s").as_str()));
+        assert_eq!(
+            h2.send("POST", "/v1/stream/h2s", &[("content-type", "text/plain")], b"sealed").await.status,
+            204
+        );
+        let read = h2.send("GET", "/v1/stream/h2s?offset=-1", &[], b"").await;
+        assert_eq!((read.status, read.text().as_str()), (200, "sealed"));
+    });
+
+    let env = [tls_env(&cert), vec![("DS_SERVER__HTTP2", "false".to_string())]].concat();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let http1_only = Server::start(&env);
+    let chosen = runtime.block_on(connect_offering_h2(http1_only.addr, &cert)).1;
+    assert_eq!(chosen.as_deref(), Some(&b"http/1.1"[..]), "with HTTP/2 off, ALPN chooses HTTP/1.1");
 }
 
 /// Runs `ds-server` with `env`, expecting it to refuse to start; returns its stderr.

@@ -151,6 +151,14 @@ pub fn stream_seq(headers: &HeaderMap) -> Result<Option<Box<str>>, Problem> {
     Ok(Some(text.into()))
 }
 
+/// The authority a request names: its `Host`, or else (HTTP/2 sends none) its URI's.
+pub fn authority<'a>(headers: &'a HeaderMap, uri: &'a hyper::Uri) -> Option<&'a str> {
+    match headers.get(hyper::header::HOST) {
+        Some(host) => host.to_str().ok(),
+        None => uri.authority().map(|authority| authority.as_str()),
+    }
+}
+
 /// Digits only, no leading zeros (except `0` itself), fitting a u64.
 fn canonical_integer(text: &str) -> Option<u64> {
     let digits_only = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
@@ -264,5 +272,16 @@ mod tests {
         );
         assert!(expires_at_ms(&headers(&[("stream-expires-at", "not-a-timestamp")])).is_err());
         assert!(stream_seq(&headers(&[("stream-seq", "")])).is_err());
+    }
+
+    #[test]
+    fn the_authority_comes_from_host_or_else_the_uri() {
+        let uri: hyper::Uri = "https://example.com:8443/v1/stream/a".parse().unwrap();
+        let mut headers = HeaderMap::new();
+        assert_eq!(authority(&headers, &uri), Some("example.com:8443"));
+        headers.insert(hyper::header::HOST, "other:1".parse().unwrap());
+        assert_eq!(authority(&headers, &uri), Some("other:1"));
+        let relative: hyper::Uri = "/v1/stream/a".parse().unwrap();
+        assert_eq!(authority(&HeaderMap::new(), &relative), None);
     }
 }

@@ -73,9 +73,14 @@ pub async fn forward(
 fn outgoing(request: Request<RequestBody>, authority: &str, node_id: &str) -> Request<OutBody> {
     let (mut parts, body) = request.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    // The client's Host stays (the owner builds Location from it).
+    // The client's Host stays (the owner builds Location from it); an HTTP/2 client's is
+    // its URI's authority.
     if !parts.headers.contains_key(HOST) {
-        parts.headers.insert(HOST, HeaderValue::from_str(authority).expect("an address is a header value"));
+        let host = match parts.uri.authority() {
+            Some(client) => HeaderValue::from_str(client.as_str()),
+            None => HeaderValue::from_str(authority),
+        };
+        parts.headers.insert(HOST, host.expect("an authority is a header value"));
     }
     let by = HeaderValue::from_str(node_id).expect("node ids are header values");
     parts.headers.insert(FORWARDED_BY, by);

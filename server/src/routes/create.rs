@@ -11,7 +11,7 @@
 
 use ds_engine::ContentType;
 use ds_engine::{CreateRequest, ForkRequest, Offset, StartAt, StreamConfig, StreamName};
-use hyper::header::{CONTENT_TYPE, HOST, LOCATION};
+use hyper::header::{CONTENT_TYPE, LOCATION};
 use hyper::{Request, Response, StatusCode};
 
 use super::{op_problem, payload_of};
@@ -62,7 +62,7 @@ pub async fn create(
         headers.insert(STREAM_CLOSED, headers::TRUE);
     }
     if outcome.created {
-        let host = parts.headers.get(HOST).and_then(|h| h.to_str().ok()).filter(|h| is_authority(h));
+        let host = headers::authority(&parts.headers, &parts.uri).filter(|h| is_authority(h));
         let location = format!("{}://{}{}", app.scheme, host.unwrap_or("localhost"), parts.uri.path());
         set(headers, LOCATION, &location);
     }

@@ -1,5 +1,5 @@
-//! The accept loop: one hyper HTTP/1.1 connection task per client, the connection limit,
-//! TLS handshakes, graceful shutdown.
+//! The accept loop: one connection task per client (the bare front, or hyper's HTTP/1.1 or
+//! HTTP/2), the connection limit, TLS handshakes, graceful shutdown.
 //!
 //! Connections get keep-alive, `TCP_NODELAY`, a congestion control that does not pace
 //! when they come from this host (`crate::congestion`), a bounded request head (size and hyper's
@@ -8,6 +8,8 @@
 //! the bare front (`bare`: ds's own lean HTTP/1.1 for requests without a body), which hands
 //! it to hyper at its first request with a body; `DS_SERVER__BARE_FRONT=false`
 //! gives every connection to hyper from the start, and TLS connections always go to hyper.
+//! hyper speaks HTTP/2 (`http2`) to a plain connection that opens with its preface and to a
+//! TLS connection whose ALPN chose `h2`, HTTP/1.1 to any other.
 //! At most `DS_SERVER__MAX_CONNECTIONS` are served at once; one more gets a canned 503 with
 //! `Retry-After` and is closed (at most [`REFUSALS_MAX`] of those at a time, past which a
 //! connection is simply closed). With TLS, the handshake runs in the connection's task,
@@ -17,6 +19,7 @@
 pub mod bare;
 pub mod canned;
 pub mod coalesce;
+pub mod http2;
 pub mod stall;
 pub mod tls;
 
@@ -131,10 +134,35 @@ async fn connection(
 ) {
     // hyper's connection state (and a TLS session) is boxed.
     match tls {
-        None => Box::pin(serve_http(&app, socket, peer, watcher)).await,
+        None if app.http2 => Box::pin(serve_plain(&app, socket, peer, watcher, Vec::new())).await,
+        None => Box::pin(serve_http1(&app, socket, peer, watcher)).await,
         Some(acceptor) => Box::pin(serve_tls(&app, acceptor, socket, peer, watcher)).await,
     }
     drop(open);
+}
+
+/// A plain connection served by hyper from its first byte not yet served (`unread` holds
+/// the bytes already read): HTTP/2 if it opens with the preface, else HTTP/1.1.
+pub async fn serve_plain(
+    app: &Arc<App>,
+    socket: TcpStream,
+    peer: SocketAddr,
+    watcher: Watcher,
+    mut unread: Vec<u8>,
+) {
+    if app.http2 {
+        if let Err(error) = http2::sniff(app, &socket, &mut unread).await {
+            tracing::debug!(%error, %peer, "connection ended before its first request");
+            return;
+        }
+    }
+    let http2 = app.http2 && http2::opens_http2(&unread);
+    let (reader, writer) = socket.into_split();
+    let io = tokio::io::join(std::io::Cursor::new(unread).chain(reader), writer);
+    match http2 {
+        true => http2::serve(app, io, peer, watcher).await,
+        false => serve_http1(app, io, peer, watcher).await,
+    }
 }
 
 /// A connection counted in `connections_open`, holding its slot under the connection limit,
@@ -161,7 +189,8 @@ impl Drop for OpenConnection {
     }
 }
 
-/// A TLS handshake bounded by [`HANDSHAKE_TIMEOUT`], then HTTP/1.1 through hyper.
+/// A TLS handshake bounded by [`HANDSHAKE_TIMEOUT`], then HTTP/2 if ALPN chose `h2`, else
+/// HTTP/1.1, through hyper.
 async fn serve_tls(
     app: &Arc<App>,
     acceptor: TlsAcceptor,
@@ -170,7 +199,10 @@ async fn serve_tls(
     watcher: Watcher,
 ) {
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
-        Ok(Ok(stream)) => serve_http(app, stream, peer, watcher).await,
+        Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(tls::ALPN_HTTP2) => {
+            http2::serve(app, stream, peer, watcher).await;
+        }
+        Ok(Ok(stream)) => serve_http1(app, stream, peer, watcher).await,
         Ok(Err(error)) => {
             app.metrics.error(ErrorKind::TlsHandshake);
             tracing::debug!(%error, %peer, "TLS handshake failed");
@@ -183,12 +215,11 @@ async fn serve_tls(
 }
 
 /// HTTP/1.1 through hyper over `io` until the client or the shutdown ends it.
-async fn serve_http<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watcher)
+async fn serve_http1<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watcher)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let io = StallGuard::new(Coalesced::new(io), app.write_stall_timeout, Arc::clone(&app.metrics));
-    let io = Canned::new(io);
+    let io = Canned::new(guarded(app, io));
     let service_app = Arc::clone(app);
     let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
         let routed = router::handle(Arc::clone(&service_app), request.map(RequestBody::Streamed));
@@ -201,7 +232,37 @@ where
         .max_buf_size(2 * HEAD_BYTES_MAX)
         .header_read_timeout(HEAD_READ_TIMEOUT)
         .serve_connection(TokioIo::new(io), service);
-    match watcher.watch(connection).await {
+    connection_ended(app, peer, watcher.watch(connection).await);
+}
+
+/// A connection's I/O as hyper gets it: a blocked write fails after the stall timeout,
+/// small vectored writes go out as one.
+fn guarded<I: AsyncRead + AsyncWrite>(app: &App, io: I) -> StallGuard<Coalesced<I>> {
+    StallGuard::new(Coalesced::new(io), app.write_stall_timeout, Arc::clone(&app.metrics))
+}
+
+/// Bytes asked of the socket per read before a connection's first request is known, on the
+/// stack (most heads are a few hundred bytes).
+const READ_BYTES: usize = 4096;
+
+/// Appends what `socket` has ready (up to [`READ_BYTES`]) to `unread`; the end of the stream
+/// is an error, as a request was still to come.
+fn read_ready(socket: &TcpStream, unread: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut chunk = [0u8; READ_BYTES];
+    match socket.try_read(&mut chunk) {
+        Ok(0) => Err(std::io::ErrorKind::UnexpectedEof.into()),
+        Ok(read) => {
+            unread.extend_from_slice(&chunk[..read]);
+            Ok(())
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Logs how a hyper connection ended (and counts it when it was an error).
+fn connection_ended(app: &App, peer: SocketAddr, ended: Result<(), hyper::Error>) {
+    match ended {
         Ok(()) => {}
         // A client hanging up (an SSE or long-poll reader leaving, say) is no error.
         Err(error) if client_went_away(&error) => tracing::debug!(%error, %peer, "client went away"),

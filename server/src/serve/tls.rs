@@ -1,7 +1,8 @@
 //! Direct TLS termination: the certificate chain and key are loaded and checked once at
 //! startup; each connection's handshake then goes through the [`TlsAcceptor`].
 //!
-//! rustls with the ring provider, TLS 1.3 and 1.2, ALPN `http/1.1`, no client certificates
+//! rustls with the ring provider, TLS 1.3 and 1.2, ALPN `h2` (unless `DS_SERVER__HTTP2` is
+//! off) and `http/1.1`, no client certificates
 //! (mutual TLS is the proxy's business). A file that cannot be read, holds no PEM item of the
 //! right kind, or a key that does not belong to the certificate stops startup with a
 //! message naming the variable and the file.
@@ -30,8 +31,11 @@ impl std::fmt::Display for TlsError {
 
 impl std::error::Error for TlsError {}
 
-/// Loads and checks the files, and builds the acceptor.
-pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
+/// The ALPN name of HTTP/2 (a connection that negotiated it goes to `super::http2`).
+pub const ALPN_HTTP2: &[u8] = b"h2";
+
+/// Loads and checks the files, and builds the acceptor; `http2`: offer HTTP/2 by ALPN.
+pub fn acceptor(files: &TlsFiles, http2: bool) -> Result<TlsAcceptor, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = load_chain(&files.cert_path)?;
     let key = load_key(&files.key_path)?;
@@ -41,7 +45,10 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
         .map_err(|error| TlsError(format!("TLS protocol setup failed: {error}")))?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(SingleCertAndKey::from(certified)));
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = match http2 {
+        true => vec![ALPN_HTTP2.to_vec(), b"http/1.1".to_vec()],
+        false => vec![b"http/1.1".to_vec()],
+    };
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 

@@ -41,7 +41,7 @@ use std::task::Poll;
 
 use hyper::{Request, Response};
 use hyper_util::server::graceful::Watcher;
-use tokio::io::{AsyncReadExt, ReadBuf};
+use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -56,10 +56,6 @@ use head::Head;
 use reply::Framing;
 
 use super::{OpenConnection, HEAD_READ_TIMEOUT};
-
-/// Bytes asked of the socket per read of a head, on the stack (most heads are a few hundred
-/// bytes).
-const READ_BYTES: usize = 4096;
 
 /// A plain TCP connection of the bare front: its socket, and what it holds for the server.
 pub struct Conn {
@@ -121,13 +117,12 @@ pub async fn serve(parking: Arc<Parking>, mut conn: Conn, mut events: Option<Box
 }
 
 /// Gives the connection to hyper, from the first byte not served: hyper reads the bytes
-/// already read, then the socket, and writes to the socket.
+/// already read, then the socket, and writes to the socket (HTTP/2 when the head read was
+/// the HTTP/2 preface, `super::http2`).
 async fn hand_to_hyper(app: &Arc<App>, conn: Conn) {
     Metrics::add(&app.metrics.bare_handoffs, 1);
     let Conn { socket, peer, watcher, unread, open } = conn;
-    let (reader, writer) = socket.into_split();
-    let io = tokio::io::join(std::io::Cursor::new(unread).chain(reader), writer);
-    super::serve_http(app, io, peer, watcher).await;
+    super::serve_plain(app, socket, peer, watcher, unread).await;
     drop(open);
 }
 
@@ -173,13 +168,7 @@ async fn next_head(
         }
         // Read on the stack and keep only what arrived: the buffer a connection holds is
         // the size of its head, and only until the head is parsed.
-        let mut chunk = [0u8; READ_BYTES];
-        match socket.try_read(&mut chunk) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(read) => unread.extend_from_slice(&chunk[..read]),
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-            Err(error) => return Err(error),
-        }
+        super::read_ready(socket, unread)?;
     }
 }
 

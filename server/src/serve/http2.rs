@@ -1,0 +1,164 @@
+//! HTTP/2: which connections speak it, and what one may hold.
+//!
+//! PROTOCOL.md asks servers to support HTTP/2's streaming (a browser multiplexes all its
+//! live reads of an origin over one connection instead of six). A client speaks it with
+//! prior knowledge on plain TCP — it opens with the connection preface, which the bare
+//! front reads as a head it leaves to hyper, or [`sniff`] reads when the bare front is off —
+//! or by ALPN `h2` on TLS (`super::tls`). hyper serves the connection
+//! (`hyper::server::conn::http2`); every request goes through the router as on HTTP/1.1,
+//! live reads as hyper bodies. `DS_SERVER__HTTP2=false` turns it off (the preface is then
+//! an HTTP/1.1 request hyper refuses, and ALPN offers `http/1.1` only).
+//!
+//! Limits. A connection takes at most [`STREAMS_PER_CONNECTION_MAX`] requests at once (the
+//! client is told in its settings), and all HTTP/2 connections together at most
+//! `DS_SERVER__MAX_CONNECTIONS` (`App::http2_streams`): one more is answered 503
+//! `too-many-requests` with `Retry-After`, so a multiplexed connection can hold no more
+//! than as many connections could. Each request holds its permit until its answer's body
+//! ends or is dropped ([`Held`]). What an answer may queue for a client that does not read
+//! it is [`SEND_BUFFER_BYTES_MAX`] (flow control then stops the body being pulled), and a
+//! request body the client may send ahead of its reading is hyper's 1 MiB window. A
+//! connection whose peer stops answering pings for [`PING_TIMEOUT`] is closed; the write
+//! stall guard closes one whose client stops reading altogether. Header lists are bounded
+//! as HTTP/1.1 heads are; hyper's resets-per-connection limits stand against rapid resets.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body::{Frame, SizeHint};
+use hyper::header::RETRY_AFTER;
+use hyper::server::conn::http2;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::Watcher;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use super::HEAD_READ_TIMEOUT;
+use crate::app::App;
+use crate::http::problem::Problem;
+use crate::http::request_body::RequestBody;
+use crate::http::response::{finish, Body};
+use crate::router::{self, HEAD_BYTES_MAX};
+
+/// How an HTTP/2 connection opens: the preface's first part, an HTTP/1.1-shaped head that no
+/// HTTP/1.1 client sends.
+pub const PREFACE_HEAD: &[u8] = b"PRI * HTTP/2.0\r\n\r\n";
+/// Requests one connection may have open at once (its `SETTINGS_MAX_CONCURRENT_STREAMS`).
+pub const STREAMS_PER_CONNECTION_MAX: u32 = 100;
+/// Bytes of one answer queued for a client that has not taken them.
+const SEND_BUFFER_BYTES_MAX: usize = 64 * 1024;
+/// How often an idle connection's peer is pinged, and how long it has to answer.
+const PING_INTERVAL: Duration = Duration::from_secs(30);
+const PING_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Whether a connection whose first bytes are `first` speaks HTTP/2 (with prior knowledge).
+pub fn opens_http2(first: &[u8]) -> bool {
+    first.starts_with(PREFACE_HEAD)
+}
+
+/// Reads a plain connection's first bytes into `unread` until they tell HTTP/2's preface
+/// from anything else ([`opens_http2`]), within the head read timeout (and unless the server
+/// is stopping).
+pub async fn sniff(app: &App, socket: &TcpStream, unread: &mut Vec<u8>) -> io::Result<()> {
+    let deadline = Instant::now() + HEAD_READ_TIMEOUT;
+    while unread.len() < PREFACE_HEAD.len() && PREFACE_HEAD.starts_with(unread) {
+        tokio::select! {
+            ready = socket.readable() => ready?,
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "no request in time"));
+            }
+            () = app.shutdown.wait() => return Err(io::Error::other("shutting down")),
+        }
+        super::read_ready(socket, unread)?;
+    }
+    Ok(())
+}
+
+/// HTTP/2 through hyper over `io` until the client or the shutdown ends it.
+pub async fn serve<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watcher)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    app.metrics.http2_connections.fetch_add(1, Ordering::Relaxed);
+    let service_app = Arc::clone(app);
+    let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+        let app = Arc::clone(&service_app);
+        async move { Ok::<_, std::convert::Infallible>(answer(app, request).await) }
+    });
+    let connection = http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX)
+        .max_header_list_size(2 * HEAD_BYTES_MAX as u32)
+        .max_send_buf_size(SEND_BUFFER_BYTES_MAX)
+        .keep_alive_interval(PING_INTERVAL)
+        .keep_alive_timeout(PING_TIMEOUT)
+        .serve_connection(TokioIo::new(super::guarded(app, io)), service);
+    super::connection_ended(app, peer, watcher.watch(connection).await);
+}
+
+/// One request: routed under a permit of the HTTP/2 budget, or refused without one.
+async fn answer(app: Arc<App>, request: Request<hyper::body::Incoming>) -> Response<Held> {
+    let Ok(permit) = Arc::clone(&app.http2_streams).try_acquire_owned() else {
+        app.metrics.http2_refused.fetch_add(1, Ordering::Relaxed);
+        let origin = request.headers().get(hyper::header::ORIGIN).cloned();
+        let problem = Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too-many-requests",
+            "the server has as many HTTP/2 requests open as it takes; retry shortly",
+        );
+        let mut refusal =
+            problem.with_header(RETRY_AFTER, hyper::header::HeaderValue::from_static("1")).into_response();
+        finish(&mut refusal, &app.cors, origin.as_ref());
+        return refusal.map(|body| Held { body, _permit: None });
+    };
+    let routed = router::handle(Arc::clone(&app), request.map(RequestBody::Streamed));
+    routed.await.resolve().await.map(|body| Held { body, _permit: Some(permit) })
+}
+
+/// An answer's body holding its request's permit until it ends or is dropped.
+pub struct Held {
+    body: Body,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl http_body::Body for Held {
+    type Data = <Body as http_body::Body>::Data;
+    type Error = <Body as http_body::Body>::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_preface_opens_http2() {
+        assert!(opens_http2(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
+        assert!(opens_http2(PREFACE_HEAD));
+        assert!(!opens_http2(b"PRI * HTTP/2.0\r\n"), "a partial preface is not yet HTTP/2");
+        assert!(!opens_http2(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+        assert!(!opens_http2(b"PRI * HTTP/1.1\r\n\r\n"));
+    }
+}

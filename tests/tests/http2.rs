@@ -1,0 +1,140 @@
+//! HTTP/2 with prior knowledge on plain TCP: every operation over one multiplexed
+//! connection (live reads beside appends), the limits a connection and all of them get, a
+//! graceful stop with HTTP/2 readers open, and `DS_SERVER__HTTP2=false`. HTTP/2 over TLS
+//! (ALPN `h2`) is in `tls.rs`.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use ds_tests::http2::Http2;
+use ds_tests::Server;
+use tokio::net::TcpStream;
+
+/// What every server of these tests runs with: long-polls wait long enough to be counted.
+const ENV: &[(&str, &str)] = &[("DS_SERVER__LONG_POLL_TIMEOUT_SECS", "20")];
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime")
+}
+
+async fn connect(server: &Server) -> Http2 {
+    let socket = TcpStream::connect(server.addr).await.expect("connect");
+    Http2::connect(socket, &format!("http://{}", server.addr)).await.expect("an HTTP/2 handshake")
+}
+
+/// Create, append, catch-up, HEAD, long-poll and SSE (woken by appends on the same
+/// connection), close, delete: all on one connection.
+async fn session(server: &Server) {
+    let mut h2 = connect(server).await;
+    let text = [("content-type", "text/plain")];
+    let created = h2.send("PUT", "/v1/stream/h2", &text, b"").await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    let location = created.header("location").expect("Location");
+    assert_eq!(location, format!("http://{}/v1/stream/h2", server.addr), "Location from :authority");
+    let appended = h2.send("POST", "/v1/stream/h2", &text, b"hello").await;
+    assert_eq!(appended.status, 204, "a body without content-length: {}", appended.text());
+    let read = h2.send("GET", "/v1/stream/h2?offset=-1", &[], b"").await;
+    assert_eq!((read.status, read.text().as_str()), (200, "hello"));
+    let tail = read.header("stream-next-offset").expect("Stream-Next-Offset").to_string();
+    let head = h2.send("HEAD", "/v1/stream/h2", &[], b"").await;
+    assert_eq!((head.status, head.header("stream-next-offset")), (200, Some(tail.as_str())));
+
+    let long_poll = h2.open("GET", &format!("/v1/stream/h2?offset={tail}&live=long-poll"), &[], b"").await;
+    let mut sse = h2.start("GET", &format!("/v1/stream/h2?offset={tail}&live=sse"), &[], b"").await;
+    assert_eq!(sse.status, 200);
+    assert_eq!(sse.headers.get("content-type").map(|v| v.to_str().unwrap()), Some("text/event-stream"));
+    sse.read_until("upToDate").await;
+    assert_eq!(h2.send("POST", "/v1/stream/h2", &text, b" world").await.status, 204);
+    let woken = long_poll.whole().await;
+    assert_eq!((woken.status, woken.text().as_str()), (200, " world"));
+    assert!(sse.read_until(" world").await.contains("data:  world"), "{}", sse.text);
+
+    let closed = h2.send("POST", "/v1/stream/h2", &[("stream-closed", "true")], b"").await;
+    assert_eq!((closed.status, closed.header("stream-closed")), (204, Some("true")));
+    assert!(sse.read_until("streamClosed").await.contains("\"streamClosed\":true"), "{}", sse.text);
+    let refused = h2.send("POST", "/v1/stream/h2", &text, b"late").await;
+    assert_eq!(refused.status, 409);
+    assert_eq!(refused.header("content-type"), Some("application/problem+json"));
+    assert_eq!(h2.send("DELETE", "/v1/stream/h2", &[], b"").await.status, 204);
+    assert_eq!(h2.send("GET", "/v1/stream/h2?offset=-1", &[], b"").await.status, 404);
+}
+
+#[test]
+fn every_operation_works_over_one_http2_connection() {
+    let server = Server::start(ENV);
+    runtime().block_on(session(&server));
+    assert!(server.metric("ds_http2_connections_total") >= 1);
+}
+
+#[test]
+fn http2_works_with_the_bare_front_off_and_in_acid() {
+    let env = [ENV, &[("DS_SERVER__BARE_FRONT", "false")]].concat();
+    let server = Server::start(&env);
+    runtime().block_on(session(&server));
+    let acid = Server::start_in("acid", ENV);
+    runtime().block_on(session(&acid));
+}
+
+/// A connection is told it may open 100 requests at once; all HTTP/2 requests together
+/// take at most `DS_SERVER__MAX_CONNECTIONS` (here 4), the next one is a 503 that says
+/// so, and a request whose answer ended gives its place back.
+#[test]
+fn http2_requests_are_limited_per_connection_and_in_all() {
+    let server = Server::start(&[ENV, &[("DS_SERVER__MAX_CONNECTIONS", "4")]].concat());
+    let client = server.client();
+    assert_eq!(client.put("/v1/stream/busy", "text/plain", b"").status, 201);
+    runtime().block_on(async {
+        let mut h2 = connect(&server).await;
+        assert_eq!(h2.send("GET", "/healthz", &[], b"").await.status, 200);
+        assert_eq!(h2.streams_max(), 100, "SETTINGS_MAX_CONCURRENT_STREAMS");
+        let mut waiting = Vec::new();
+        for _ in 0..4 {
+            waiting.push(h2.open("GET", "/v1/stream/busy?offset=now&live=long-poll", &[], b"").await);
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while server.metric("ds_live_readers") < 4 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let refused = h2.send("GET", "/healthz", &[], b"").await;
+        assert_eq!(refused.status, 503, "{}", refused.text());
+        assert_eq!(refused.header("retry-after"), Some("1"));
+        assert!(refused.text().contains("too-many-requests"), "{}", refused.text());
+        assert_eq!(server.metric("ds_http2_refused_total"), 1);
+
+        assert_eq!(client.post("/v1/stream/busy", "text/plain", b"go").status, 204);
+        for answer in waiting {
+            let answer = answer.whole().await;
+            assert_eq!((answer.status, answer.text().as_str()), (200, "go"));
+        }
+        assert_eq!(h2.send("GET", "/healthz", &[], b"").await.status, 200, "places came back");
+    });
+}
+
+/// SIGTERM with an HTTP/2 SSE reader open: the reader's answer ends and the server exits
+/// cleanly.
+#[test]
+fn a_server_with_http2_readers_stops_cleanly() {
+    let mut server = Server::start(ENV);
+    assert_eq!(server.client().put("/v1/stream/stop", "text/plain", b"x").status, 201);
+    let rt = runtime();
+    let mut h2 = rt.block_on(connect(&server));
+    let mut sse = rt.block_on(h2.start("GET", "/v1/stream/stop?offset=-1&live=sse", &[], b""));
+    rt.block_on(sse.read_until("upToDate"));
+    let status = server.terminate();
+    assert!(status.success(), "stopped with {status}; log:\n{}", server.log());
+}
+
+/// `DS_SERVER__HTTP2=false`: the preface is not served as HTTP/2 (no frame comes back);
+/// HTTP/1.1 still is.
+#[test]
+fn http2_can_be_turned_off() {
+    let server = Server::start(&[ENV, &[("DS_SERVER__HTTP2", "false")]].concat());
+    let mut socket = std::net::TcpStream::connect(server.addr).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    socket.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").unwrap();
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer);
+    assert!(answer.is_empty() || answer.starts_with(b"HTTP/1.1 "), "no HTTP/2 frames: {answer:?}");
+    assert_eq!(server.metric("ds_http2_connections_total"), 0);
+    assert_eq!(server.client().get("/healthz").status, 200);
+}
