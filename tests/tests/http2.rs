@@ -110,6 +110,33 @@ fn http2_requests_are_limited_per_connection_and_in_all() {
     });
 }
 
+/// An append past `DS_LIMITS__MAX_APPEND_BYTES` gets its 413 problem over HTTP/2 whether
+/// its length was declared (refused before a byte is read) or not (refused at the limit),
+/// and the connection stays usable.
+#[test]
+fn an_oversized_http2_append_gets_its_problem_and_the_connection_stays() {
+    let server = Server::start(&[ENV, &[("DS_LIMITS__MAX_APPEND_BYTES", "1024")]].concat());
+    runtime().block_on(async {
+        let mut h2 = connect(&server).await;
+        let bytes = [("content-type", "application/octet-stream")];
+        assert_eq!(h2.send("PUT", "/v1/stream/big", &bytes, b"").await.status, 201);
+        let body = vec![7u8; 256 * 1024];
+        let declared = [bytes[0], ("content-length", "262144")];
+        for headers in [&declared[..], &bytes[..]] {
+            let refused = h2.send("POST", "/v1/stream/big", headers, &body).await;
+            assert_eq!(refused.status, 413, "{headers:?}: {}", refused.text());
+            assert_eq!(refused.header("content-type"), Some("application/problem+json"));
+        }
+        assert_eq!(h2.send("POST", "/v1/stream/big", &bytes, b"fits").await.status, 204);
+        let read = h2.send("GET", "/v1/stream/big?offset=-1", &[], b"").await;
+        assert_eq!(
+            (read.status, read.text().as_str()),
+            (200, "fits"),
+            "nothing of the refused bodies stored"
+        );
+    });
+}
+
 /// SIGTERM with an HTTP/2 SSE reader open: the reader's answer ends and the server exits
 /// cleanly.
 #[test]
