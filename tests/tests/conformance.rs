@@ -8,16 +8,21 @@
 //! worker goes idle (`ds_engine::wake_batch`); the other two run unpinned.
 //! The suite's own tests wait up to 5 s, so the server runs with a 2 s long-poll timeout.
 //! `npm ci` installs the pinned suite first (once per test run), with the Node.js that
-//! `.ci/setup.sh` finds or downloads.
+//! `.ci/setup.sh` finds or downloads. The suite runs once more over HTTP/2, against a TLS
+//! server, with undici (pinned beside it) offering `h2` on every connection.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
+use ds_tests::data_dir::DataDir;
 use ds_tests::prerequisites::tool;
 use ds_tests::Server;
 
 /// vitest name filter: every test.
 const EVERY_GROUP: &str = ".";
+/// The suite's entry files: over HTTP/1.1, and over HTTP/2 (undici with `allowH2`, TLS).
+const OVER_HTTP1: &str = "conformance.test.mjs";
+const OVER_HTTP2: &str = "conformance-http2.test.mjs";
 /// What ds-server logs when it holds shard wake-ups back (it has one CPU).
 const ONE_CPU_LOG_LINE: &str = "rings the shards it sent ops to once per turn";
 
@@ -53,14 +58,21 @@ fn run_suite(mode: &str, one_cpu: bool, groups: &str) {
         // this run exercises that path.
         assert!(server.log().contains(ONE_CPU_LOG_LINE), "no one-CPU line; log:\n{}", server.log());
     }
+    let passed = vitest(OVER_HTTP1, groups, &[("CONFORMANCE_TEST_URL", server.base_url())]);
+    assert!(passed, "conformance suite failed in {mode} mode; server log:\n{}", server.log());
+}
+
+/// Runs the suite's entry file `file` (vitest filters files by name) with `env`, the
+/// tests whose names match `groups`; whether every one passed.
+fn vitest(file: &str, groups: &str, env: &[(&str, String)]) -> bool {
     let status = tool("npx")
-        .args(["--no-install", "vitest", "run", "--no-coverage", "--reporter=dot", "-t", groups])
-        .env("CONFORMANCE_TEST_URL", server.base_url())
+        .args(["--no-install", "vitest", "run", file, "--no-coverage", "--reporter=dot", "-t", groups])
+        .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
         .env("CI", "true")
         .current_dir(suite_dir())
         .status()
         .expect("npx runs vitest");
-    assert!(status.success(), "conformance suite failed in {mode} mode; server log:\n{}", server.log());
+    status.success()
 }
 
 #[test]
@@ -76,4 +88,27 @@ fn conformance_suite_passes_in_acid_mode() {
 #[test]
 fn conformance_suite_passes_in_file_durable_mode() {
     run_suite("file-durable", false, EVERY_GROUP);
+}
+
+/// The whole suite over HTTP/2: a TLS server (a certificate made here) and a client that
+/// offers `h2` on every connection; the entry file checks the server counted them.
+#[test]
+fn conformance_suite_passes_over_http2() {
+    let _one_at_a_time = suite_lock();
+    let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");
+    let dir = DataDir::new("conformance-http2");
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, generated.cert.pem()).unwrap();
+    std::fs::write(&key_path, generated.signing_key.serialize_pem()).unwrap();
+    let (cert, key) = (cert_path.display().to_string(), key_path.display().to_string());
+    let server = Server::start(&[
+        ("DS_SERVER__LONG_POLL_TIMEOUT_SECS", "2"),
+        ("RUST_LOG", "warn,ds_server=info"),
+        ("DS_TLS__CERT_PATH", &cert),
+        ("DS_TLS__KEY_PATH", &key),
+    ]);
+    let url = format!("https://localhost:{}", server.addr.port());
+    let passed =
+        vitest(OVER_HTTP2, EVERY_GROUP, &[("CONFORMANCE_TEST_URL", url), ("CONFORMANCE_TLS_CA", cert)]);
+    assert!(passed, "conformance suite failed over HTTP/2; server log:\n{}", server.log());
 }
