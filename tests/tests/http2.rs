@@ -151,6 +151,22 @@ fn a_server_with_http2_readers_stops_cleanly() {
     assert!(status.success(), "stopped with {status}; log:\n{}", server.log());
 }
 
+/// A client that sends part of the connection preface and stops is disconnected once the
+/// head read timeout (30 s) passes, as a slow HTTP/1.1 head is (hyper's HTTP/2 would wait
+/// for the rest for ever, its pings not yet started).
+#[test]
+fn a_connection_stalled_in_its_preface_is_closed() {
+    let server = Server::start(ENV);
+    let mut socket = std::net::TcpStream::connect(server.addr).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    socket.write_all(b"PRI * HTTP/2.0\r\n\r\n").unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let ended = socket.read_to_end(&mut answer);
+    assert!(ended.is_ok(), "the server closed the connection: {ended:?} after {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(45), "closed after {:?}", started.elapsed());
+}
+
 /// `DS_SERVER__HTTP2=false`: the preface is not served as HTTP/2 (no frame comes back);
 /// HTTP/1.1 still is.
 #[test]

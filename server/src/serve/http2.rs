@@ -16,8 +16,9 @@
 //! than as many connections could. Each request holds its permit until its answer's body
 //! ends or is dropped ([`Held`]). What an answer may queue for a client that does not read
 //! it is [`SEND_BUFFER_BYTES_MAX`] (flow control then stops the body being pulled), and a
-//! request body the client may send ahead of its reading is hyper's 1 MiB window. A
-//! connection whose peer stops answering pings for [`PING_TIMEOUT`] is closed; the write
+//! request body the client may send ahead of its reading is hyper's 1 MiB window. The
+//! connection preface must arrive within the head read timeout (`super::preface`); after
+//! it, a connection whose peer stops answering pings for [`PING_TIMEOUT`] is closed; the write
 //! stall guard closes one whose client stops reading altogether. Header lists are bounded
 //! as HTTP/1.1 heads are; hyper's resets-per-connection limits stand against rapid resets.
 
@@ -41,6 +42,7 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
+use super::preface::PrefaceDeadline;
 use super::HEAD_READ_TIMEOUT;
 use crate::app::App;
 use crate::http::problem::Problem;
@@ -100,7 +102,10 @@ where
         .max_send_buf_size(SEND_BUFFER_BYTES_MAX)
         .keep_alive_interval(PING_INTERVAL)
         .keep_alive_timeout(PING_TIMEOUT)
-        .serve_connection(TokioIo::new(super::guarded(app, io)), service);
+        .serve_connection(
+            TokioIo::new(super::guarded(app, PrefaceDeadline::new(io, HEAD_READ_TIMEOUT))),
+            service,
+        );
     super::connection_ended(app, peer, watcher.watch(connection).await);
 }
 

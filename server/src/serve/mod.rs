@@ -20,6 +20,7 @@ pub mod bare;
 pub mod canned;
 pub mod coalesce;
 pub mod http2;
+mod preface;
 pub mod stall;
 pub mod tls;
 
