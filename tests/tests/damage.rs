@@ -461,6 +461,87 @@ fn log_damaged_under_the_server(cut: impl FnOnce(&Path)) {
     assert_eq!(code, 1, "verify names the damage: {stderr}");
 }
 
+/// The active log segment deleted under the running server: the records in it are lost
+/// (the streams they belong to are damaged after a restart, and `ds-tool verify` says so),
+/// but the writer sees the deletion before its next commit and moves to a new segment, so
+/// everything acknowledged afterwards survives the restart. Before, it went on writing
+/// and syncing the deleted file and acknowledged records no restart could find.
+#[test]
+fn a_log_segment_deleted_under_the_running_server_takes_nothing_acknowledged_after_it() {
+    let mut server = Server::start_in("acid", &[("DS_STORAGE__ACID_SHARD_COUNT", "1")]);
+    let client = server.client();
+    assert_eq!(client.put("/v1/stream/a", "text/plain", b"first").status, 201);
+    let dir = server.data_dir().expect("acid has a directory").to_path_buf();
+    let mut segments: Vec<PathBuf> =
+        std::fs::read_dir(dir.join("shard-000")).unwrap().map(|entry| entry.unwrap().path()).collect();
+    segments.retain(|path| path.extension().is_some_and(|ext| ext == "wal"));
+    segments.sort();
+    std::fs::remove_file(&segments[0]).unwrap();
+    assert_eq!(client.post("/v1/stream/a", "text/plain", b" second").status, 204);
+    assert_eq!(client.put("/v1/stream/c", "text/plain", b"after").status, 201);
+    assert_eq!(client.post("/v1/stream/c", "text/plain", b" the deletion").status, 204);
+    assert_eq!(client.get("/v1/stream/a?offset=-1").body, b"first second", "still mapped until a restart");
+    assert!(server.log().contains("was deleted under the server"), "reported: {}", server.log());
+    let stopped = server.terminate();
+    assert!(stopped.success(), "{stopped}: {}", server.log());
+    server.restart();
+    let client = server.client();
+    let c = client.get("/v1/stream/c?offset=-1");
+    assert_eq!((c.status, c.body.as_slice()), (200, &b"after the deletion"[..]), "acknowledged after: kept");
+    assert_eq!(client.get("/v1/stream/a?offset=-1").status, 500, "its first record went with the file");
+    let stopped = server.terminate();
+    assert!(stopped.success(), "{stopped}: {}", server.log());
+    let (code, _, stderr) = ds_tool(&["verify", &dir.display().to_string()]);
+    assert_eq!(code, 1, "verify names the loss: {stderr}");
+}
+
+/// A stream's file deleted under the running server (file-durable, file-fast): its next
+/// append is refused as damaged (500) instead of acknowledged into a file no restart will
+/// find; what it held is still served until the process stops, other streams go on, and
+/// after a restart the stream is gone.
+#[test]
+fn a_stream_file_deleted_under_the_running_server_takes_no_more_appends() {
+    for mode in ["file-durable", "file-fast"] {
+        let mut server = Server::start_in(mode, &[]);
+        let client = server.client();
+        for name in ["/v1/stream/gone", "/v1/stream/kept"] {
+            assert_eq!(client.put(name, "text/plain", b"first").status, 201);
+            assert_eq!(client.post(name, "text/plain", b" second").status, 204);
+        }
+        let dir = server.data_dir().expect("a disk mode has a directory").to_path_buf();
+        std::fs::remove_file(file_holding(&dir.join("streams"), b"gone")).unwrap();
+        let refused = client.post("/v1/stream/gone", "text/plain", b" third");
+        assert_eq!(refused.status, 500, "{mode}: {}", refused.text());
+        assert_eq!(refused.json()["type"], "urn:ds:problem:stream-damaged");
+        assert_eq!(client.get("/v1/stream/gone?offset=-1").body, b"first second", "{mode}");
+        assert_eq!(client.post("/v1/stream/kept", "text/plain", b" third").status, 204);
+        let stopped = server.terminate();
+        assert!(stopped.success(), "{stopped}: {}", server.log());
+        server.restart();
+        let client = server.client();
+        assert_eq!(client.get("/v1/stream/gone?offset=-1").status, 404, "{mode}");
+        assert_eq!(client.get("/v1/stream/kept?offset=-1").body, b"first second third", "{mode}");
+    }
+}
+
+/// The one file under `dir` (searched through its subdirectories) whose bytes hold `needle`.
+fn file_holding(dir: &Path, needle: &[u8]) -> PathBuf {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if std::fs::read(&path).unwrap().windows(needle.len()).any(|w| w == needle) {
+                found.push(path);
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "one file holds {:?}: {found:?}", String::from_utf8_lossy(needle));
+    found.remove(0)
+}
+
 #[test]
 fn a_directory_without_its_manifest_is_refused() {
     let setup = SMALL;

@@ -8,6 +8,9 @@
 //! file-fast acknowledges once the writes are in the page cache, so a process crash loses
 //! nothing but a power loss may.
 //!
+//! Before a stream's first append of a batch, its file must still have its name: one deleted
+//! under the process makes the stream damaged rather than take writes no restart finds.
+//!
 //! The writer remembers, for a bounded number of recently written streams (no more than the
 //! shared handle cache holds, so the two together keep at most twice its files open), the
 //! open file, its end and the chain levels; any other stream's file is opened again and its
@@ -295,6 +298,12 @@ impl Persist for FileWriter {
         if !self.streams.contains_key(&stream) {
             let open = self.reopen(stream, name, chain_tail)?;
             self.streams.insert(stream, open);
+        }
+        // A file deleted under the process would take appends (and syncs) that no restart
+        // finds: the stream is damaged instead, and nothing more is acknowledged for it
+        // (what it holds is still read from the open file until the process stops).
+        if self.streams.get(&stream).is_some_and(|open| matches!(open.file.linked(), Ok(false))) {
+            return Err(Unprepared::Damaged("its file was deleted under the server".to_string()));
         }
         Ok(())
     }

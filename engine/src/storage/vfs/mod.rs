@@ -82,6 +82,11 @@ pub trait VfsFile: Send + Sync {
     fn read_at(&self, position: u64, buffer: &mut [u8]) -> io::Result<usize>;
     /// Makes the file's written data durable (fdatasync), ending in a device cache flush.
     fn sync_data(&self) -> io::Result<()>;
+    /// Whether the file still has a name in a directory: one deleted under the process takes
+    /// writes and syncs that no restart will find. By default (the simulated disk) `true`.
+    fn linked(&self) -> io::Result<bool> {
+        Ok(true)
+    }
     /// Sends the written data of `len` bytes at `position` to the device and waits for it,
     /// without a cache flush (`sync_file_range`): durable only once a later `sync_data` of
     /// any file on the same device (`Vfs::flush_domain`) returns. By default a `sync_data`.

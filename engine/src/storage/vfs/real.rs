@@ -113,6 +113,10 @@ impl VfsFile for RealFile {
         Ok(self.file.metadata()?.len())
     }
 
+    fn linked(&self) -> io::Result<bool> {
+        Ok(std::os::unix::fs::MetadataExt::nlink(&self.file.metadata()?) > 0)
+    }
+
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
     }

@@ -164,6 +164,13 @@ impl Segment {
         raw == self.header.encode() && !self.map.faulted()
     }
 
+    /// Whether the segment's file was deleted under the process (its open file has no name
+    /// left): what is written to it now is gone at the next start. Only the active segment
+    /// keeps its file open; an error asking counts as still there.
+    pub fn deleted(&self) -> bool {
+        self.file.as_ref().is_some_and(|file| matches!(file.linked(), Ok(false)))
+    }
+
     /// Where records start.
     pub fn records_start() -> u64 {
         SEGMENT_HEADER_BYTES

@@ -252,15 +252,21 @@ impl WalWriter {
     }
 
     /// Moves on to the next segment when the active one no longer reads as written (its
-    /// file cut short or overwritten under the process, a page the device cannot read):
-    /// what is committed from now on must land where recovery and readers find it.
+    /// file cut short or overwritten under the process, a page the device cannot read) or
+    /// was deleted under the process: what is committed from now on must land where
+    /// recovery and readers find it.
     fn leave_damaged_segment(&mut self, time_ms: u64) -> io::Result<()> {
-        if self.sealed || self.active.intact() {
+        if self.sealed {
             return Ok(());
         }
+        let deleted = self.active.deleted();
+        if !deleted && self.active.intact() {
+            return Ok(());
+        }
+        let what = if deleted { "deleted" } else { "damaged" };
         tracing::error!(
             segment = %self.active.path.display(),
-            "the active log segment was damaged under the server; later records go to a new segment"
+            "the active log segment was {what} under the server; later records go to a new segment"
         );
         self.seal(time_ms)?;
         self.sealed = true;
