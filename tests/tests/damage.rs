@@ -463,8 +463,8 @@ fn log_damaged_under_the_server(cut: impl FnOnce(&Path)) {
 
 /// The active log segment deleted under the running server: the records in it are lost
 /// (the streams they belong to are damaged after a restart, and `ds-tool verify` says so),
-/// but the writer sees the deletion before its next commit and moves to a new segment, so
-/// everything acknowledged afterwards survives the restart. Before, it went on writing
+/// but the writer sees the deletion at its next commit (it asks at most every 10 ms) and
+/// moves to a new segment, so everything acknowledged afterwards survives the restart. Before, it went on writing
 /// and syncing the deleted file and acknowledged records no restart could find.
 #[test]
 fn a_log_segment_deleted_under_the_running_server_takes_nothing_acknowledged_after_it() {
@@ -477,6 +477,8 @@ fn a_log_segment_deleted_under_the_running_server_takes_nothing_acknowledged_aft
     segments.retain(|path| path.extension().is_some_and(|ext| ext == "wal"));
     segments.sort();
     std::fs::remove_file(&segments[0]).unwrap();
+    // The writer asks whether its segment still has a name at most every 10 ms.
+    std::thread::sleep(Duration::from_millis(50));
     assert_eq!(client.post("/v1/stream/a", "text/plain", b" second").status, 204);
     assert_eq!(client.put("/v1/stream/c", "text/plain", b"after").status, 201);
     assert_eq!(client.post("/v1/stream/c", "text/plain", b" the deletion").status, 204);
@@ -510,6 +512,8 @@ fn a_stream_file_deleted_under_the_running_server_takes_no_more_appends() {
         }
         let dir = server.data_dir().expect("a disk mode has a directory").to_path_buf();
         std::fs::remove_file(file_holding(&dir.join("streams"), b"gone")).unwrap();
+        // A stream's file is asked whether it still has a name at most every 10 ms.
+        std::thread::sleep(Duration::from_millis(50));
         let refused = client.post("/v1/stream/gone", "text/plain", b" third");
         assert_eq!(refused.status, 500, "{mode}: {}", refused.text());
         assert_eq!(refused.json()["type"], "urn:ds:problem:stream-damaged");

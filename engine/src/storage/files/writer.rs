@@ -20,6 +20,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::handles::Handles;
 use super::source::FileSource;
@@ -41,6 +42,9 @@ const STREAMS_CACHED_MAX: usize = 4096;
 /// Free disk space writes leave untouched: room for file system metadata, directories and
 /// the blocks files round up to, so that a write the shard accepted finds its room.
 const FREE_BYTES_KEPT: u64 = 8 << 20;
+/// How often, at most, a stream's first append of a batch asks whether its file still has
+/// its name (an `fstat`).
+const LINKED_CHECK_INTERVAL: Duration = Duration::from_millis(10);
 
 /// What the writer knows of a stream's file.
 struct OpenStream {
@@ -49,6 +53,8 @@ struct OpenStream {
     /// Where the next record goes.
     end: u64,
     levels: Levels,
+    /// When the file was last found to still have its name (`None`: never yet).
+    linked_checked: Option<Instant>,
 }
 
 pub struct FileWriter {
@@ -103,7 +109,8 @@ impl FileWriter {
         match record {
             Record::Create { stream, name, .. } => {
                 let (suffix, file) = self.create_file(name)?;
-                let mut open = OpenStream { file, suffix, end: 0, levels: Levels::default() };
+                let mut open =
+                    OpenStream { file, suffix, end: 0, levels: Levels::default(), linked_checked: None };
                 self.append_record(
                     &mut open,
                     record,
@@ -223,7 +230,7 @@ impl FileWriter {
                 path.display()
             )));
         }
-        Ok(OpenStream { file, suffix, end, levels })
+        Ok(OpenStream { file, suffix, end, levels, linked_checked: None })
     }
 
     /// Creates the file of a new stream `name`: the first free suffix whose file does not
@@ -302,8 +309,12 @@ impl Persist for FileWriter {
         // A file deleted under the process would take appends (and syncs) that no restart
         // finds: the stream is damaged instead, and nothing more is acknowledged for it
         // (what it holds is still read from the open file until the process stops).
-        if self.streams.get(&stream).is_some_and(|open| matches!(open.file.linked(), Ok(false))) {
-            return Err(Unprepared::Damaged("its file was deleted under the server".to_string()));
+        let open = self.streams.get_mut(&stream).expect("prepared above");
+        if open.linked_checked.is_none_or(|at| at.elapsed() >= LINKED_CHECK_INTERVAL) {
+            open.linked_checked = Some(Instant::now());
+            if matches!(open.file.linked(), Ok(false)) {
+                return Err(Unprepared::Damaged("its file was deleted under the server".to_string()));
+            }
         }
         Ok(())
     }

@@ -114,7 +114,14 @@ impl VfsFile for RealFile {
     }
 
     fn linked(&self) -> io::Result<bool> {
-        Ok(std::os::unix::fs::MetadataExt::nlink(&self.file.metadata()?) > 0)
+        // A plain fstat: `File::metadata` asks statx for more than the link count.
+        let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: fstat writes a whole `stat` into the buffer when it returns 0.
+        if unsafe { libc::fstat(self.file.as_raw_fd(), stat.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstat returned 0, so the buffer is initialized.
+        Ok(unsafe { stat.assume_init() }.st_nlink > 0)
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {

@@ -49,6 +49,9 @@ const CHAINS_CACHED_MAX: usize = 16_384;
 /// with the largest record, this bounds where a crash can leave stale bytes (recovery
 /// checks that window).
 pub const SYNC_RUN_BYTES_MAX: u64 = 4 << 20;
+/// How often, at most, a commit asks whether the active segment's file still has its name
+/// (milliseconds): an `fstat` per shard per commit measured 3–8% of acid's appends/s.
+const LINKED_CHECK_MS: u64 = 10;
 
 pub struct WalWriter {
     files: ShardFiles,
@@ -65,6 +68,8 @@ pub struct WalWriter {
     plan: Plan,
     /// The active segment is sealed: the next record goes to a new one.
     sealed: bool,
+    /// When the active segment's file was last found to still have its name (clock ms).
+    linked_checked_ms: u64,
     /// The clock's time at the last reservation or commit (milliseconds).
     now_ms: u64,
     /// The housekeeper's listing of a segment to compact, when one was asked for.
@@ -132,6 +137,7 @@ impl WalWriter {
             spares: Spares::default(),
             plan: Plan::default(),
             sealed,
+            linked_checked_ms: 0,
             now_ms: 0,
             survey: None,
             compaction_due: false,
@@ -253,13 +259,17 @@ impl WalWriter {
 
     /// Moves on to the next segment when the active one no longer reads as written (its
     /// file cut short or overwritten under the process, a page the device cannot read) or
-    /// was deleted under the process: what is committed from now on must land where
-    /// recovery and readers find it.
+    /// was deleted under the process (asked at most every [`LINKED_CHECK_MS`]): what is
+    /// committed from now on must land where recovery and readers find it.
     fn leave_damaged_segment(&mut self, time_ms: u64) -> io::Result<()> {
         if self.sealed {
             return Ok(());
         }
-        let deleted = self.active.deleted();
+        let check_link = time_ms >= self.linked_checked_ms + LINKED_CHECK_MS;
+        if check_link {
+            self.linked_checked_ms = time_ms;
+        }
+        let deleted = check_link && self.active.deleted();
         if !deleted && self.active.intact() {
             return Ok(());
         }
