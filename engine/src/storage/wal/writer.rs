@@ -265,7 +265,8 @@ impl WalWriter {
         if self.sealed {
             return Ok(());
         }
-        let check_link = time_ms >= self.linked_checked_ms + LINKED_CHECK_MS;
+        // The clock is the system's: a step back must not pause the checks.
+        let check_link = time_ms.abs_diff(self.linked_checked_ms) >= LINKED_CHECK_MS;
         if check_link {
             self.linked_checked_ms = time_ms;
         }
