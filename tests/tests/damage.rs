@@ -426,12 +426,7 @@ fn log_damaged_under_the_server(cut: impl FnOnce(&Path)) {
         assert_eq!(client.post(name, "text/plain", b" second").status, 204);
     }
     let dir = server.data_dir().expect("acid has a directory").to_path_buf();
-    let logs = dir.join("shard-000");
-    let mut segments: Vec<PathBuf> =
-        std::fs::read_dir(&logs).unwrap().map(|entry| entry.unwrap().path()).collect();
-    segments.retain(|path| path.extension().is_some_and(|ext| ext == "wal"));
-    segments.sort();
-    cut(&segments[0]);
+    cut(&first_segment(&dir));
     for name in ["/v1/stream/a", "/v1/stream/b"] {
         let read = client.get(&format!("{name}?offset=-1"));
         assert_eq!(read.status, 500, "{name}: {}", read.text());
@@ -455,6 +450,20 @@ fn log_damaged_under_the_server(cut: impl FnOnce(&Path)) {
         "acknowledged after the cut: kept"
     );
     assert_eq!(client.get("/v1/stream/a?offset=-1").status, 500);
+    stop_and_verify_damaged(&mut server, &dir);
+}
+
+/// The first log segment of a one-shard acid directory.
+fn first_segment(dir: &Path) -> PathBuf {
+    let mut segments: Vec<PathBuf> =
+        std::fs::read_dir(dir.join("shard-000")).unwrap().map(|entry| entry.unwrap().path()).collect();
+    segments.retain(|path| path.extension().is_some_and(|ext| ext == "wal"));
+    segments.sort();
+    segments.remove(0)
+}
+
+/// Stops the server cleanly; `ds-tool verify` then finds the damage in `dir`.
+fn stop_and_verify_damaged(server: &mut Server, dir: &Path) {
     let stopped = server.terminate();
     assert!(stopped.success(), "{stopped}: {}", server.log());
     let (code, _, stderr) = ds_tool(&["verify", &dir.display().to_string()]);
@@ -464,19 +473,16 @@ fn log_damaged_under_the_server(cut: impl FnOnce(&Path)) {
 /// The active log segment deleted under the running server: the records in it are lost
 /// (the streams they belong to are damaged after a restart, and `ds-tool verify` says so),
 /// but the writer sees the deletion at its next commit (it asks at most every 10 ms) and
-/// moves to a new segment, so everything acknowledged afterwards survives the restart. Before, it went on writing
-/// and syncing the deleted file and acknowledged records no restart could find.
+/// moves to a new segment, so everything acknowledged afterwards survives the restart.
+/// Before, it went on writing and syncing the deleted file and acknowledged records no
+/// restart could find.
 #[test]
 fn a_log_segment_deleted_under_the_running_server_takes_nothing_acknowledged_after_it() {
     let mut server = Server::start_in("acid", &[("DS_STORAGE__ACID_SHARD_COUNT", "1")]);
     let client = server.client();
     assert_eq!(client.put("/v1/stream/a", "text/plain", b"first").status, 201);
     let dir = server.data_dir().expect("acid has a directory").to_path_buf();
-    let mut segments: Vec<PathBuf> =
-        std::fs::read_dir(dir.join("shard-000")).unwrap().map(|entry| entry.unwrap().path()).collect();
-    segments.retain(|path| path.extension().is_some_and(|ext| ext == "wal"));
-    segments.sort();
-    std::fs::remove_file(&segments[0]).unwrap();
+    std::fs::remove_file(first_segment(&dir)).unwrap();
     // The writer asks whether its segment still has a name at most every 10 ms.
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(client.post("/v1/stream/a", "text/plain", b" second").status, 204);
@@ -491,10 +497,7 @@ fn a_log_segment_deleted_under_the_running_server_takes_nothing_acknowledged_aft
     let c = client.get("/v1/stream/c?offset=-1");
     assert_eq!((c.status, c.body.as_slice()), (200, &b"after the deletion"[..]), "acknowledged after: kept");
     assert_eq!(client.get("/v1/stream/a?offset=-1").status, 500, "its first record went with the file");
-    let stopped = server.terminate();
-    assert!(stopped.success(), "{stopped}: {}", server.log());
-    let (code, _, stderr) = ds_tool(&["verify", &dir.display().to_string()]);
-    assert_eq!(code, 1, "verify names the loss: {stderr}");
+    stop_and_verify_damaged(&mut server, &dir);
 }
 
 /// A stream's file deleted under the running server (file-durable, file-fast): its next

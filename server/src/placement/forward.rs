@@ -76,11 +76,8 @@ fn outgoing(request: Request<RequestBody>, authority: &str, node_id: &str) -> Re
     // The client's Host stays (the owner builds Location from it); an HTTP/2 client's is
     // its URI's authority.
     if !parts.headers.contains_key(HOST) {
-        let host = match parts.uri.authority() {
-            Some(client) => HeaderValue::from_str(client.as_str()),
-            None => HeaderValue::from_str(authority),
-        };
-        parts.headers.insert(HOST, host.expect("an authority is a header value"));
+        let host = parts.uri.authority().map_or(authority, |client| client.as_str());
+        parts.headers.insert(HOST, HeaderValue::from_str(host).expect("an authority is a header value"));
     }
     let by = HeaderValue::from_str(node_id).expect("node ids are header values");
     parts.headers.insert(FORWARDED_BY, by);
