@@ -34,6 +34,8 @@ pub struct App {
     pub connections_max: usize,
     /// How long a response write may stay blocked before the connection is closed.
     pub write_stall_timeout: Duration,
+    /// How long a connection may wait with no request open, and a request head may take.
+    pub idle_timeout: Duration,
     /// Frames formatted by each stream's SSE readers, shared by the others.
     pub frames: Arc<PerStream<FrameCache>>,
     /// Whether requests without a body on plain TCP are served by the bare front
@@ -72,6 +74,7 @@ impl App {
             metrics,
             connections_max: config.connections_max,
             write_stall_timeout: config.write_stall_timeout,
+            idle_timeout: config.idle_timeout,
             frames,
             bare_front: config.bare_front,
             http2: config.http2,

@@ -83,6 +83,10 @@ pub struct Args {
     /// connection is closed; bounds what a slow live reader holds (it resumes from its offset)
     #[arg(long, env = "DS_SERVER__WRITE_STALL_TIMEOUT_SECS", default_value = "30")]
     pub write_stall_timeout_secs: String,
+    /// Seconds a connection may wait with no request open before it is closed; a request
+    /// head must also arrive within it
+    #[arg(long, env = "DS_SERVER__IDLE_TIMEOUT_SECS", default_value = "30")]
+    pub idle_timeout_secs: String,
     /// Serve requests without a body on plain TCP with ds's own lean HTTP/1.1 reader and
     /// writer, handing a connection to hyper at its first request with a body (`false`:
     /// hyper serves every request)
@@ -142,6 +146,8 @@ pub struct Config {
     pub read_bytes_max: usize,
     pub connections_max: usize,
     pub write_stall_timeout: Duration,
+    /// How long a connection may wait with no request open (and a request head may take).
+    pub idle_timeout: Duration,
     /// Requests without a body on plain TCP are served by the bare front.
     pub bare_front: bool,
     /// Clients may speak HTTP/2.
@@ -186,6 +192,8 @@ const SSE_IDLE_SECS_MAX: u64 = 86_400;
 const CONNECTIONS_MAX: u64 = 1_000_000;
 /// Longest write stall allowed, in seconds.
 const WRITE_STALL_SECS_MAX: u64 = 3600;
+/// Longest idle connection allowed, in seconds.
+const IDLE_SECS_MAX: u64 = 3600;
 /// Largest append one may configure: a request body held in memory, one log record.
 const APPEND_BYTES_MAX_LIMIT: u64 = 1 << 30;
 
@@ -217,6 +225,7 @@ impl Args {
             1,
             WRITE_STALL_SECS_MAX,
         )?;
+        let idle_secs = number("DS_SERVER__IDLE_TIMEOUT_SECS", &self.idle_timeout_secs, 1, IDLE_SECS_MAX)?;
         let bare_front = boolean("DS_SERVER__BARE_FRONT", &self.bare_front)?;
         let http2 = boolean("DS_SERVER__HTTP2", &self.http2)?;
         let local_tcp_congestion = congestion::parse(&self.local_tcp_congestion)
@@ -232,6 +241,7 @@ impl Args {
             read_bytes_max,
             connections_max,
             write_stall_timeout: Duration::from_secs(write_stall_secs),
+            idle_timeout: Duration::from_secs(idle_secs),
             bare_front,
             http2,
             local_tcp_congestion,
@@ -390,6 +400,7 @@ mod tests {
         assert_eq!(config.read_bytes_max, 4 << 20);
         assert_eq!(config.connections_max, 10_000);
         assert_eq!(config.write_stall_timeout, Duration::from_secs(30));
+        assert_eq!(config.idle_timeout, Duration::from_secs(30));
         assert!(config.tls.is_none());
     }
 

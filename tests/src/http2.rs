@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +12,8 @@ use h2::client::SendRequest;
 use h2::RecvStream;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+/// HTTP/2's initial flow-control window of an answer (RFC 9113 §6.9.2).
+const DEFAULT_WINDOW_BYTES: u32 = 65_535;
 /// How long any single wait for the server may take.
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -22,6 +24,8 @@ pub struct Http2 {
     origin: String,
     /// The server's `SETTINGS_MAX_CONCURRENT_STREAMS`, once its settings arrived.
     streams_max: Arc<AtomicUsize>,
+    /// Whether the connection has ended (closed by either side).
+    ended: Arc<AtomicBool>,
 }
 
 /// A complete answer.
@@ -69,15 +73,31 @@ impl Http2 {
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let (send, mut connection) = h2::client::handshake(io).await?;
+        Http2::connect_with_window(io, origin, DEFAULT_WINDOW_BYTES).await
+    }
+
+    /// As [`Http2::connect`], granting each answer `window` bytes before the client takes
+    /// any (`SETTINGS_INITIAL_WINDOW_SIZE`).
+    pub async fn connect_with_window<T>(io: T, origin: &str, window: u32) -> Result<Http2, h2::Error>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (send, mut connection) =
+            h2::client::Builder::new().initial_window_size(window).handshake(io).await?;
         let streams_max = Arc::new(AtomicUsize::new(0));
-        let seen = Arc::clone(&streams_max);
+        let ended = Arc::new(AtomicBool::new(false));
+        let (seen, over) = (Arc::clone(&streams_max), Arc::clone(&ended));
         tokio::spawn(std::future::poll_fn(move |cx| {
             let polled = Pin::new(&mut connection).poll(cx);
             seen.store(connection.max_concurrent_send_streams(), Ordering::Relaxed);
-            polled.map(|_| ())
+            polled.map(|_| over.store(true, Ordering::Relaxed))
         }));
-        Ok(Http2 { send, origin: origin.to_string(), streams_max })
+        Ok(Http2 { send, origin: origin.to_string(), streams_max, ended })
+    }
+
+    /// Whether the connection has ended.
+    pub fn ended(&self) -> bool {
+        self.ended.load(Ordering::Relaxed)
     }
 
     /// The server's limit on requests open at once, as its settings said (0 before they came).

@@ -329,6 +329,29 @@ fn flood_one(addr: SocketAddr, path: &str, request: &dyn Fn(&str, u64) -> Vec<u8
     panic!("{path}: a million requests and none refused");
 }
 
+/// A keep-alive connection that sends no next request, and one that sends half a head, are
+/// closed after `DS_SERVER__IDLE_TIMEOUT_SECS`, by the bare front and by hyper alike.
+#[test]
+fn idle_and_half_sent_connections_are_closed_after_the_idle_timeout() {
+    for bare_front in ["true", "false"] {
+        let server =
+            Server::start(&[("DS_SERVER__IDLE_TIMEOUT_SECS", "1"), ("DS_SERVER__BARE_FRONT", bare_front)]);
+        let idle = send_raw(server.addr, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+        let half = send_raw(server.addr, b"GET /healthz HTTP/1.1\r\nHo");
+        let started = std::time::Instant::now();
+        let mut reader = BufReader::new(idle.try_clone().expect("a clone"));
+        idle.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
+        assert_eq!(read_response(&mut reader, false).expect("an answer").status, 200);
+        for (what, connection) in [("idle", idle), ("half a head", half)] {
+            connection.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
+            let mut rest = Vec::new();
+            let ended = std::io::Read::read_to_end(&mut &connection, &mut rest);
+            assert!(ended.is_ok(), "bare front {bare_front}, {what}: not closed ({ended:?})");
+        }
+        assert!(started.elapsed() < Duration::from_secs(8), "closed after {:?}", started.elapsed());
+    }
+}
+
 fn assert_budget_refused(mode: &str, refusals: &[Response]) {
     for refusal in refusals {
         assert_eq!(refusal.status, 413, "{mode}: {}", refusal.text());

@@ -137,6 +137,87 @@ fn an_oversized_http2_append_gets_its_problem_and_the_connection_stays() {
     });
 }
 
+/// How long a test waits for the server to act on a stalled HTTP/2 client.
+const STALL_WAIT: Duration = Duration::from_secs(20);
+
+/// Waits until `h2`'s connection has ended or `STALL_WAIT` passed; whether it ended.
+async fn ended_in_time(h2: &Http2) -> bool {
+    let deadline = tokio::time::Instant::now() + STALL_WAIT;
+    while !h2.ended() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    h2.ended()
+}
+
+/// A client that takes its answers' heads and then grants no flow-control window, while
+/// its connection stays healthy (it answers pings, it could send requests), holds every
+/// answer's place in the HTTP/2 budget: past the write-stall timeout the server closes
+/// that connection as it closes an HTTP/1.1 one whose client stopped reading, and the
+/// places come back. A client that reads keeps its connection.
+#[test]
+fn a_connection_whose_answers_stall_in_flow_control_is_closed() {
+    let env =
+        [ENV, &[("DS_SERVER__MAX_CONNECTIONS", "3"), ("DS_SERVER__WRITE_STALL_TIMEOUT_SECS", "1")]].concat();
+    let server = Server::start(&env);
+    let big = vec![b'x'; 512 * 1024];
+    assert_eq!(server.client().put("/v1/stream/big", "text/plain", &big).status, 201);
+    runtime().block_on(async {
+        let mut stalled = connect(&server).await;
+        let mut heads = Vec::new();
+        for _ in 0..3 {
+            heads.push(stalled.start("GET", "/v1/stream/big?offset=-1", &[], b"").await);
+        }
+        assert!(heads.iter().all(|head| head.status == 200));
+        let mut reader = connect(&server).await;
+        assert_eq!(reader.send("GET", "/healthz", &[], b"").await.status, 503, "the budget is held");
+        assert!(ended_in_time(&stalled).await, "the stalled connection was not closed");
+        let read = reader.send("GET", "/v1/stream/big?offset=-1", &[], b"").await;
+        assert_eq!((read.status, read.body.len()), (200, big.len()), "places came back; a reader is served");
+        assert!(!reader.ended(), "a connection that reads stays");
+    });
+    assert_eq!(server.metric("ds_errors_total{kind=\"write-stall\"}"), 1);
+}
+
+/// An HTTP/2 connection with no request open for the idle timeout is sent away (GOAWAY,
+/// then closed) as an idle HTTP/1.1 connection is, even while it answers pings (a
+/// long-poll waiting past that timeout is a request open and keeps it); so is one
+/// whose answers the server finished but whose client never took them in full (they wait in
+/// the connection for a flow-control window), once the write-stall timeout after the GOAWAY
+/// has passed.
+#[test]
+fn an_idle_http2_connection_is_closed() {
+    let env = [ENV, &[("DS_SERVER__IDLE_TIMEOUT_SECS", "1"), ("DS_SERVER__WRITE_STALL_TIMEOUT_SECS", "2")]]
+        .concat();
+    let server = Server::start(&env);
+    let small = vec![b'x'; 8 * 1024];
+    let client = server.client();
+    assert_eq!(client.put("/v1/stream/small", "text/plain", &small).status, 201);
+    runtime().block_on(async {
+        let mut idle = connect(&server).await;
+        let tail = idle.send("HEAD", "/v1/stream/small", &[], b"").await;
+        let tail = tail.header("stream-next-offset").expect("Stream-Next-Offset").to_string();
+        let waiting =
+            idle.open("GET", &format!("/v1/stream/small?offset={tail}&live=long-poll"), &[], b"").await;
+        tokio::time::sleep(Duration::from_millis(4000)).await;
+        assert!(!idle.ended(), "a waiting long-poll is a request open, not idleness");
+        assert_eq!(client.post("/v1/stream/small", "text/plain", b"!").status, 204);
+        let woken = waiting.whole().await;
+        assert_eq!((woken.status, woken.text().as_str()), (200, "!"));
+        assert!(ended_in_time(&idle).await, "the idle connection was not closed");
+
+        let socket = TcpStream::connect(server.addr).await.expect("connect");
+        let origin = format!("http://{}", server.addr);
+        let mut stuck = Http2::connect_with_window(socket, &origin, 1024).await.expect("a handshake");
+        let mut heads = Vec::new();
+        for _ in 0..4 {
+            heads.push(stuck.start("GET", "/v1/stream/small?offset=-1", &[], b"").await);
+        }
+        assert!(heads.iter().all(|head| head.status == 200));
+        assert!(ended_in_time(&stuck).await, "the connection with stuck answers was not closed");
+    });
+    assert_eq!(server.metric("ds_errors_total{kind=\"write-stall\"}"), 0, "nothing stalled while open");
+}
+
 /// SIGTERM with an HTTP/2 SSE reader open: the reader's answer ends and the server exits
 /// cleanly.
 #[test]

@@ -77,10 +77,37 @@ impl SliceBuf {
                 break;
             }
             let slice = slices.pop_front().expect("a front slice");
+            if slice.is_empty() {
+                // `Buf::chunk` must not come back empty while bytes remain.
+                continue;
+            }
             frame.remaining += slice.len();
             frame.slices.push_back(slice);
         }
         frame
+    }
+}
+
+impl SliceBuf {
+    /// Takes the first `count` bytes (at most all of them) out as a buffer of their own,
+    /// splitting a slice where the cut falls (no bytes copied).
+    pub fn split_to(&mut self, count: usize) -> SliceBuf {
+        let count = count.min(self.remaining);
+        let mut front = SliceBuf::default();
+        while front.remaining < count {
+            let slice = self.slices.front_mut().expect("remaining bytes are in slices");
+            let wanted = count - front.remaining;
+            let piece = if slice.len() <= wanted {
+                self.slices.pop_front().expect("a front slice")
+            } else {
+                slice.split_to(wanted)
+            };
+            front.remaining += piece.len();
+            front.slices.push_back(piece);
+        }
+        self.remaining -= count;
+        debug_assert_eq!(front.remaining, count);
+        front
     }
 }
 
@@ -245,5 +272,18 @@ mod tests {
             [Bytes::from(vec![0; FRAME_BYTES_MAX]), Bytes::from_static(b"x")].into();
         assert_eq!(SliceBuf::take_frame(&mut big).remaining(), FRAME_BYTES_MAX, "and at most a megabyte");
         assert_eq!(SliceBuf::take_frame(&mut big).remaining(), 1);
+    }
+
+    #[test]
+    fn a_slice_buffer_splits_anywhere_without_losing_a_byte() {
+        let parts = ["abc", "", "defg", "h"].map(|part| Bytes::from_static(part.as_bytes()));
+        for cut in 0..=9 {
+            let mut rest = SliceBuf::take_frame(&mut VecDeque::from(parts.clone()));
+            let mut front = rest.split_to(cut);
+            assert_eq!(front.remaining() + rest.remaining(), 8, "cut {cut}");
+            let mut joined = front.copy_to_bytes(front.remaining()).to_vec();
+            joined.extend_from_slice(&rest.copy_to_bytes(rest.remaining()));
+            assert_eq!(joined, b"abcdefgh", "cut {cut}");
+        }
     }
 }

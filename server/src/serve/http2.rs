@@ -22,15 +22,14 @@
 //! stall guard closes one whose client stops reading altogether. Header lists are bounded
 //! as HTTP/1.1 heads are; hyper's resets-per-connection limits stand against rapid resets.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http_body::{Frame, SizeHint};
 use hyper::header::RETRY_AFTER;
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
@@ -39,15 +38,15 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
+use super::http2_watch::{ConnectionWatch, Held, Verdict};
 use super::preface::PrefaceDeadline;
-use super::HEAD_READ_TIMEOUT;
 use crate::app::App;
 use crate::http::problem::Problem;
 use crate::http::request_body::RequestBody;
-use crate::http::response::{finish, Body};
+use crate::http::response::finish;
+use crate::metrics::ErrorKind;
 use crate::router::{self, HEAD_BYTES_MAX};
 
 /// How an HTTP/2 connection opens: the preface's first part, an HTTP/1.1-shaped head that no
@@ -55,8 +54,9 @@ use crate::router::{self, HEAD_BYTES_MAX};
 pub const PREFACE_HEAD: &[u8] = b"PRI * HTTP/2.0\r\n\r\n";
 /// Requests one connection may have open at once (its `SETTINGS_MAX_CONCURRENT_STREAMS`).
 pub const STREAMS_PER_CONNECTION_MAX: u32 = 100;
-/// Bytes of one answer queued for a client that has not taken them.
-const SEND_BUFFER_BYTES_MAX: usize = 64 * 1024;
+/// Bytes of one answer queued for a client that has not taken them (beyond the piece hyper
+/// holds, `http2_watch::PIECE_BYTES_MAX`).
+const SEND_BUFFER_BYTES_MAX: usize = 16 * 1024;
 /// How often an idle connection's peer is pinged, and how long it has to answer.
 const PING_INTERVAL: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(20);
@@ -70,7 +70,7 @@ pub fn opens_http2(first: &[u8]) -> bool {
 /// from anything else ([`opens_http2`]), within the head read timeout (and unless the server
 /// is stopping).
 pub async fn sniff(app: &App, socket: &TcpStream, unread: &mut Vec<u8>) -> io::Result<()> {
-    let deadline = Instant::now() + HEAD_READ_TIMEOUT;
+    let deadline = Instant::now() + app.idle_timeout;
     while unread.len() < PREFACE_HEAD.len() && PREFACE_HEAD.starts_with(unread) {
         tokio::select! {
             ready = socket.readable() => ready?,
@@ -84,16 +84,19 @@ pub async fn sniff(app: &App, socket: &TcpStream, unread: &mut Vec<u8>) -> io::R
     Ok(())
 }
 
-/// HTTP/2 through hyper over `io` until the client or the shutdown ends it.
+/// HTTP/2 through hyper over `io` until the client, the server's shutdown or the
+/// connection's watch (`super::http2_watch`) ends it; `watcher` is held until then, so the
+/// server's drain waits for it.
 pub async fn serve<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watcher)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     app.metrics.http2_connections.fetch_add(1, Ordering::Relaxed);
-    let service_app = Arc::clone(app);
+    let watch = Arc::new(ConnectionWatch::new());
+    let (service_app, service_watch) = (Arc::clone(app), Arc::clone(&watch));
     let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-        let app = Arc::clone(&service_app);
-        async move { Ok::<_, std::convert::Infallible>(answer(app, request).await) }
+        let (app, watch) = (Arc::clone(&service_app), Arc::clone(&service_watch));
+        async move { Ok::<_, std::convert::Infallible>(answer(app, &watch, request).await) }
     });
     let connection = http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
@@ -103,14 +106,79 @@ where
         .keep_alive_interval(PING_INTERVAL)
         .keep_alive_timeout(PING_TIMEOUT)
         .serve_connection(
-            TokioIo::new(super::guarded(app, PrefaceDeadline::new(io, HEAD_READ_TIMEOUT))),
+            TokioIo::new(super::guarded(app, PrefaceDeadline::new(io, app.idle_timeout))),
             service,
         );
-    super::connection_ended(app, peer, watcher.watch(connection).await);
+    if let Some(ended) = watched(app, connection, &watch, peer).await {
+        super::connection_ended(app, peer, ended);
+    }
+    drop(watcher);
+}
+
+/// Drives `connection` to its end (`Some`), or until its watch says to drop it (`None`):
+/// GOAWAY when the server stops or the connection is idle; dropped when an answer stalls
+/// or the connection has not ended a write-stall timeout after its GOAWAY.
+async fn watched<C>(app: &App, connection: C, watch: &ConnectionWatch, peer: SocketAddr) -> Option<C::Output>
+where
+    C: Future + GoAway,
+{
+    let (stall, idle) = (app.write_stall_timeout, app.idle_timeout);
+    let tick = stall.min(idle) / 2;
+    let mut connection = std::pin::pin!(connection);
+    let mut going_away_since: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            ended = connection.as_mut() => return Some(ended),
+            () = app.shutdown.wait(), if going_away_since.is_none() => {
+                connection.as_mut().go_away();
+                going_away_since = Some(Instant::now());
+            }
+            () = tokio::time::sleep(tick) => match (watch.verdict(stall, idle), going_away_since) {
+                (Verdict::Stalled, _) => {
+                    app.metrics.error(ErrorKind::WriteStall);
+                    tracing::debug!(%peer, stall_secs = stall.as_secs(), "an HTTP/2 answer stalled; closing");
+                    return None;
+                }
+                (_, Some(since)) if since.elapsed() >= stall => {
+                    tracing::debug!(%peer, "an HTTP/2 connection did not end after GOAWAY; closing");
+                    return None;
+                }
+                (Verdict::Idle, None) => {
+                    connection.as_mut().go_away();
+                    going_away_since = Some(Instant::now());
+                }
+                _ => {}
+            },
+        }
+    }
+}
+
+/// A connection that can be asked to finish what it serves and take nothing new.
+trait GoAway {
+    fn go_away(self: Pin<&mut Self>);
+}
+
+impl<I, S, E, B> GoAway for http2::Connection<I, S, E>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: http_body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn go_away(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
 }
 
 /// One request: routed under a permit of the HTTP/2 budget, or refused without one.
-async fn answer(app: Arc<App>, request: Request<hyper::body::Incoming>) -> Response<Held> {
+async fn answer(
+    app: Arc<App>,
+    watch: &Arc<ConnectionWatch>,
+    request: Request<hyper::body::Incoming>,
+) -> Response<Held> {
+    let open = watch.begin();
     let Ok(permit) = Arc::clone(&app.http2_streams).try_acquire_owned() else {
         app.metrics.http2_refused.fetch_add(1, Ordering::Relaxed);
         let origin = request.headers().get(hyper::header::ORIGIN).cloned();
@@ -122,36 +190,10 @@ async fn answer(app: Arc<App>, request: Request<hyper::body::Incoming>) -> Respo
         let mut refusal =
             problem.with_header(RETRY_AFTER, hyper::header::HeaderValue::from_static("1")).into_response();
         finish(&mut refusal, &app.cors, origin.as_ref());
-        return refusal.map(|body| Held { body, _permit: None });
+        return refusal.map(|body| open.hold(body, None));
     };
     let routed = router::handle(Arc::clone(&app), request.map(RequestBody::Streamed));
-    routed.await.resolve().await.map(|body| Held { body, _permit: Some(permit) })
-}
-
-/// An answer's body holding its request's permit until it ends or is dropped.
-pub struct Held {
-    body: Body,
-    _permit: Option<OwnedSemaphorePermit>,
-}
-
-impl http_body::Body for Held {
-    type Data = <Body as http_body::Body>::Data;
-    type Error = <Body as http_body::Body>::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+    routed.await.resolve().await.map(|body| open.hold(body, Some(permit)))
 }
 
 #[cfg(test)]

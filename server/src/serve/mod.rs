@@ -3,7 +3,7 @@
 //!
 //! Connections get keep-alive, `TCP_NODELAY`, a congestion control that does not pace
 //! when they come from this host (`crate::congestion`), a bounded request head (size and hyper's
-//! default of 100 headers), a head read timeout, a write-stall guard ([`StallGuard`]) and
+//! default of 100 headers), an idle and head read timeout, a write-stall guard ([`StallGuard`]) and
 //! small vectored writes joined into one ([`Coalesced`]). A plain TCP connection starts in
 //! the bare front (`bare`: ds's own lean HTTP/1.1 for requests without a body), which hands
 //! it to hyper at its first request with a body; `DS_SERVER__BARE_FRONT=false`
@@ -20,6 +20,7 @@ pub mod bare;
 pub mod canned;
 pub mod coalesce;
 pub mod http2;
+mod http2_watch;
 mod preface;
 pub mod stall;
 pub mod tls;
@@ -47,9 +48,9 @@ use crate::serve::canned::Canned;
 use crate::serve::coalesce::Coalesced;
 use crate::serve::stall::StallGuard;
 
-/// Most request headers accepted is hyper's default, 100 (more is refused with 431).
-/// How long a client may take to send a request head.
-pub const HEAD_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most request headers accepted is hyper's default, 100 (more is refused with 431). How
+/// long a client may take to send a request head, and a keep-alive connection may wait for
+/// its next one, is `App::idle_timeout`.
 /// How long a TLS handshake may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for in-flight requests.
@@ -231,7 +232,7 @@ where
         .keep_alive(true)
         .max_header_size(2 * HEAD_BYTES_MAX)
         .max_buf_size(2 * HEAD_BYTES_MAX)
-        .header_read_timeout(HEAD_READ_TIMEOUT)
+        .header_read_timeout(app.idle_timeout)
         .serve_connection(TokioIo::new(io), service);
     connection_ended(app, peer, watcher.watch(connection).await);
 }

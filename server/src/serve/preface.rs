@@ -5,8 +5,8 @@
 //! client that sends part of it (or, after ALPN `h2`, nothing) would hold its connection and
 //! its slot under the connection limit for ever. [`PrefaceDeadline`] fails the connection's
 //! reads once the deadline passes with the preface still incomplete, as an HTTP/1.1 head
-//! must arrive within the head read timeout; after the preface it passes reads through and
-//! holds no timer.
+//! must arrive within the idle timeout (`DS_SERVER__IDLE_TIMEOUT_SECS`); after the preface
+//! it passes reads through and holds no timer.
 
 use std::future::Future as _;
 use std::io;

@@ -17,8 +17,8 @@
 //! request's first byte (the bytes already read chained before the socket's,
 //! `tokio::io::join`); hyper never hands one back.
 //!
-//! Like hyper here: a head must arrive within `HEAD_READ_TIMEOUT` of the wait for it (an
-//! idle keep-alive connection closes then), a write blocked for `DS_SERVER__WRITE_STALL_
+//! Like hyper here: a head must arrive within `DS_SERVER__IDLE_TIMEOUT_SECS` of the wait for
+//! it (an idle keep-alive connection closes then), a write blocked for `DS_SERVER__WRITE_STALL_
 //! TIMEOUT_SECS` ends the connection, `Connection: close` is honoured, shutdown closes idle
 //! connections and lets answers in flight finish. A client that hangs up while its answer is
 //! awaited (a long-poll) or streamed (SSE, parked or not) is noticed at once, and its request
@@ -55,7 +55,7 @@ use events::{Events, Written};
 use head::Head;
 use reply::Framing;
 
-use super::{OpenConnection, HEAD_READ_TIMEOUT};
+use super::OpenConnection;
 
 /// A plain TCP connection of the bare front: its socket, and what it holds for the server.
 pub struct Conn {
@@ -143,7 +143,7 @@ async fn next_head(
     socket: &TcpStream,
     unread: &mut Vec<u8>,
 ) -> io::Result<Option<(Box<Request<RequestBody>>, bool)>> {
-    let deadline = Instant::now() + HEAD_READ_TIMEOUT;
+    let deadline = Instant::now() + app.idle_timeout;
     loop {
         if !unread.is_empty() {
             match head::parse(unread) {
