@@ -143,6 +143,9 @@ pub enum OpError {
     Unavailable,
     /// The disk is full: writes are refused until space comes back (reads go on).
     InsufficientStorage,
+    /// The data directory was removed under the server: writes are refused until it
+    /// restarts (reads of what it holds go on).
+    DirectoryRemoved,
     /// As many streams exist as may (`DS_LIMITS__MAX_STREAMS`).
     TooManyStreams,
     /// The stream was deleted while forks still read its data (410 Gone).
@@ -188,6 +191,10 @@ impl std::fmt::Display for OpError {
             OpError::InsufficientStorage => {
                 f.write_str("the disk is full: writes are refused until space comes back (reads go on)")
             }
+            OpError::DirectoryRemoved => f.write_str(
+                "the server's data directory was removed under it: writes are refused until it \
+                 restarts (reads go on)",
+            ),
             OpError::TooManyStreams => f.write_str("the server holds as many streams as it may"),
             OpError::Gone => f.write_str("the stream was deleted; its forks still read its data"),
             OpError::NameHeld => {

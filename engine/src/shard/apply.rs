@@ -326,6 +326,7 @@ impl Shard {
         self.persist.reserve(bytes, purpose, batch.now_ms).map_err(|no_room| match no_room {
             NoRoom::OutOfSpace => OpError::InsufficientStorage,
             NoRoom::Unavailable => OpError::Unavailable,
+            NoRoom::DirectoryRemoved => OpError::DirectoryRemoved,
         })
     }
 }

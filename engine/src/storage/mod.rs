@@ -18,7 +18,8 @@
 //! - `maintenance`: the optional interface of a log that is checkpointed and compacted.
 //! - The data directory: `mode` (the storage modes), `manifest` (its identity), `open`
 //!   (lock, manifest, recovery, one opened shard per shard thread), `renewals` (TTL windows
-//!   renewed by reads, saved so a crash keeps them).
+//!   renewed by reads, saved so a crash keeps them), `root_watch` (whether the directory
+//!   is still there: one removed under the process takes no more writes).
 
 pub mod chain;
 pub mod chunk;
@@ -32,6 +33,7 @@ pub mod open;
 pub mod record;
 pub mod renewals;
 pub mod replay;
+pub mod root_watch;
 pub mod vfs;
 pub mod wal;
 
@@ -103,6 +105,9 @@ pub(crate) enum NoRoom {
     OutOfSpace,
     /// The storage cannot grow now for another reason (an I/O error).
     Unavailable,
+    /// The data directory was removed under the process (`root_watch`): no write is made
+    /// durable where a restart would find it, until the process restarts.
+    DirectoryRemoved,
 }
 
 /// Why an append cannot be prepared.

@@ -23,6 +23,7 @@ use crate::storage::files::source::FileStore;
 use crate::storage::files::writer::FileWriter;
 use crate::storage::flush::FlushGroup;
 use crate::storage::record::codec::{HEADER_BYTES, META_BYTES_MAX, RECORD_ALIGN};
+use crate::storage::root_watch::RootWatch;
 use crate::storage::vfs::{create_dir_durably, Vfs, VfsFile};
 use crate::storage::wal::housekeeper::{Housekeeper, Task};
 use crate::storage::wal::ledger::Ledger;
@@ -122,8 +123,8 @@ pub(crate) fn open(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
 }
 
 /// Creates the data directory if needed, takes its exclusive lock and checks (or writes)
-/// its manifest.
-fn lock_data_dir(config: &StoreSettings) -> Result<Box<dyn Any + Send + Sync>, OpenError> {
+/// its manifest; the lock, and the watch that tells when the directory is removed.
+fn lock_data_dir(config: &StoreSettings) -> Result<(Box<dyn Any + Send + Sync>, Arc<RootWatch>), OpenError> {
     let vfs = config.vfs.as_ref();
     let dir = &config.data_dir;
     create_dir_durably(vfs, dir).map_err(storage_error(format!("cannot create {}", dir.display())))?;
@@ -136,13 +137,15 @@ fn lock_data_dir(config: &StoreSettings) -> Result<Box<dyn Any + Send + Sync>, O
     })?;
     Manifest::check_or_create(vfs, dir, &Manifest::new(config.mode, config.shard_count))
         .map_err(|error| OpenError::Storage(error.to_string()))?;
-    Ok(lock)
+    let root = RootWatch::open(vfs, dir, LOCK_NAME)
+        .map_err(storage_error(format!("cannot open {}", lock_path.display())))?;
+    Ok((lock, Arc::new(root)))
 }
 
 /// file-fast and file-durable: every stream file read back, then one writer and one reader
 /// view per shard over a shared cache of open files.
 fn open_files(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
-    let lock = lock_data_dir(config)?;
+    let (lock, root) = lock_data_dir(config)?;
     let vfs = Arc::clone(&config.vfs);
     let durable = config.mode == StorageMode::FileDurable;
     let threads = match config.inline {
@@ -164,6 +167,7 @@ fn open_files(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             durable,
             Arc::clone(&handles),
             recovered.dirs.clone(),
+            Arc::clone(&root),
         );
         let store = FileStore { vfs: Arc::clone(&vfs), root: config.data_dir.clone(), handles };
         let stream_id_next = streams.iter().map(|s| s.id.next()).max().unwrap_or(StreamId::FIRST);
@@ -201,7 +205,7 @@ fn recover_shards(config: &StoreSettings, vfs: &dyn Vfs) -> Vec<std::io::Result<
 }
 
 fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
-    let lock = lock_data_dir(config)?;
+    let (lock, root) = lock_data_dir(config)?;
     let vfs = Arc::clone(&config.vfs);
     let (housekeeper, thread) = match config.inline {
         false => {
@@ -228,6 +232,7 @@ fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             dir,
             shard: shard as u32,
             segment_bytes: config.segment_bytes,
+            root: Arc::clone(&root),
         };
         let writer = WalWriter::new(
             files,

@@ -103,6 +103,9 @@ pub fn op_problem(error: OpError) -> Problem {
             .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("1")),
         OpError::InsufficientStorage => Problem::new(StatusCode::INSUFFICIENT_STORAGE, "disk-full", detail)
             .with_header(hyper::header::RETRY_AFTER, HeaderValue::from_static("5")),
+        OpError::DirectoryRemoved => {
+            Problem::new(StatusCode::SERVICE_UNAVAILABLE, "data-directory-removed", detail)
+        }
         OpError::TooManyStreams => Problem::new(StatusCode::INSUFFICIENT_STORAGE, "too-many-streams", detail),
         OpError::Gone => Problem::new(StatusCode::GONE, "stream-deleted", detail),
         OpError::NameHeld => Problem::new(StatusCode::CONFLICT, "name-held-by-deleted-stream", detail),

@@ -33,6 +33,7 @@ use crate::storage::chain::{Chain, Levels, NodeSource};
 use crate::storage::record::codec::{decode_record, Header, Kind, HEADER_BYTES};
 use crate::storage::record::{encode, Record};
 use crate::storage::renewals::{self, Renewal, RenewalStore};
+use crate::storage::root_watch::RootWatch;
 use crate::storage::vfs::{read_exact_at, Vfs, VfsFile};
 use crate::storage::{Committing, NoRoom, Persist, Place, Purpose, Unprepared};
 
@@ -60,6 +61,8 @@ struct OpenStream {
 pub struct FileWriter {
     vfs: Arc<dyn Vfs>,
     root: PathBuf,
+    /// Whether `root` is still there (no writes once it is not).
+    root_watch: Arc<RootWatch>,
     /// The shard this writer serves (names its saved renewals).
     shard: u32,
     /// file-durable: sync files and directories before acknowledging.
@@ -87,10 +90,12 @@ impl FileWriter {
         durable: bool,
         handles: Arc<Handles>,
         dirs: BTreeSet<PathBuf>,
+        root_watch: Arc<RootWatch>,
     ) -> FileWriter {
         FileWriter {
             vfs,
             root,
+            root_watch,
             shard,
             durable,
             handles,
@@ -312,7 +317,9 @@ impl Persist for FileWriter {
         let open = self.streams.get_mut(&stream).expect("prepared above");
         if open.linked_checked.is_none_or(|at| at.elapsed() >= LINKED_CHECK_INTERVAL) {
             open.linked_checked = Some(Instant::now());
-            if matches!(open.file.linked(), Ok(false)) {
+            // With the whole directory gone the stream is not damaged: the store takes no
+            // writes at all, which reserving room says (`root_watch`).
+            if matches!(open.file.linked(), Ok(false)) && !self.root_watch.look_now() {
                 return Err(Unprepared::Damaged("its file was deleted under the server".to_string()));
             }
         }
@@ -333,7 +340,10 @@ impl Persist for FileWriter {
 
     /// Writes need the free space they take (a new file a block more) beyond what is kept
     /// free; deletes give space back and always may.
-    fn reserve(&mut self, bytes: u64, purpose: Purpose, _now_ms: u64) -> Result<(), NoRoom> {
+    fn reserve(&mut self, bytes: u64, purpose: Purpose, now_ms: u64) -> Result<(), NoRoom> {
+        if self.root_watch.lost(now_ms) {
+            return Err(NoRoom::DirectoryRemoved);
+        }
         if purpose == Purpose::Delete {
             return Ok(());
         }
@@ -358,6 +368,10 @@ impl RenewalStore for FileWriter {
 
     /// Saves on the shard thread: the file holds a few dozen bytes per stream with a TTL.
     fn save(&mut self, renewals: Vec<Renewal>, _wait: bool) {
+        if self.root_watch.known_lost() {
+            // Saving would make the directory again, without the store's manifest.
+            return;
+        }
         let path = renewals_path(&self.root, self.shard);
         if let Err(error) = renewals::save(self.vfs.as_ref(), &path, &renewals) {
             // A stream kept alive by reads alone may come back with its window restarted at

@@ -37,6 +37,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::ids::{Location, Lsn};
 use crate::storage::flush::FlushGroup;
+use crate::storage::root_watch::RootWatch;
 use crate::storage::vfs::Vfs;
 use segment::Segment;
 
@@ -52,6 +53,8 @@ pub struct ShardFiles {
     pub segment_bytes: u64,
     /// How a commit's write becomes durable: its own fdatasync or a shared device flush.
     pub flush: Arc<FlushGroup>,
+    /// Whether the data directory is still there (no writes once it is not).
+    pub root: Arc<RootWatch>,
 }
 
 /// Where a shard's log continues.

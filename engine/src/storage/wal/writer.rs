@@ -383,6 +383,10 @@ impl WalWriter {
     /// Encodes a checkpoint of `streams` (the state after every committed record) and hands
     /// it to the housekeeper; with `wait`, returns once it is durable.
     fn write_checkpoint(&mut self, state: ShardCheckpoint) {
+        if self.files.root.known_lost() {
+            // Nowhere to write it (and the log it covers is gone with the directory).
+            return;
+        }
         let ShardCheckpoint { streams, stream_id_next, time_ms, kind } = state;
         let clean = kind == CheckpointKind::Clean;
         let checkpoint = Checkpoint {
@@ -427,7 +431,11 @@ impl Persist for WalWriter {
         debug_assert!(self.parts.is_empty() && self.staging.is_empty());
         assert!(self.in_flight.is_none(), "each commit is finished before the next");
         self.now_ms = batch.time_ms;
-        self.leave_damaged_segment(batch.time_ms)?;
+        if !batch.records.is_empty() || !batch.moves.is_empty() {
+            // Only a batch that writes needs a segment that takes records (and a new one
+            // may not be made: the data directory may be gone).
+            self.leave_damaged_segment(batch.time_ms)?;
+        }
         self.run_start = self.position;
         for record in batch.records {
             let place = self.stage(record, batch.time_ms)?;
@@ -508,6 +516,10 @@ impl RenewalStore for WalWriter {
 
     /// The housekeeper saves them, off the shard thread.
     fn save(&mut self, renewals: Vec<Renewal>, wait: bool) {
+        if self.files.root.known_lost() {
+            // Saving would make the directory again, without the store's manifest.
+            return;
+        }
         let path = self.files.dir.join(RENEWALS_FILE);
         self.housekeeper.send(Task::SaveRenewals { path, renewals });
         if wait {

@@ -65,6 +65,9 @@ impl WalWriter {
     /// Room for a record of at most `bytes`, or why there is none (at clock time `now_ms`).
     pub(super) fn reserve(&mut self, bytes: u64, purpose: Purpose, now_ms: u64) -> Result<(), NoRoom> {
         self.now_ms = now_ms;
+        if self.files.root.lost(now_ms) {
+            return Err(NoRoom::DirectoryRemoved);
+        }
         let keep = match purpose {
             Purpose::Write => DELETE_ROOM_BYTES.min(self.files.segment_bytes / 8),
             Purpose::Delete => 0,

@@ -1,0 +1,208 @@
+//! Files harmed under the running server, by another process or the operator: a log cut
+//! short (its map faults: damage, not a crash), a log segment or a stream's file deleted,
+//! the whole data directory removed. In each case the process lives, nothing is
+//! acknowledged that a restart would not find, and what is intact is still served.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use ds_tests::server::binary;
+use ds_tests::Server;
+
+/// A log cut short under the running server (another process truncating it; a device that
+/// cannot read a page faults the map the same way): the process lives, the streams whose
+/// bytes are gone are damaged (500, counted), a stream written afterwards lands in a new
+/// segment (the writer finds its segment's header gone) and survives a restart, and
+/// `ds-tool verify` names the damage.
+#[test]
+fn a_log_cut_under_the_running_server_is_damage_not_a_crash() {
+    log_damaged_under_the_server(|segment| {
+        std::fs::OpenOptions::new().write(true).open(segment).unwrap().set_len(0).unwrap();
+    });
+}
+
+/// The same cut, then the file grown back to its size (as the log's zero-fill ahead may do):
+/// no page faults, the bytes read as zeros, and the writer finds its segment's header gone.
+#[test]
+fn a_log_cut_and_grown_back_under_the_running_server_is_damage_too() {
+    log_damaged_under_the_server(|segment| {
+        let file = std::fs::OpenOptions::new().write(true).open(segment).unwrap();
+        let size = file.metadata().unwrap().len();
+        file.set_len(0).unwrap();
+        file.set_len(size).unwrap();
+    });
+}
+
+fn log_damaged_under_the_server(cut: impl FnOnce(&Path)) {
+    let mut server = Server::start_in("acid", &[("DS_STORAGE__ACID_SHARD_COUNT", "1")]);
+    let client = server.client();
+    for name in ["/v1/stream/a", "/v1/stream/b"] {
+        assert_eq!(client.put(name, "text/plain", b"first").status, 201);
+        assert_eq!(client.post(name, "text/plain", b" second").status, 204);
+    }
+    let dir = server.data_dir().expect("acid has a directory").to_path_buf();
+    cut(&first_segment(&dir));
+    for name in ["/v1/stream/a", "/v1/stream/b"] {
+        let read = client.get(&format!("{name}?offset=-1"));
+        assert_eq!(read.status, 500, "{name}: {}", read.text());
+        assert_eq!(read.json()["type"], "urn:ds:problem:stream-damaged");
+    }
+    // Where the log's zero-fill ahead had not finished, it extends the file again and the
+    // cut pages read as zeros without a fault; either way the bytes fail their checks.
+    assert!(server.client().get("/metrics").text().contains("\nds_map_faults_total "), "faults are counted");
+    assert_eq!(server.metric("ds_damaged_streams"), 2);
+    assert_eq!(client.get("/healthz").status, 200, "the process lives");
+    assert_eq!(client.put("/v1/stream/c", "text/plain", b"after").status, 201);
+    assert_eq!(client.post("/v1/stream/c", "text/plain", b" the cut").status, 204);
+    assert_eq!(client.get("/v1/stream/c?offset=-1").body, b"after the cut");
+    let stopped = server.terminate();
+    assert!(stopped.success(), "{stopped}: {}", server.log());
+    server.restart();
+    let client = server.client();
+    assert_eq!(
+        client.get("/v1/stream/c?offset=-1").body,
+        b"after the cut",
+        "acknowledged after the cut: kept"
+    );
+    assert_eq!(client.get("/v1/stream/a?offset=-1").status, 500);
+    stop_and_verify_damaged(&mut server, &dir);
+}
+
+/// The first log segment of a one-shard acid directory.
+fn first_segment(dir: &Path) -> PathBuf {
+    let mut segments: Vec<PathBuf> =
+        std::fs::read_dir(dir.join("shard-000")).unwrap().map(|entry| entry.unwrap().path()).collect();
+    segments.retain(|path| path.extension().is_some_and(|ext| ext == "wal"));
+    segments.sort();
+    segments.remove(0)
+}
+
+/// Stops the server cleanly; `ds-tool verify` then finds the damage in `dir`.
+fn stop_and_verify_damaged(server: &mut Server, dir: &Path) {
+    let stopped = server.terminate();
+    assert!(stopped.success(), "{stopped}: {}", server.log());
+    let verify = Command::new(binary("ds-tool")).arg("verify").arg(dir).output().expect("ds-tool runs");
+    let stderr = String::from_utf8_lossy(&verify.stderr);
+    assert_eq!(verify.status.code(), Some(1), "verify names the damage: {stderr}");
+}
+
+/// The active log segment deleted under the running server: the records in it are lost
+/// (the streams they belong to are damaged after a restart, and `ds-tool verify` says so),
+/// but the writer sees the deletion at its next commit (it asks at most every 10 ms) and
+/// moves to a new segment, so everything acknowledged afterwards survives the restart.
+/// Before, it went on writing and syncing the deleted file and acknowledged records no
+/// restart could find.
+#[test]
+fn a_log_segment_deleted_under_the_running_server_takes_nothing_acknowledged_after_it() {
+    let mut server = Server::start_in("acid", &[("DS_STORAGE__ACID_SHARD_COUNT", "1")]);
+    let client = server.client();
+    assert_eq!(client.put("/v1/stream/a", "text/plain", b"first").status, 201);
+    let dir = server.data_dir().expect("acid has a directory").to_path_buf();
+    std::fs::remove_file(first_segment(&dir)).unwrap();
+    // The writer asks whether its segment still has a name at most every 10 ms.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(client.post("/v1/stream/a", "text/plain", b" second").status, 204);
+    assert_eq!(client.put("/v1/stream/c", "text/plain", b"after").status, 201);
+    assert_eq!(client.post("/v1/stream/c", "text/plain", b" the deletion").status, 204);
+    assert_eq!(client.get("/v1/stream/a?offset=-1").body, b"first second", "still mapped until a restart");
+    assert!(server.log().contains("was deleted under the server"), "reported: {}", server.log());
+    let stopped = server.terminate();
+    assert!(stopped.success(), "{stopped}: {}", server.log());
+    server.restart();
+    let client = server.client();
+    let c = client.get("/v1/stream/c?offset=-1");
+    assert_eq!((c.status, c.body.as_slice()), (200, &b"after the deletion"[..]), "acknowledged after: kept");
+    assert_eq!(client.get("/v1/stream/a?offset=-1").status, 500, "its first record went with the file");
+    stop_and_verify_damaged(&mut server, &dir);
+}
+
+/// A stream's file deleted under the running server (file-durable, file-fast): its next
+/// append is refused as damaged (500) instead of acknowledged into a file no restart will
+/// find; what it held is still served until the process stops, other streams go on, and
+/// after a restart the stream is gone.
+#[test]
+fn a_stream_file_deleted_under_the_running_server_takes_no_more_appends() {
+    for mode in ["file-durable", "file-fast"] {
+        let mut server = Server::start_in(mode, &[]);
+        let client = server.client();
+        for name in ["/v1/stream/gone", "/v1/stream/kept"] {
+            assert_eq!(client.put(name, "text/plain", b"first").status, 201);
+            assert_eq!(client.post(name, "text/plain", b" second").status, 204);
+        }
+        let dir = server.data_dir().expect("a disk mode has a directory").to_path_buf();
+        std::fs::remove_file(file_holding(&dir.join("streams"), b"gone")).unwrap();
+        // A stream's file is asked whether it still has a name at most every 10 ms.
+        std::thread::sleep(Duration::from_millis(50));
+        let refused = client.post("/v1/stream/gone", "text/plain", b" third");
+        assert_eq!(refused.status, 500, "{mode}: {}", refused.text());
+        assert_eq!(refused.json()["type"], "urn:ds:problem:stream-damaged");
+        assert_eq!(client.get("/v1/stream/gone?offset=-1").body, b"first second", "{mode}");
+        assert_eq!(client.post("/v1/stream/kept", "text/plain", b" third").status, 204);
+        let stopped = server.terminate();
+        assert!(stopped.success(), "{stopped}: {}", server.log());
+        server.restart();
+        let client = server.client();
+        assert_eq!(client.get("/v1/stream/gone?offset=-1").status, 404, "{mode}");
+        assert_eq!(client.get("/v1/stream/kept?offset=-1").body, b"first second third", "{mode}");
+    }
+}
+
+/// The one file under `dir` (searched through its subdirectories) whose bytes hold `needle`.
+fn file_holding(dir: &Path, needle: &[u8]) -> PathBuf {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if std::fs::read(&path).unwrap().windows(needle.len()).any(|w| w == needle) {
+                found.push(path);
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "one file holds {:?}: {found:?}", String::from_utf8_lossy(needle));
+    found.remove(0)
+}
+
+/// The whole data directory removed under the running server (an `rm -rf` of it), in every
+/// disk mode: writes of every kind are refused (503 `data-directory-removed`) instead of
+/// stopping the process (acid could not start a new segment) or being acknowledged into a
+/// directory made anew that no restart would read (file modes created a new stream's file
+/// there); what the process holds open is still served, it stops cleanly, and nothing makes
+/// the directory again.
+#[test]
+fn a_data_directory_removed_under_the_running_server_takes_no_writes_and_serves_reads() {
+    for mode in ["acid", "file-durable", "file-fast"] {
+        let mut server = Server::start_in(mode, &[]);
+        let client = server.client();
+        for name in ["/v1/stream/a", "/v1/stream/b"] {
+            assert_eq!(client.put(name, "text/plain", b"first").status, 201, "{mode}");
+            assert_eq!(client.post(name, "text/plain", b" second").status, 204, "{mode}");
+        }
+        let dir = server.data_dir().expect("a disk mode has a directory").to_path_buf();
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The directory is asked whether it is still there at most every 10 ms.
+        std::thread::sleep(Duration::from_millis(50));
+        let refusals = [
+            client.post("/v1/stream/a", "text/plain", b" third"),
+            client.put("/v1/stream/new", "text/plain", b"new"),
+            client.send("POST", "/v1/stream/b", &[("stream-closed", "true")], b""),
+            client.delete("/v1/stream/b"),
+        ];
+        for refused in refusals {
+            assert_eq!(refused.status, 503, "{mode}: {}", refused.text());
+            assert_eq!(refused.json()["type"], "urn:ds:problem:data-directory-removed", "{mode}");
+        }
+        for name in ["/v1/stream/a", "/v1/stream/b"] {
+            let read = client.get(&format!("{name}?offset=-1"));
+            assert_eq!((read.status, read.body.as_slice()), (200, &b"first second"[..]), "{mode} {name}");
+        }
+        assert_eq!(client.get("/healthz").status, 200, "{mode}: the process lives");
+        assert!(server.log().contains("data directory was removed"), "{mode}: {}", server.log());
+        let stopped = server.terminate();
+        assert!(stopped.success(), "{mode}: {stopped}: {}", server.log());
+        assert!(!dir.exists(), "{mode}: nothing made the directory again");
+    }
+}
