@@ -137,8 +137,7 @@ fn lock_data_dir(config: &StoreSettings) -> Result<(Box<dyn Any + Send + Sync>, 
     })?;
     Manifest::check_or_create(vfs, dir, &Manifest::new(config.mode, config.shard_count))
         .map_err(|error| OpenError::Storage(error.to_string()))?;
-    let root = RootWatch::open(vfs, dir, LOCK_NAME)
-        .map_err(storage_error(format!("cannot open {}", lock_path.display())))?;
+    let root = RootWatch::open(vfs, dir).map_err(storage_error(format!("cannot open {}", dir.display())))?;
     Ok((lock, Arc::new(root)))
 }
 

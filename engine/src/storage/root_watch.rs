@@ -4,12 +4,13 @@
 //! takes writes into files that no restart will find, and creating a file in it fails:
 //! an acid shard could not move to a new segment and stopped the process, and file mode
 //! created a new stream in a directory it made anew, without a manifest, whose data the
-//! next start would never read. [`RootWatch`] asks the open `LOCK` file (never replaced)
-//! whether it still has a name, at most every [`CHECK_MS`]; once it has none, every shard
-//! refuses writes (`NoRoom::DirectoryRemoved`: 503), one error is logged, and what the process
-//! holds open goes on being served. It never comes back: a directory made again at that
-//! path is not the one this process recovered. The disk modes' writers ask it before they
-//! accept an op (`Persist::reserve`).
+//! next start would never read. [`RootWatch`] asks the directory itself, open since the
+//! start, whether it still has a name (a removed directory has no links left), at most
+//! every [`CHECK_MS`]; once it has none, every shard refuses writes
+//! (`NoRoom::DirectoryRemoved`: 503), one error is logged, and what the process holds open
+//! goes on being served. It never comes back: a directory made again at that path is not
+//! the one this process recovered. The disk modes' writers ask it before they accept an op
+//! (`Persist::reserve`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,24 +24,24 @@ pub const CHECK_MS: u64 = 10;
 /// The data directory of an open store, watched.
 pub struct RootWatch {
     dir: PathBuf,
-    /// The directory's `LOCK` file, open for as long as the store is (`None` where the
-    /// file system keeps no lock file: the simulated disk, which nothing removes under us).
-    lock_file: Option<Arc<dyn VfsFile>>,
+    /// The directory, open for as long as the store is (`None` where a directory cannot be
+    /// opened: the simulated disk, where nothing removes one under the process).
+    opened: Option<Arc<dyn VfsFile>>,
     lost: AtomicBool,
     checked_ms: AtomicU64,
 }
 
 impl RootWatch {
-    /// Watches `dir` through its file `lock_name` (already created by the store's lock).
-    pub fn open(vfs: &dyn Vfs, dir: &Path, lock_name: &str) -> std::io::Result<RootWatch> {
-        let lock_file = match vfs.open_read_only(&dir.join(lock_name)) {
+    /// Watches the existing directory `dir`.
+    pub fn open(vfs: &dyn Vfs, dir: &Path) -> std::io::Result<RootWatch> {
+        let opened = match vfs.open_read_only(dir) {
             Ok(file) => Some(file),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
             Err(error) => return Err(error),
         };
         Ok(RootWatch {
             dir: dir.to_path_buf(),
-            lock_file,
+            opened,
             lost: AtomicBool::new(false),
             checked_ms: AtomicU64::new(0),
         })
@@ -67,9 +68,9 @@ impl RootWatch {
 
     /// Whether the directory was removed, looking now.
     pub fn look_now(&self) -> bool {
-        // An error asking counts as still there: only a file known to have no name is lost.
-        let Some(lock_file) = &self.lock_file else { return false };
-        if !matches!(lock_file.linked(), Ok(false)) {
+        let Some(opened) = &self.opened else { return false };
+        // An error asking counts as still there: only a directory known to be gone is lost.
+        if !matches!(opened.linked(), Ok(false)) {
             return self.lost.load(Ordering::Relaxed);
         }
         if !self.lost.swap(true, Ordering::Relaxed) {
@@ -94,12 +95,15 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         let vfs = RealVfs;
         vfs.create_dir_all(&root).unwrap();
-        let _lock = vfs.lock_exclusive(&root.join("LOCK")).unwrap();
-        let watch = RootWatch::open(&vfs, &root, "LOCK").unwrap();
+        let lock = vfs.lock_exclusive(&root.join("LOCK")).unwrap();
+        let watch = RootWatch::open(&vfs, &root).unwrap();
         assert!(!watch.lost(1_000));
+        drop(lock);
+        std::fs::remove_file(root.join("LOCK")).unwrap();
+        assert!(!watch.lost(1_000 + CHECK_MS), "a file removed from it is not the directory");
         std::fs::remove_dir_all(&root).unwrap();
-        assert!(!watch.lost(1_000 + CHECK_MS - 1), "not looked at again yet");
-        assert!(watch.lost(1_000 + CHECK_MS));
+        assert!(!watch.lost(1_000 + 2 * CHECK_MS - 1), "not looked at again yet");
+        assert!(watch.lost(1_000 + 2 * CHECK_MS));
         vfs.create_dir_all(&root).unwrap();
         std::fs::write(root.join("LOCK"), b"").unwrap();
         assert!(watch.lost(1_000 + 10 * CHECK_MS), "a directory made again is not the store");
