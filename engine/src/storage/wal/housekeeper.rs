@@ -202,8 +202,12 @@ fn remove_dead(
     }
     for ordinal in &dead {
         if let Some(segment) = table.remove(*ordinal) {
-            vfs.remove_file(&segment.path)?;
-            tracing::debug!(path = %segment.path.display(), "removed a dead segment");
+            match vfs.remove_file(&segment.path) {
+                Ok(()) => tracing::debug!(path = %segment.path.display(), "removed a dead segment"),
+                // Deleted under the process (its live records were moved out of the map).
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error),
+            }
         }
         ledger.forget(*ordinal);
     }

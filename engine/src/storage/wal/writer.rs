@@ -70,6 +70,9 @@ pub struct WalWriter {
     sealed: bool,
     /// When the active segment's file was last found to still have its name (clock ms).
     linked_checked_ms: u64,
+    /// A segment deleted under the process whose live records are still in its map: the
+    /// first to compact, so they are written again where a restart finds them.
+    salvage: Option<u32>,
     /// The clock's time at the last reservation or commit (milliseconds).
     now_ms: u64,
     /// The housekeeper's listing of a segment to compact, when one was asked for.
@@ -138,6 +141,7 @@ impl WalWriter {
             plan: Plan::default(),
             sealed,
             linked_checked_ms: 0,
+            salvage: None,
             now_ms: 0,
             survey: None,
             compaction_due: false,
@@ -279,6 +283,10 @@ impl WalWriter {
             segment = %self.active.path.display(),
             "the active log segment was {what} under the server; later records go to a new segment"
         );
+        if deleted {
+            // Its map still reads as written: its streams are moved out once the shard idles.
+            self.salvage = Some(self.active.ordinal());
+        }
         self.seal(time_ms)?;
         self.sealed = true;
         self.rotate(time_ms)

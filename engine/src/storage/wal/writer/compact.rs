@@ -2,7 +2,9 @@
 //!
 //! A segment holding a single live record cannot be removed. After each rotation, once the
 //! shard is idle, the writer picks the older segment with the smallest live share under a
-//! quarter, and the housekeeper lists the streams with records in it. The shard then moves
+//! quarter (first of all, one whose file was deleted under the process: its records are
+//! still in its map, and moved they are where a restart finds them), and the housekeeper
+//! lists the streams with records in it. The shard then moves
 //! them, one per batch: the writer copies every record of the stream, in order, to the head
 //! of the log as a new chain (each copy flagged `MOVED`, the last one also `MOVE_END`), and
 //! the old chain is reclaimed like a deleted stream's. Once the segment holds no live record,
@@ -199,18 +201,21 @@ impl WalWriter {
         Vec::new()
     }
 
-    /// The older segment with the smallest live share under the threshold, if any.
+    /// A segment deleted under the process while it still holds live records, else the
+    /// older segment with the smallest live share under the threshold, if any.
     fn victim(&self) -> Option<u32> {
         let active = self.active.ordinal();
         let size = self.files.segment_bytes;
-        self.ledger
-            .snapshot()
-            .live
-            .into_iter()
-            .filter(|(ordinal, live)| {
-                *ordinal < active && *live > 0 && live * 100 < size * LIVE_SHARE_MAX_PERCENT
-            })
-            .min_by_key(|(_, live)| *live)
-            .map(|(ordinal, _)| ordinal)
+        let live = self.ledger.snapshot().live;
+        let salvage =
+            self.salvage.filter(|ordinal| *ordinal < active && live.get(ordinal).is_some_and(|l| *l > 0));
+        salvage.or_else(|| {
+            live.into_iter()
+                .filter(|(ordinal, live)| {
+                    *ordinal < active && *live > 0 && live * 100 < size * LIVE_SHARE_MAX_PERCENT
+                })
+                .min_by_key(|(_, live)| *live)
+                .map(|(ordinal, _)| ordinal)
+        })
     }
 }
