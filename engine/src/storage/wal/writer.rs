@@ -73,6 +73,8 @@ pub struct WalWriter {
     /// A segment deleted under the process whose live records are still in its map: the
     /// first to compact, so they are written again where a restart finds them.
     salvage: Option<u32>,
+    /// When sealed segments were last looked for among the deleted (clock ms).
+    deleted_checked_ms: u64,
     /// The clock's time at the last reservation or commit (milliseconds).
     now_ms: u64,
     /// The housekeeper's listing of a segment to compact, when one was asked for.
@@ -142,6 +144,7 @@ impl WalWriter {
             sealed,
             linked_checked_ms: 0,
             salvage: None,
+            deleted_checked_ms: 0,
             now_ms: 0,
             survey: None,
             compaction_due: false,

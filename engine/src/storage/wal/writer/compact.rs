@@ -3,7 +3,9 @@
 //! A segment holding a single live record cannot be removed. After each rotation, once the
 //! shard is idle, the writer picks the older segment with the smallest live share under a
 //! quarter (first of all, one whose file was deleted under the process: its records are
-//! still in its map, and moved they are where a restart finds them), and the housekeeper
+//! still in its map, and moved they are where a restart finds them; the active segment is
+//! asked before each commit, the sealed ones at most once a second when the shard idles),
+//! and the housekeeper
 //! lists the streams with records in it. The shard then moves
 //! them, one per batch: the writer copies every record of the stream, in order, to the head
 //! of the log as a new chain (each copy flagged `MOVED`, the last one also `MOVE_END`), and
@@ -37,6 +39,8 @@ use crate::storage::Place;
 
 /// A segment is compacted when less than this share of it (percent) is live.
 const LIVE_SHARE_MAX_PERCENT: u64 = 25;
+/// Least time between two looks for sealed segments deleted under the process (clock ms).
+const DELETED_CHECK_MS: u64 = 1000;
 
 impl WalWriter {
     /// Copies the chain of the stream (ending at `chain_tail`, or later in this batch) to
@@ -190,6 +194,9 @@ impl WalWriter {
                 Err(TryRecvError::Disconnected) => self.survey = None,
             }
         }
+        if idle {
+            self.look_for_deleted_segments();
+        }
         if idle && self.compaction_due {
             self.compaction_due = false;
             if let Some(ordinal) = self.victim() {
@@ -199,6 +206,36 @@ impl WalWriter {
             }
         }
         Vec::new()
+    }
+
+    /// Notes a sealed segment whose file was deleted under the process while it still holds
+    /// live records (asked at most every [`DELETED_CHECK_MS`], when the shard idles), so
+    /// that its streams are moved out of its map next (the active segment's deletion is
+    /// seen before each commit).
+    fn look_for_deleted_segments(&mut self) {
+        if self.now_ms.abs_diff(self.deleted_checked_ms) < DELETED_CHECK_MS {
+            return;
+        }
+        self.deleted_checked_ms = self.now_ms;
+        let live = self.ledger.snapshot().live;
+        let pending = self.salvage.is_some_and(|ordinal| live.get(&ordinal).is_some_and(|l| *l > 0));
+        if pending {
+            return;
+        }
+        let active = self.active.ordinal();
+        let vfs = self.files.vfs.as_ref();
+        let deleted = self.table.all().into_iter().find(|segment| {
+            let ordinal = segment.ordinal();
+            ordinal < active && live.get(&ordinal).is_some_and(|l| *l > 0) && !vfs.exists(&segment.path)
+        });
+        if let Some(segment) = deleted {
+            tracing::error!(
+                segment = %segment.path.display(),
+                "a log segment was deleted under the server; its streams are moved out of it"
+            );
+            self.salvage = Some(segment.ordinal());
+            self.compaction_due = true;
+        }
     }
 
     /// A segment deleted under the process while it still holds live records, else the
