@@ -14,13 +14,16 @@
 //! `DS_SERVER__MAX_CONNECTIONS` (`App::http2_streams`): one more is answered 503
 //! `too-many-requests` with `Retry-After`, so a multiplexed connection can hold no more
 //! than as many connections could. Each request holds its permit until its answer's body
-//! ends or is dropped ([`Held`]). What an answer may queue for a client that does not read
-//! it is [`SEND_BUFFER_BYTES_MAX`] (flow control then stops the body being pulled), and a
-//! request body the client may send ahead of its reading is hyper's 1 MiB window. The
-//! connection preface must arrive within the head read timeout (`super::preface`); after
-//! it, a connection whose peer stops answering pings for [`PING_TIMEOUT`] is closed; the write
-//! stall guard closes one whose client stops reading altogether. Header lists are bounded
-//! as HTTP/1.1 heads are; hyper's resets-per-connection limits stand against rapid resets.
+//! ends or is dropped ([`Held`]). An answer is handed to hyper in pieces, and what it may
+//! queue for a client that does not read it is [`SEND_BUFFER_BYTES_MAX`] more (flow
+//! control then stops the body being pulled); a request body the client may send ahead of
+//! its reading is hyper's 1 MiB window. The connection preface must arrive within the idle
+//! timeout (`super::preface`); after it, a connection whose peer stops answering pings for
+//! [`PING_TIMEOUT`] is closed, the write stall guard closes one whose client stops reading
+//! altogether, and the connection's watch (`super::http2_watch`) one with an answer stalled
+//! in flow control or, after a GOAWAY, one with no request open for the idle timeout.
+//! Header lists are bounded as HTTP/1.1 heads are; hyper's resets-per-connection limits
+//! stand against rapid resets.
 
 use std::future::Future;
 use std::io;

@@ -9,7 +9,7 @@
 //! the housekeeper while this one filled — becomes active. The ledger learns each batch's
 //! live bytes, and deleted streams go to the housekeeper to be reclaimed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::AtomicU32;
@@ -73,6 +73,8 @@ pub struct WalWriter {
     /// A segment deleted under the process whose live records are still in its map: the
     /// first to compact, so they are written again where a restart finds them.
     salvage: Option<u32>,
+    /// Deleted segments surveyed for salvage once already (`compact`).
+    salvaged: BTreeSet<u32>,
     /// When sealed segments were last looked for among the deleted (clock ms).
     deleted_checked_ms: u64,
     /// The clock's time at the last reservation or commit (milliseconds).
@@ -144,6 +146,7 @@ impl WalWriter {
             sealed,
             linked_checked_ms: 0,
             salvage: None,
+            salvaged: BTreeSet::new(),
             deleted_checked_ms: 0,
             now_ms: 0,
             survey: None,

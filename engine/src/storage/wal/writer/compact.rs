@@ -199,7 +199,11 @@ impl WalWriter {
         }
         if idle && self.compaction_due {
             self.compaction_due = false;
-            if let Some(ordinal) = self.victim() {
+            // A deleted segment is surveyed once: a stream that cannot be moved (damaged)
+            // must not keep compaction on it.
+            let salvage = self.salvage.take();
+            self.salvaged.extend(salvage);
+            if let Some(ordinal) = self.victim(salvage) {
                 let (reply, answer) = crossbeam_channel::bounded(1);
                 self.housekeeper.send(Task::Survey { source: self.source.clone(), ordinal, reply });
                 self.survey = Some(answer);
@@ -217,16 +221,19 @@ impl WalWriter {
             return;
         }
         self.deleted_checked_ms = self.now_ms;
-        let live = self.ledger.snapshot().live;
-        let pending = self.salvage.is_some_and(|ordinal| live.get(&ordinal).is_some_and(|l| *l > 0));
-        if pending {
+        if self.salvage.is_some() {
             return;
         }
+        let live = self.ledger.snapshot().live;
+        self.salvaged.retain(|ordinal| live.contains_key(ordinal));
         let active = self.active.ordinal();
         let vfs = self.files.vfs.as_ref();
         let deleted = self.table.all().into_iter().find(|segment| {
             let ordinal = segment.ordinal();
-            ordinal < active && live.get(&ordinal).is_some_and(|l| *l > 0) && !vfs.exists(&segment.path)
+            ordinal < active
+                && live.get(&ordinal).is_some_and(|l| *l > 0)
+                && !self.salvaged.contains(&ordinal)
+                && !vfs.exists(&segment.path)
         });
         if let Some(segment) = deleted {
             tracing::error!(
@@ -238,14 +245,14 @@ impl WalWriter {
         }
     }
 
-    /// A segment deleted under the process while it still holds live records, else the
-    /// older segment with the smallest live share under the threshold, if any.
-    fn victim(&self) -> Option<u32> {
+    /// `salvage`, a segment deleted under the process, while it still holds live records;
+    /// else the older segment with the smallest live share under the threshold, if any.
+    fn victim(&self, salvage: Option<u32>) -> Option<u32> {
         let active = self.active.ordinal();
         let size = self.files.segment_bytes;
         let live = self.ledger.snapshot().live;
         let salvage =
-            self.salvage.filter(|ordinal| *ordinal < active && live.get(ordinal).is_some_and(|l| *l > 0));
+            salvage.filter(|ordinal| *ordinal < active && live.get(ordinal).is_some_and(|l| *l > 0));
         salvage.or_else(|| {
             live.into_iter()
                 .filter(|(ordinal, live)| {
