@@ -220,12 +220,12 @@ fn records_of_live_dir(dir: &Path) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// A stream's file deleted under the running server (file-durable, file-fast): its next
-/// append is refused as damaged (500) instead of acknowledged into a file no restart will
-/// find; what it held is still served until the process stops, other streams go on, and
-/// after a restart the stream is gone.
+/// A stream's file deleted under the running server (file-durable, file-fast): before its
+/// next append the file is written again from the one the server still holds open, so the
+/// append is acknowledged into a file a restart finds and the stream survives whole. Before
+/// (2026-11-26), the stream was refused as damaged from then on and gone after a restart.
 #[test]
-fn a_stream_file_deleted_under_the_running_server_takes_no_more_appends() {
+fn a_stream_file_deleted_under_the_running_server_is_written_again() {
     for mode in ["file-durable", "file-fast"] {
         let mut server = Server::start_in(mode, &[]);
         let client = server.client();
@@ -234,20 +234,31 @@ fn a_stream_file_deleted_under_the_running_server_takes_no_more_appends() {
             assert_eq!(client.post(name, "text/plain", b" second").status, 204);
         }
         let dir = server.data_dir().expect("a disk mode has a directory").to_path_buf();
-        std::fs::remove_file(file_holding(&dir.join("streams"), b"gone")).unwrap();
+        let file = file_holding(&dir.join("streams"), b"gone");
+        std::fs::remove_file(&file).unwrap();
         // A stream's file is asked whether it still has a name at most every 10 ms.
         std::thread::sleep(Duration::from_millis(50));
-        let refused = client.post("/v1/stream/gone", "text/plain", b" third");
-        assert_eq!(refused.status, 500, "{mode}: {}", refused.text());
-        assert_eq!(refused.json()["type"], "urn:ds:problem:stream-damaged");
-        assert_eq!(client.get("/v1/stream/gone?offset=-1").body, b"first second", "{mode}");
+        assert_eq!(client.post("/v1/stream/gone", "text/plain", b" third").status, 204, "{mode}");
+        assert!(file.exists(), "{mode}: written again");
+        assert_eq!(client.get("/v1/stream/gone?offset=-1").body, b"first second third", "{mode}");
         assert_eq!(client.post("/v1/stream/kept", "text/plain", b" third").status, 204);
         let stopped = server.terminate();
         assert!(stopped.success(), "{stopped}: {}", server.log());
+        assert!(server.log().contains("written again from the open file"), "{mode}: {}", server.log());
         server.restart();
         let client = server.client();
-        assert_eq!(client.get("/v1/stream/gone?offset=-1").status, 404, "{mode}");
-        assert_eq!(client.get("/v1/stream/kept?offset=-1").body, b"first second third", "{mode}");
+        for name in ["/v1/stream/gone", "/v1/stream/kept"] {
+            let read = client.get(&format!("{name}?offset=-1"));
+            assert_eq!(
+                (read.status, read.body.as_slice()),
+                (200, &b"first second third"[..]),
+                "{mode} {name}"
+            );
+        }
+        let stopped = server.terminate();
+        assert!(stopped.success(), "{stopped}: {}", server.log());
+        let verify = Command::new(binary("ds-tool")).arg("verify").arg(&dir).output().expect("ds-tool runs");
+        assert_eq!(verify.status.code(), Some(0), "{mode}: {}", String::from_utf8_lossy(&verify.stderr));
     }
 }
 

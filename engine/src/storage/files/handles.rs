@@ -75,6 +75,18 @@ impl Handles {
         file
     }
 
+    /// Makes `file` the one of `stream` (its old file was deleted and written again):
+    /// readers from now on use it; one already reading keeps the old until it is done.
+    pub fn replace(&self, stream: StreamId, file: Arc<dyn VfsFile>) {
+        let mut state = self.lock();
+        state.tick += 1;
+        let tick = state.tick;
+        state.open.insert(stream, (file, tick));
+        if state.open.len() > self.capacity {
+            evict_oldest(&mut state.open, self.capacity);
+        }
+    }
+
     /// Forgets `stream`'s file (its stream is gone).
     pub fn remove(&self, stream: StreamId) {
         self.lock().open.remove(&stream);

@@ -7,6 +7,7 @@
 //! - `handles`: the bounded cache of open files that the writer and readers share.
 //! - `analysis`: reading one stream file back (torn ends, damage stepped over).
 //! - `recovery`: scanning every stream file at start, cutting torn tails off.
+//! - `rewrite`: a stream's file deleted under the process, written again from the open file.
 //!
 //! A stream's file is named by the 128-bit xxh3 hash of its name, never by the name itself
 //! (no path traversal, no length or character limits from the file system):
@@ -20,6 +21,7 @@
 pub mod analysis;
 pub mod handles;
 pub mod recovery;
+mod rewrite;
 pub mod source;
 pub mod writer;
 

@@ -9,7 +9,8 @@
 //! nothing but a power loss may.
 //!
 //! Before a stream's first append of a batch, its file must still have its name: one deleted
-//! under the process makes the stream damaged rather than take writes no restart finds.
+//! under the process is written again from the open file (`rewrite`) rather than take
+//! writes no restart finds.
 //!
 //! The writer remembers, for a bounded number of recently written streams (no more than the
 //! shared handle cache holds, so the two together keep at most twice its files open), the
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::handles::Handles;
+use super::rewrite::{rewrite, REWRITE_BYTES_MAX};
 use super::source::FileSource;
 use super::{
     incarnation, location, record_number, renewals_path, split_location, stream_dir, stream_path, SUFFIX_MAX,
@@ -281,6 +283,33 @@ impl FileWriter {
         Ok(())
     }
 
+    /// Writes the file of `stream` (called `name`), deleted under the process, again from
+    /// the open file; a stream too long for that, or a failure, makes it damaged: nothing
+    /// more is acknowledged for it (what it holds is still read from the open file until
+    /// the process stops).
+    fn rewrite_deleted(&mut self, stream: StreamId, name: &str) -> Result<(), Unprepared> {
+        let open = self.streams.get_mut(&stream).expect("a stream being prepared");
+        let path = stream_path(&self.root, name, open.suffix);
+        if open.end > REWRITE_BYTES_MAX {
+            return Err(Unprepared::Damaged("its file was deleted under the server".to_string()));
+        }
+        match rewrite(self.vfs.as_ref(), &path, open.file.as_ref(), open.end, self.durable) {
+            Ok(file) => {
+                tracing::error!(
+                    path = %path.display(),
+                    bytes = open.end,
+                    "a stream's file was deleted under the server; it was written again from the open file"
+                );
+                self.handles.replace(stream, Arc::clone(&file));
+                open.file = file;
+                Ok(())
+            }
+            Err(error) => Err(Unprepared::Damaged(format!(
+                "its file was deleted under the server and could not be written again: {error}"
+            ))),
+        }
+    }
+
     /// file-durable: each touched file's data, then each changed directory.
     fn sync_touched(&mut self) -> io::Result<()> {
         if self.durable {
@@ -312,16 +341,16 @@ impl Persist for FileWriter {
             self.streams.insert(stream, open);
         }
         // A file deleted under the process would take appends (and syncs) that no restart
-        // finds: the stream is damaged instead, and nothing more is acknowledged for it
-        // (what it holds is still read from the open file until the process stops).
+        // finds: it is written again from the open file first (`rewrite`).
         let open = self.streams.get_mut(&stream).expect("prepared above");
-        if open.linked_checked.is_none_or(|at| at.elapsed() >= LINKED_CHECK_INTERVAL) {
-            open.linked_checked = Some(Instant::now());
-            // With the whole directory gone the stream is not damaged: the store takes no
-            // writes at all, which reserving room says (`root_watch`).
-            if matches!(open.file.linked(), Ok(false)) && !self.root_watch.look_now() {
-                return Err(Unprepared::Damaged("its file was deleted under the server".to_string()));
-            }
+        if open.linked_checked.is_some_and(|at| at.elapsed() < LINKED_CHECK_INTERVAL) {
+            return Ok(());
+        }
+        open.linked_checked = Some(Instant::now());
+        // With the whole directory gone there is nowhere to write it: the store takes no
+        // writes at all, which reserving room says (`root_watch`).
+        if matches!(open.file.linked(), Ok(false)) && !self.root_watch.look_now() {
+            self.rewrite_deleted(stream, name)?;
         }
         Ok(())
     }
