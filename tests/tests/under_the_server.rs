@@ -262,6 +262,29 @@ fn a_stream_file_deleted_under_the_running_server_is_written_again() {
     }
 }
 
+/// The `LOCK` file deleted under a running server (a "stale lock" cleared by hand): a second
+/// server started on the same directory is still refused, since the directory itself is
+/// locked too, and the first goes on.
+#[test]
+fn a_lock_file_deleted_under_the_running_server_still_keeps_a_second_one_out() {
+    let server = Server::start_in("acid", &[("DS_STORAGE__ACID_SHARD_COUNT", "1")]);
+    let dir = server.data_dir().expect("acid has a directory").to_path_buf();
+    std::fs::remove_file(dir.join("LOCK")).unwrap();
+    let second = Command::new(binary("ds-server"))
+        .env_clear()
+        .env("DS_STORAGE__MODE", "acid")
+        .env("DS_STORAGE__ACID_SHARD_COUNT", "1")
+        .env("DS_STORAGE__DATA_DIR", &dir)
+        .env("DS_SERVER__PORT", "0")
+        .env("DS_SERVER__HOST", "127.0.0.1")
+        .output()
+        .expect("ds-server runs");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "a second server opened the directory: {stderr}");
+    assert!(stderr.contains("in use by another process"), "{stderr}");
+    assert_eq!(server.client().put("/v1/stream/a", "text/plain", b"on").status, 201, "the first goes on");
+}
+
 /// The one file under `dir` (searched through its subdirectories) whose bytes hold `needle`.
 fn file_holding(dir: &Path, needle: &[u8]) -> PathBuf {
     let mut found = Vec::new();

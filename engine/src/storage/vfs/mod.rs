@@ -41,14 +41,15 @@ pub trait Vfs: Send + Sync + 'static {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes the creations, renames and removals of entries of `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
-    /// Takes an exclusive lock on `path` (created if needed) until the guard is dropped.
+    /// Takes an exclusive lock on `path` (created if needed) and on the directory holding
+    /// it until the guard is dropped: the directory's lock holds when the file is deleted.
     fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>>;
     /// Opens an existing file for reading only.
     fn open_read_only(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
         self.open(path)
     }
-    /// Takes a shared lock on the existing file `path` (refused while an exclusive one is
-    /// held) until the guard is dropped.
+    /// Takes a shared lock on the existing file `path` and on the directory holding it
+    /// (refused while an exclusive one is held) until the guard is dropped.
     fn lock_shared(&self, _path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         Ok(Box::new(()))
     }

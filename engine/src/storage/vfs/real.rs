@@ -92,9 +92,13 @@ impl Vfs for RealVfs {
     }
 
     fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
+        // The directory first: with its file deleted under a running server (a "stale lock"
+        // cleared by hand), a second server would lock a new file of that name.
+        let dir = File::open(parent_dir(path))?;
+        fs2::FileExt::try_lock_exclusive(&dir)?;
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
         fs2::FileExt::try_lock_exclusive(&file)?;
-        Ok(Box::new(file))
+        Ok(Box::new((dir, file)))
     }
 
     fn open_read_only(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
@@ -102,9 +106,19 @@ impl Vfs for RealVfs {
     }
 
     fn lock_shared(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
+        let dir = File::open(parent_dir(path))?;
+        fs2::FileExt::try_lock_shared(&dir)?;
         let file = File::open(path)?;
         fs2::FileExt::try_lock_shared(&file)?;
-        Ok(Box::new(file))
+        Ok(Box::new((dir, file)))
+    }
+}
+
+/// The directory holding `path` (the current one for a bare name).
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
     }
 }
 
@@ -347,6 +361,9 @@ mod tests {
         let vfs = RealVfs;
         let guard = vfs.lock_exclusive(&dir.join("LOCK")).unwrap();
         assert!(vfs.lock_exclusive(&dir.join("LOCK")).is_err());
+        std::fs::remove_file(dir.join("LOCK")).unwrap();
+        assert!(vfs.lock_exclusive(&dir.join("LOCK")).is_err(), "the directory stays locked");
+        assert!(vfs.lock_shared(&dir.join("LOCK")).is_err(), "to readers too");
         drop(guard);
         assert!(vfs.lock_exclusive(&dir.join("LOCK")).is_ok());
         let _ = std::fs::remove_dir_all(&dir);
