@@ -2,16 +2,19 @@
 //!
 //! A segment holding a single live record cannot be removed. After each rotation, once the
 //! shard is idle, the writer picks the older segment with the smallest live share under a
-//! quarter (first of all, one whose file was deleted under the process: its records are
-//! still in its map, and moved they are where a restart finds them; the active segment is
-//! asked before each commit, the sealed ones at most once a second when the shard idles),
-//! and the housekeeper
-//! lists the streams with records in it. The shard then moves
+//! quarter, and the housekeeper lists the streams with records in it. The shard then moves
 //! them, one per batch: the writer copies every record of the stream, in order, to the head
 //! of the log as a new chain (each copy flagged `MOVED`, the last one also `MOVE_END`), and
 //! the old chain is reclaimed like a deleted stream's. Once the segment holds no live record,
 //! a later checkpoint removes it. Recovery applies a move only when it reaches its
 //! `MOVE_END`, so a move cut short by a crash leaves the old chain in place.
+//!
+//! Salvage: a segment whose file was deleted under the process still reads as written
+//! through its map, and its streams moved are where a restart finds them. Such a segment is
+//! the victim first, whatever its live share, and surveyed once (a stream that cannot be
+//! moved must not hold compaction on it). The active segment is asked before each commit
+//! (`WalWriter::leave_damaged_segment`), the sealed ones at most once a second when the
+//! shard idles (`WalWriter::look_for_deleted_segments`).
 //!
 //! Costs: a move writes the stream once more (at most the stream byte limit) and frees at
 //! least three quarters of a segment; copies share the mapped bytes of the originals, so
