@@ -82,7 +82,7 @@ fn first_segment(dir: &Path) -> PathBuf {
 fn stop_and_verify_damaged(server: &mut Server, dir: &Path) {
     let stopped = server.terminate();
     assert!(stopped.success(), "{stopped}: {}", server.log());
-    let verify = Command::new(binary("ds-tool")).arg("verify").arg(dir).output().expect("ds-tool runs");
+    let verify = ds_tool_verify(dir);
     let stderr = String::from_utf8_lossy(&verify.stderr);
     assert_eq!(verify.status.code(), Some(1), "verify names the damage: {stderr}");
 }
@@ -118,7 +118,7 @@ fn a_log_segment_deleted_under_the_running_server_takes_nothing_acknowledged_aft
     let a = client.get("/v1/stream/a?offset=-1");
     let stopped = server.terminate();
     assert!(stopped.success(), "{stopped}: {}", server.log());
-    let verify = Command::new(binary("ds-tool")).arg("verify").arg(&dir).output().expect("ds-tool runs");
+    let verify = ds_tool_verify(&dir);
     match a.status {
         200 => {
             assert_eq!(a.body, b"first second", "moved out of the deleted segment: whole");
@@ -209,7 +209,7 @@ fn restart_and_read_whole(server: &mut Server, expected: &[(&str, &Vec<u8>)]) {
     let dir = server.data_dir().expect("acid has a directory").to_path_buf();
     let stopped = server.terminate();
     assert!(stopped.success(), "{stopped}: {}", server.log());
-    let verify = Command::new(binary("ds-tool")).arg("verify").arg(&dir).output().expect("ds-tool runs");
+    let verify = ds_tool_verify(&dir);
     assert_eq!(verify.status.code(), Some(0), "{}", String::from_utf8_lossy(&verify.stderr));
 }
 
@@ -218,6 +218,11 @@ fn records_of_live_dir(dir: &Path) -> String {
     let output =
         Command::new(binary("ds-tool")).args(["records", "--force"]).arg(dir).output().expect("ds-tool runs");
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `ds-tool verify DIR` (its exit code: 1 when anything is damaged).
+fn ds_tool_verify(dir: &Path) -> std::process::Output {
+    Command::new(binary("ds-tool")).arg("verify").arg(dir).output().expect("ds-tool runs")
 }
 
 /// A stream's file deleted under the running server (file-durable, file-fast): before its
@@ -257,7 +262,7 @@ fn a_stream_file_deleted_under_the_running_server_is_written_again() {
         }
         let stopped = server.terminate();
         assert!(stopped.success(), "{stopped}: {}", server.log());
-        let verify = Command::new(binary("ds-tool")).arg("verify").arg(&dir).output().expect("ds-tool runs");
+        let verify = ds_tool_verify(&dir);
         assert_eq!(verify.status.code(), Some(0), "{mode}: {}", String::from_utf8_lossy(&verify.stderr));
     }
 }

@@ -87,14 +87,12 @@ impl RootWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::vfs::real::RealVfs;
+    use crate::storage::vfs::real::{scratch, RealVfs};
 
     #[test]
     fn a_removed_directory_is_lost_for_good_and_looked_at_no_more_often_than_asked() {
-        let root = std::env::temp_dir().join(format!("ds-root-watch-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = scratch("root-watch");
         let vfs = RealVfs;
-        vfs.create_dir_all(&root).unwrap();
         let lock = vfs.lock_exclusive(&root.join("LOCK")).unwrap();
         let watch = RootWatch::open(&vfs, &root).unwrap();
         assert!(!watch.lost(1_000));

@@ -60,13 +60,11 @@ fn copy(from: &dyn VfsFile, to: &dyn VfsFile, end: u64) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::vfs::real::RealVfs;
+    use crate::storage::vfs::real::{scratch, RealVfs};
 
     #[test]
     fn a_deleted_file_is_written_again_byte_for_byte() {
-        let dir = std::env::temp_dir().join(format!("ds-rewrite-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("rewrite");
         let vfs = RealVfs;
         let path = dir.join("s.log");
         let old = vfs.create_new(&path).unwrap();
