@@ -15,6 +15,14 @@ use serde_json::value::RawValue;
 /// Most messages one JSON append may carry.
 pub const MESSAGES_PER_APPEND_MAX: usize = 100_000;
 
+/// Deepest a JSON message may nest arrays and objects. A read wraps its messages in one more
+/// array, so every read stays within the 127 levels that strict parsers take at their
+/// defaults (serde_json refuses the 128th; Python's recursive parser fails near 1,000): one
+/// writer's message cannot make a stream unreadable to them. The reference server refuses
+/// a body nested 128 deep, as ds does (a body that is an array holds messages one level
+/// less deep than itself).
+pub const MESSAGE_DEPTH_MAX: usize = 126;
+
 /// The body of one append with its message framing.
 #[derive(Clone, Debug)]
 pub struct Payload {
@@ -44,6 +52,7 @@ pub enum JsonError {
     EmptyArray,
     TooManyMessages,
     TooLarge,
+    TooDeep,
 }
 
 impl std::fmt::Display for JsonError {
@@ -53,6 +62,7 @@ impl std::fmt::Display for JsonError {
             JsonError::EmptyArray => "an empty JSON array appends nothing",
             JsonError::TooManyMessages => "more than 100000 messages in one append",
             JsonError::TooLarge => "JSON body is larger than 4 GiB",
+            JsonError::TooDeep => "a JSON message nests arrays and objects more than 126 deep",
         })
     }
 }
@@ -174,10 +184,15 @@ pub fn stored_json_message_ends(stored: &[u8]) -> Vec<usize> {
 fn json_spans(body: &[u8]) -> Result<Vec<Span>, JsonError> {
     let value: &RawValue = serde_json::from_slice(body).map_err(|_| JsonError::Invalid)?;
     let text = value.get();
-    if has_lone_surrogate(text.as_bytes()) {
+    let is_array = text.starts_with('[');
+    let scan = scan_text(text.as_bytes());
+    if scan.lone_surrogate {
         return Err(JsonError::Invalid);
     }
-    if !text.starts_with('[') {
+    if scan.depth_max - usize::from(is_array) > MESSAGE_DEPTH_MAX {
+        return Err(JsonError::TooDeep);
+    }
+    if !is_array {
         return Ok(vec![span_of(body, text)]);
     }
     let elements: Vec<&RawValue> = serde_json::from_str(text).map_err(|_| JsonError::Invalid)?;
@@ -187,29 +202,50 @@ fn json_spans(body: &[u8]) -> Result<Vec<Span>, JsonError> {
     Ok(elements.iter().map(|element| span_of(body, element.get())).collect())
 }
 
-/// Whether a `\u` escape in a string of the (well-formed) JSON `text` names half of a
-/// surrogate pair without the other half: text no strict parser accepts, and no UTF-8.
-fn has_lone_surrogate(text: &[u8]) -> bool {
+/// What one pass over well-formed JSON text finds that a JSON parser lets through.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct TextScan {
+    /// Deepest nesting of arrays and objects (a scalar is 0, `[1]` is 1).
+    depth_max: usize,
+    /// A `\u` escape names half of a surrogate pair without the other half: text no strict
+    /// parser accepts, and no UTF-8.
+    lone_surrogate: bool,
+}
+
+/// Scans the (well-formed) JSON `text` for its nesting depth and for lone surrogates.
+fn scan_text(text: &[u8]) -> TextScan {
     let unit = |at: usize| {
         let hex = text.get(at..at + 4)?;
         u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
     };
-    let (mut index, mut in_string) = (0, false);
+    let mut scan = TextScan::default();
+    let (mut index, mut in_string, mut depth) = (0, false, 0usize);
     while index < text.len() {
         match (text[index], in_string) {
             (b'"', _) => in_string = !in_string,
+            (b'[' | b'{', false) => {
+                depth += 1;
+                scan.depth_max = scan.depth_max.max(depth);
+            }
+            (b']' | b'}', false) => depth = depth.saturating_sub(1),
             (b'\\', true) if text.get(index + 1) == Some(&b'u') => {
-                let Some(first) = unit(index + 2) else { return true };
+                let Some(first) = unit(index + 2) else {
+                    scan.lone_surrogate = true;
+                    return scan;
+                };
                 index += 5;
-                if (0xDC00..=0xDFFF).contains(&first) {
-                    return true;
-                }
-                if (0xD800..=0xDBFF).contains(&first) {
-                    let pair = text.get(index + 1..index + 3) == Some(b"\\u");
-                    if !pair || !unit(index + 3).is_some_and(|second| (0xDC00..=0xDFFF).contains(&second)) {
-                        return true;
+                let lone = match first {
+                    0xDC00..=0xDFFF => true,
+                    0xD800..=0xDBFF => {
+                        let pair = text.get(index + 1..index + 3) == Some(b"\\u");
+                        index += 6;
+                        !pair || !unit(index - 3).is_some_and(|second| (0xDC00..=0xDFFF).contains(&second))
                     }
-                    index += 6;
+                    _ => false,
+                };
+                if lone {
+                    scan.lone_surrogate = true;
+                    return scan;
                 }
             }
             (b'\\', true) => index += 1,
@@ -217,7 +253,8 @@ fn has_lone_surrogate(text: &[u8]) -> bool {
         }
         index += 1;
     }
-    false
+    debug_assert!(depth == 0, "well-formed JSON closes what it opens");
+    scan
 }
 
 /// The position of `part` (a sub-slice of `whole`) inside `whole`.
@@ -299,6 +336,26 @@ mod tests {
         assert_eq!(payload.stored_len(), 4);
         assert_eq!(payload.stored_bytes(), b"a,b\n");
         assert!(Payload::raw(Bytes::new()).is_empty());
+    }
+
+    #[test]
+    fn messages_nest_at_most_the_depth_limit() {
+        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let deepest = nested(MESSAGE_DEPTH_MAX);
+        assert_eq!(stored(&deepest, false).map(|(_, count)| count), Ok(1), "one message at the limit");
+        assert_eq!(stored(&format!("[{deepest},1]"), false).map(|(_, count)| count), Ok(2));
+        assert_eq!(stored(&nested(MESSAGE_DEPTH_MAX + 1), false).map(|(_, count)| count), Ok(1), "flattened");
+        assert_eq!(stored(&format!("[1,{{\"a\":{deepest}}}]"), false).err(), Some(JsonError::TooDeep));
+        assert_eq!(stored(&format!("{{\"a\":{deepest}}}"), false).err(), Some(JsonError::TooDeep));
+        assert_eq!(stored(&nested(MESSAGE_DEPTH_MAX + 2), false).err(), Some(JsonError::TooDeep));
+        assert_eq!(stored(&nested(100_000), false).err(), Some(JsonError::TooDeep));
+        let brackets_in_a_string = format!("[\"{}\\\"{}\"]", "[".repeat(500), "{".repeat(500));
+        assert!(stored(&brackets_in_a_string, false).is_ok(), "brackets inside strings do not nest");
+        assert_eq!(
+            scan_text(br#"{"a":[1,{"b":[]}],"c":"]]]"}"#),
+            TextScan { depth_max: 4, lone_surrogate: false }
+        );
+        assert_eq!(scan_text(b"12"), TextScan::default());
     }
 
     #[test]

@@ -113,6 +113,33 @@ fn json_messages_keep_their_exact_text(mode: &str) {
     let offset_after_two = "0000000000000002_0000000000000030";
     let from_middle = client.get(&format!("/v1/stream/j?offset={offset_after_two}"));
     assert_eq!(from_middle.text(), r#"[1.50E+3,"x,\"y\"",{"k" : true}]"#);
+    json_messages_nest_within_what_parsers_take(&client);
+}
+
+/// A message nested past `MESSAGE_DEPTH_MAX` would make every read through it unreadable to
+/// strict parsers: refused, on append and as a create's initial data, and nothing stored.
+fn json_messages_nest_within_what_parsers_take(client: &Client) {
+    let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth)).into_bytes();
+    let tail = client.get("/v1/stream/j").next_offset();
+    for too_deep in
+        [nested(128), format!("{{\"a\":{}}}", String::from_utf8(nested(126)).unwrap()).into_bytes()]
+    {
+        let refused = client.post("/v1/stream/j", "application/json", &too_deep);
+        assert_eq!(refused.status, 400);
+        assert_eq!(refused.json()["type"], "urn:ds:problem:invalid-json");
+    }
+    assert_eq!(client.post("/v1/stream/j", "application/json", &nested(100_000)).status, 400);
+    assert_eq!(client.put("/v1/stream/deep", "application/json", &nested(128)).status, 400);
+    assert_eq!(client.head("/v1/stream/deep").status, 404, "a refused create makes nothing");
+    assert_eq!(client.get("/v1/stream/j").next_offset(), tail, "refused appends store nothing");
+    assert_eq!(
+        client.post("/v1/stream/j", "application/json", &nested(127)).status,
+        204,
+        "messages 126 deep"
+    );
+    let read = client.get(&format!("/v1/stream/j?offset={tail}"));
+    let messages: serde_json::Value = serde_json::from_slice(&read.body).expect("serde_json takes the read");
+    assert_eq!(messages.as_array().map(Vec::len), Some(1));
 }
 
 fn catch_up_reads_are_capped_and_resume_at_the_next_offset(mode: &str) {
