@@ -6,7 +6,7 @@
 
 mod support;
 
-use ds_engine::{Offset, OpError, StorageMode};
+use ds_engine::{Offset, OpError, ReadError, StartAt, StorageMode};
 use support::{append_request, plain_config, Harness};
 
 const SEGMENT_BYTES: u64 = 4 << 20;
@@ -133,4 +133,51 @@ fn a_fork_whose_source_is_lost_keeps_its_own_messages_and_fails_the_inherited_on
         matches!(refused, Err(OpError::StreamDamaged { .. })),
         "a damaged stream refuses writes: {refused:?}"
     );
+}
+
+/// The source's last record lost (its file cut, as a torn end is), the fork's create record
+/// kept: the source comes back shorter than what the fork inherits. Both are marked damaged
+/// where the source ends; before, the source took new appends at the offsets the fork
+/// inherits, and the fork served them as its own history.
+#[test]
+fn a_fork_whose_source_came_back_shorter_never_reads_the_sources_new_appends() {
+    use ds_engine::testing::Vfs;
+    for mode in [StorageMode::FileDurable, StorageMode::FileFast] {
+        let mut harness = Harness::with_mode(mode, SEGMENT_BYTES);
+        harness.create("source", plain_config()).unwrap();
+        for body in ["one;", "two;", "three;"] {
+            harness.append(append_request("source", body)).unwrap();
+        }
+        harness.fork("fork", "source", None).unwrap();
+        harness.append(append_request("fork", "own")).unwrap();
+        harness.shutdown();
+        let source_file = harness.stream_file("source");
+        let cut = harness.find(&source_file, "three;") + 2;
+        harness.disk.open(&source_file).unwrap().set_len(cut as u64).unwrap();
+        harness.start();
+
+        let two = Offset { messages: 2, bytes: 8 };
+        for stream in ["source", "fork"] {
+            let damage =
+                harness.damage(stream).unwrap_or_else(|| panic!("{mode:?}: {stream} is marked damaged"));
+            assert_eq!(damage.at, two, "{mode:?}: {stream} is damaged where the source now ends");
+            let handle = harness.engine().open(&support::name(stream)).unwrap();
+            let read = handle.read(StartAt::Beginning, usize::MAX).unwrap().unwrap();
+            assert_eq!((read.chunk.next, read.up_to_date()), (two, false), "{mode:?}: {stream} is not whole");
+            let at_damage = handle.read(StartAt::At(two), usize::MAX);
+            assert_eq!(
+                at_damage.err(),
+                Some(ReadError::Damaged),
+                "{mode:?}: {stream} read where it was lost"
+            );
+            let at_damage = handle.read_messages(two, usize::MAX);
+            assert_eq!(at_damage.err(), Some(ReadError::Damaged), "{mode:?}: {stream}, single messages");
+        }
+        let (read, error) = harness.read_from("fork", Offset::ZERO);
+        assert_eq!((read.as_str(), error), ("one;two;", Some(ReadError::Damaged)), "{mode:?}");
+        let refused = harness.append(append_request("source", "new;"));
+        assert!(matches!(refused, Err(OpError::StreamDamaged { .. })), "{mode:?}: {refused:?}");
+        let (own, error) = harness.read_from("fork", Offset { messages: 3, bytes: 14 });
+        assert_eq!((own.as_str(), error), ("own", None), "{mode:?}: the fork's own messages are served");
+    }
 }

@@ -394,6 +394,43 @@ fn a_stream_file_cut_mid_record_ends_there_and_one_flipped_mid_file_is_read_arou
     });
 }
 
+/// A source cut short under its fork (file-durable): the source's last record lost, the
+/// fork's create record kept. Both read up to where the source now ends, then 500, never
+/// up to date; the source takes no appends. Before, it took them at the offsets the fork
+/// inherits, and the fork served them as its history.
+#[test]
+fn a_fork_never_reads_through_a_source_that_came_back_shorter() {
+    let setup = Setup { mode: "file-durable", ..SMALL };
+    let dir = DataDir::new("fork-source-cut");
+    let mut server = start(&setup, dir.path());
+    let client = server.client();
+    assert_eq!(client.put(STREAM, "text/plain", b"one;").status, 201);
+    for body in ["two;", "three;"] {
+        assert_eq!(client.post(STREAM, "text/plain", body.as_bytes()).status, 204);
+    }
+    let fork = client.send("PUT", "/v1/stream/f", &[("Stream-Forked-From", STREAM)], b"");
+    assert_eq!(fork.status, 201);
+    assert!(server.terminate().success());
+    let (file, last) = records_of_s(dir.path()).pop().expect("the record of three;");
+    std::fs::OpenOptions::new().write(true).open(file).unwrap().set_len(last as u64 + 30).unwrap();
+
+    let server = start(&setup, dir.path());
+    let client = server.client();
+    let lost_at = "0000000000000002_0000000000000008";
+    for path in [STREAM, "/v1/stream/f"] {
+        let read = client.get(&format!("{path}?offset=-1"));
+        assert_eq!((read.status, read.text().as_str()), (200, "one;two;"), "{path}");
+        assert_eq!(read.next_offset(), lost_at, "{path}");
+        assert_eq!(read.header("stream-up-to-date"), None, "{path} is not whole");
+        for live in ["", "&live=long-poll"] {
+            let refused = client.get(&format!("{path}?offset={lost_at}{live}"));
+            assert_eq!(refused.status, 500, "{path}{live}: {}", refused.text());
+            assert!(refused.text().contains("stream-damaged"), "{}", refused.text());
+        }
+    }
+    assert_eq!(client.post(STREAM, "text/plain", b"new;").status, 500, "the source takes no appends");
+}
+
 #[test]
 fn a_directory_without_its_manifest_is_refused() {
     let setup = SMALL;

@@ -5,7 +5,10 @@
 //! the recovered source incarnation its reference names (name and id), and the source counts
 //! it, so the counts of live forks are rebuilt from the forks themselves, never stored. A
 //! fork whose source is missing (its records were lost to damage) is kept, marked damaged:
-//! its own bytes are served, its inherited ones read as damaged. A soft-deleted stream that
+//! its own bytes are served, its inherited ones read as damaged. So is a fork whose source
+//! came back shorter than what it inherits (the source's records lost, the fork's create
+//! record kept): both are marked damaged where the source ends, so the fork never reads the
+//! source's later appends as its own history. A soft-deleted stream that
 //! no fork reads any more (a crash came between its last fork's delete and its own) is
 //! removed in its shard's first batch, finishing the cascade the crash interrupted.
 
@@ -88,9 +91,40 @@ impl Linker<'_> {
         source.write_state().writer.forks += 1;
         let depth = source.fork.as_ref().map_or(0, |base| base.depth) + 1;
         let (index, _) = self.built[&source.name];
+        let source_tail = source.read_state().published.tail;
+        if !holds_inherited(source_tail, &reference) {
+            // The fork's create record survived, the source's records it inherits did not
+            // (in another file or shard): served as they are, the fork would read the
+            // source's next appends in their place.
+            let reason = format!(
+                "its fork {} inherits bytes up to {} that it no longer holds",
+                fork.name,
+                reference.start()
+            );
+            source.note_damage(source_tail, &reason, &self.shards[index].shared.counters.damage);
+            let reason =
+                format!("the source it was forked from ({}) lost bytes it inherits", reference.origin.source);
+            mark_damaged_from(fork, source_tail, reason);
+        }
         let owner: Arc<dyn StreamOwner> = self.shards[index].shared.clone();
         let handle = StreamHandle::new(source, owner, self.clock.clone());
         ForkBase { source: Arc::new(handle), reference, depth }
+    }
+}
+
+/// Whether a source whose tail is `tail` still holds every byte `reference` inherits.
+fn holds_inherited(tail: Offset, reference: &ForkRef) -> bool {
+    match reference.partial_bytes {
+        0 => tail >= reference.until,
+        // The message at `until` is cut: it must be there.
+        _ => tail.messages > reference.until.messages,
+    }
+}
+
+/// Marks `stream` damaged at `at` unless it already is, earlier.
+fn mark_damaged_from(stream: &mut StreamSnapshot, at: Offset, reason: String) {
+    if stream.damage.as_ref().is_none_or(|damage| damage.at > at) {
+        stream.damage = Some(StreamDamage { at, reason: reason.into() });
     }
 }
 

@@ -53,12 +53,14 @@ pub struct ReadResult {
     /// The published tail and closed flag at the time of the read.
     pub tail: Offset,
     pub closed: bool,
+    /// The stream is damaged at its tail (what followed was lost): no read is up to date.
+    pub damaged_at_tail: bool,
 }
 
 impl ReadResult {
     /// The read reached the tail.
     pub fn up_to_date(&self) -> bool {
-        self.chunk.next == self.tail
+        self.chunk.next == self.tail && !self.damaged_at_tail
     }
 
     /// The read reached the tail of a closed stream: nothing will ever follow.
@@ -79,6 +81,15 @@ pub struct MessagesResult {
     pub messages: Vec<Message>,
     pub tail: Offset,
     pub closed: bool,
+    /// As [`ReadResult::damaged_at_tail`].
+    pub damaged_at_tail: bool,
+}
+
+impl MessagesResult {
+    /// Whether a reader that got to `next` is up to date.
+    pub fn up_to_date_at(&self, next: Offset) -> bool {
+        next == self.tail && !self.damaged_at_tail
+    }
 }
 
 impl StreamHandle {
@@ -132,9 +143,17 @@ impl StreamHandle {
         };
         let from = resolve(start, published.tail);
         let chunk = self.read_below(from, published.tail, bytes_max)?;
+        self.refuse_lost_end(from, chunk.messages == 0)?;
         self.touch();
         scheduling::offer_core();
-        Ok(Some(ReadResult { start: from, chunk, tail: published.tail, closed: published.closed }))
+        let damaged_at_tail = self.damaged_at(published.tail);
+        Ok(Some(ReadResult {
+            start: from,
+            chunk,
+            tail: published.tail,
+            closed: published.closed,
+            damaged_at_tail,
+        }))
     }
 
     /// Reads single messages from `from` (for SSE), at most about `bytes_max` stored bytes.
@@ -143,8 +162,27 @@ impl StreamHandle {
             return Ok(None);
         };
         let messages = self.messages_below(from, published.tail, bytes_max)?;
+        self.refuse_lost_end(from, messages.is_empty())?;
         scheduling::offer_core();
-        Ok(Some(MessagesResult { messages, tail: published.tail, closed: published.closed }))
+        let (tail, closed, damaged_at_tail) =
+            (published.tail, published.closed, self.damaged_at(published.tail));
+        Ok(Some(MessagesResult { messages, tail, closed, damaged_at_tail }))
+    }
+
+    /// Whether the stream is marked damaged exactly at `at`.
+    fn damaged_at(&self, at: Offset) -> bool {
+        self.stream.damage().is_some_and(|damage| damage.at == at)
+    }
+
+    /// A read from where the stream is marked damaged that found nothing there: the bytes
+    /// that followed were lost (no damaged record is left for the read to find, as when a
+    /// stream came back shorter than its forks know it was), so the read has reached the
+    /// damage rather than the tail.
+    fn refuse_lost_end(&self, from: Offset, found_nothing: bool) -> Result<(), ReadError> {
+        match found_nothing && self.damaged_at(from) {
+            true => Err(ReadError::Damaged),
+            false => Ok(()),
+        }
     }
 
     /// Whole messages from `from` up to `cap` (a boundary, or past the published tail: then

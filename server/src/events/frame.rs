@@ -102,13 +102,13 @@ impl FrameSource<'_> {
             return Next::Frame(Frame { bytes: out.freeze(), to: from, closes: read.closed });
         };
         for message in &read.messages {
-            let at_tail = message.next == read.tail;
+            let at_tail = read.up_to_date_at(message.next);
             let state =
                 ControlState { cursor: self.cursor, up_to_date: at_tail, closed: at_tail && read.closed };
             write_message(&mut out, self.format, &message.payload(self.format.json), message.next, state);
         }
         let bytes = out.freeze();
-        let closes = read.closed && last == read.tail;
+        let closes = read.closed && read.up_to_date_at(last);
         let frame = CachedFrame { key, from, to: last, bytes: bytes.clone(), last: closes };
         self.frames.offer(frame);
         Next::Frame(Frame { bytes, to: last, closes })
