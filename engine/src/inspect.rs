@@ -197,7 +197,7 @@ impl Store {
     /// Reads and checks one stream file.
     pub fn stream_file(&self, path: &Path, suffix: u8) -> io::Result<StreamFile> {
         let (file, bytes) = file_bytes(self.vfs.as_ref(), path)?;
-        let analysis = analyze_file(&bytes, suffix);
+        let analysis = analyze_file(&bytes, suffix, self.mode() == StorageMode::FileDurable);
         let source = analysis.snapshot.as_ref().map(|s| FileSource { file, stream: s.id });
         Ok(StreamFile { path: path.to_path_buf(), suffix, bytes, analysis, source })
     }

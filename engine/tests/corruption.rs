@@ -113,6 +113,53 @@ fn a_torn_end_is_cut_and_the_records_before_it_stay() {
     assert_eq!(harness.read("s").unwrap(), bodies[..3].concat() + "after");
 }
 
+/// Zeros over a whole record (its header too) in the middle of the last segment, with the
+/// records of later batches after it (each append its own batch, a millisecond apart):
+/// those batches were written only once this one was durable, so the zeros are damage to an
+/// acknowledged record, not the end of the log. Before, replay took the zeros for the end,
+/// and every record after them was silently gone (and written over). The same zeros in a
+/// stream file of file-durable.
+#[test]
+fn zeros_followed_by_later_batches_are_damage_not_the_end_of_the_log() {
+    for mode in [StorageMode::Acid, StorageMode::FileDurable] {
+        let mut harness = Harness::with_mode(mode, SEGMENT_BYTES);
+        harness.create("s", plain_config()).unwrap();
+        let bodies: Vec<String> = (0..10).map(|i| format!("r{i:02}-{}|", "x".repeat(600 + i))).collect();
+        for body in &bodies {
+            harness.clock.advance_ms(1);
+            harness.append(append_request("s", body)).unwrap();
+        }
+        harness.stop_abruptly();
+        let file = match mode {
+            StorageMode::Acid => harness.segments()[0].clone(),
+            _ => harness.stream_file("s"),
+        };
+        // Record 5 runs from where record 4's data ends (padded to 8 bytes) to where its own does.
+        let end_of = |i: usize| (harness.find(&file, &bodies[i][..4]) + bodies[i].len()).next_multiple_of(8);
+        let (from, to) = (end_of(4), end_of(5));
+        harness.disk.corrupt(&file, from, &vec![0; to - from]).unwrap();
+
+        for restart in 0..2 {
+            let report = harness.start();
+            assert!(!report.damage.is_empty(), "{mode:?}: the damage is reported");
+            assert_eq!(report.damaged_streams, 1, "{mode:?}");
+            let five = Harness::offset_of(&bodies, 5);
+            assert_eq!(harness.damage("s").map(|d| d.at), Some(five), "{mode:?}, restart {restart}");
+            assert_eq!(
+                harness.read_from("s", ds_engine::Offset::ZERO),
+                (bodies[..5].concat(), Some(ReadError::Damaged)),
+                "{mode:?}: the intact part, then the damage"
+            );
+            assert_eq!(
+                harness.read_from("s", Harness::offset_of(&bodies, 6)),
+                (bodies[6..].concat(), None),
+                "{mode:?}: the records after the zeros are kept"
+            );
+            harness.stop_abruptly();
+        }
+    }
+}
+
 #[test]
 fn a_truncated_segment_keeps_the_records_before_the_cut() {
     let (mut harness, bodies) = ten_records();

@@ -1,4 +1,6 @@
-//! Stream files: a flipped byte is always noticed, and garbage never panics the analysis.
+//! Stream files: a flipped byte is always noticed, garbage never panics the analysis, and
+//! zeros inside a file-durable file are the torn end a crash leaves only where what follows
+//! is one batch.
 
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -18,6 +20,15 @@ use crate::storage::record::codec::{CreateMeta, Header, Kind, Meta};
 /// A stream file: its create record and one append per `appends` entry, chained as the
 /// file writer chains them; with the ranges of bytes their checks cover.
 fn stream_file(appends: &[Vec<u8>], suffix: u8) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
+    stream_file_timed(appends, suffix, |n| 1_000 + n)
+}
+
+/// [`stream_file`] with record `n` written at `time_of(n)` (one time: one batch).
+fn stream_file_timed(
+    appends: &[Vec<u8>],
+    suffix: u8,
+    time_of: impl Fn(u64) -> u64,
+) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
     let (mut bytes, mut covered, mut locations) = (Vec::new(), Vec::new(), Vec::new());
     let mut tail = Offset::ZERO;
     for n in 0..=appends.len() as u64 {
@@ -43,7 +54,7 @@ fn stream_file(appends: &[Vec<u8>], suffix: u8) -> (Vec<u8>, Vec<std::ops::Range
             lsn: Lsn::from_raw(n),
             stream: StreamId::from_raw(7),
             offset: tail,
-            time_ms: 1_000 + n,
+            time_ms: time_of(n),
             messages: u32::from(!data.is_empty()),
         };
         let (record, record_covered) = encode_record(&RecordParts { header, meta, data: data.clone() });
@@ -64,9 +75,10 @@ proptest! {
         suffix in any::<u8>(),
         record in any::<Index>(),
         (at, mask) in flip(),
+        durable in any::<bool>(),
     ) {
         let (bytes, covered) = stream_file(&appends, suffix);
-        let whole = analyze_file(&Bytes::from(bytes.clone()), suffix);
+        let whole = analyze_file(&Bytes::from(bytes.clone()), suffix, durable);
         prop_assert!(whole.failure.is_none() && whole.damage.is_empty());
         let snapshot = whole.snapshot.expect("the stream");
         prop_assert!(snapshot.damage.is_none());
@@ -77,7 +89,7 @@ proptest! {
         let range = covered[record.index(covered.len())].clone();
         let mut flipped = bytes;
         flipped[range.start + at.index(range.len())] ^= mask;
-        let analysis = analyze_file(&Bytes::from(flipped), suffix);
+        let analysis = analyze_file(&Bytes::from(flipped), suffix, durable);
         let reported = analysis.failure.is_some()
             || !analysis.damage.is_empty()
             || analysis.snapshot.as_ref().is_none_or(|s| s.damage.is_some());
@@ -89,11 +101,56 @@ proptest! {
         bytes in prop::collection::vec(any::<u8>(), 0..400),
         appends in prop::collection::vec(prop::collection::vec(any::<u8>(), 1..40), 0..4),
         garbage_at in any::<Index>(),
+        durable in any::<bool>(),
     ) {
-        let _ = analyze_file(&Bytes::from(bytes.clone()), 0);
+        let _ = analyze_file(&Bytes::from(bytes.clone()), 0, durable);
         let (mut file, _) = stream_file(&appends, 0);
         let at = garbage_at.index(file.len() + 1);
         file.splice(at..at, bytes);
-        let _ = analyze_file(&Bytes::from(file), 0);
+        let _ = analyze_file(&Bytes::from(file), 0, durable);
+    }
+
+    #[test]
+    fn zeros_followed_by_later_batches_are_damage_in_file_durable(
+        appends in prop::collection::vec(prop::collection::vec(1u8..=255, 1..80), 3..10),
+        record in any::<Index>(),
+    ) {
+        // Append `zeroed` has at least two records after it, each its own batch.
+        let zeroed = 1 + record.index(appends.len() - 2);
+        let (mut bytes, covered) = stream_file(&appends, 0);
+        bytes[covered[zeroed].clone()].fill(0);
+        let bytes = Bytes::from(bytes);
+        let before: usize = appends[..zeroed - 1].iter().map(Vec::len).sum();
+        let damage_at = Offset { messages: zeroed as u64 - 1, bytes: before as u64 };
+
+        let durable = analyze_file(&bytes, 0, true);
+        prop_assert_eq!(durable.failure, None, "not cut: the records after it are kept");
+        prop_assert_eq!(durable.valid_end, bytes.len() as u64);
+        prop_assert_eq!(durable.damage.len(), 1);
+        let snapshot = durable.snapshot.expect("the stream");
+        prop_assert_eq!(snapshot.damage.map(|damage| damage.at), Some(damage_at));
+        prop_assert_eq!(snapshot.chain_n, ChainIndex::from_raw(appends.len() as u64));
+
+        let fast = analyze_file(&bytes, 0, false);
+        prop_assert!(fast.failure.is_some(), "file-fast: a torn end");
+        prop_assert_eq!(fast.valid_end, covered[zeroed].start as u64);
+    }
+
+    #[test]
+    fn zeros_in_the_last_batch_are_its_torn_end(
+        appends in prop::collection::vec(prop::collection::vec(1u8..=255, 1..80), 3..10),
+        batch_start in any::<Index>(),
+        record in any::<Index>(),
+    ) {
+        // The records from `batch_start` on are one batch (one time); one of them is zeros.
+        let first = 1 + batch_start.index(appends.len());
+        let zeroed = first + record.index(appends.len() + 1 - first);
+        let time_of = |n: u64| 1_000 + n.min(first as u64);
+        let (mut bytes, covered) = stream_file_timed(&appends, 0, time_of);
+        bytes[covered[zeroed].clone()].fill(0);
+        let analysis = analyze_file(&Bytes::from(bytes), 0, true);
+        prop_assert!(analysis.failure.is_some(), "cut: what a crash can leave");
+        prop_assert_eq!(analysis.valid_end, covered[zeroed].start as u64);
+        prop_assert!(analysis.snapshot.expect("the stream").damage.is_none());
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! The engine runs on a simulated disk (`ds_engine::vfs::sim`) that loses or tears any write
 //! an fsync did not cover, with its shards driven by this test (manual threading) and a
-//! manual clock, so one seed always produces the same run. Each seed plays rounds of random
+//! manual clock (a millisecond on at every step of the shards, so batches carry times of
+//! their own, as recovery's torn-write rule expects), so one seed always produces the same run. Each seed plays rounds of random
 //! operations (creates, appends with and without producers and `Stream-Seq`, closes,
 //! forks, deletes, soft deletes of streams forks read, and the cascades when their last
 //! fork goes); some rounds make the disk fail part-way (the failing shard stops, as the
@@ -207,6 +208,9 @@ impl Sim {
         // A fork takes two trips (its source's shard counts it, then its own creates it),
         // and a cascade one batch per stream: run the shards until both are done.
         for _ in 0..ops.len() + CASCADE_STEPS {
+            // Each step's batches carry a time of their own, as batches do in a running
+            // server: recovery tells a torn end from damage by the batches after it.
+            self.clock.advance_ms(1);
             engine.run_pending();
             for (future, answer) in pending.iter_mut().zip(&mut answers) {
                 if answer.is_none() {

@@ -2,11 +2,16 @@
 //!
 //! A file must open with its stream's create record; every later record must continue the
 //! stream (`storage::replay`). A record that fails its checks is a torn write when it could
-//! be one (a sector of it reads as zeros, or it runs past the end of the file): the file
-//! ends there, and recovery cuts it. Anything else that fails is damage to data that was
-//! written whole: it is stepped over (by the record's own length when its header holds,
-//! else to the next record that passes its checks and continues the chain), the stream is
-//! marked damaged where its intact data ends, and the records after it are kept.
+//! be one (a sector of it reads as zeros, or it runs past the end of the file) — in
+//! file-durable only when the records after it are all of one batch, as a crash leaves
+//! them (each batch is synced before the next is written, and its records carry one time;
+//! `later_batches_follow`): the file ends there, and recovery cuts it. Zeros where a record
+//! should start end the file by the same rule. Anything else that fails is damage to data
+//! that was written whole: it is stepped over (by the record's own length when its header
+//! holds, else to the next record that passes its checks and continues the chain), the
+//! stream is marked damaged where its intact data ends, and the records after it are kept.
+//! file-fast syncs nothing, so after a crash any of its unsynced pages may be missing with
+//! later ones there: it cuts at the first record that could be torn.
 
 use bytes::Bytes;
 
@@ -15,7 +20,7 @@ use crate::ids::ChainIndex;
 use crate::meta::StreamSnapshot;
 use crate::storage::record::codec::{flags, Header, Kind, HEADER_BYTES};
 use crate::storage::record::scan::{
-    could_be_torn, failed_record_len, next_header, RecordScan, ScanEnd, Scanned,
+    could_be_torn, failed_record_len, later_batches_follow, next_header, RecordScan, ScanEnd, Scanned,
 };
 use crate::storage::replay;
 
@@ -34,8 +39,9 @@ pub struct FileAnalysis {
     pub failure: Option<String>,
 }
 
-/// Reads and checks the records of a stream file's `bytes` (its collision suffix `suffix`).
-pub fn analyze_file(bytes: &Bytes, suffix: u8) -> FileAnalysis {
+/// Reads and checks the records of a stream file's `bytes` (its collision suffix `suffix`);
+/// `durable`: the file was written by file-durable (each batch synced before the next).
+pub fn analyze_file(bytes: &Bytes, suffix: u8, durable: bool) -> FileAnalysis {
     let mut scan = RecordScan::new(bytes.clone(), 0);
     let created =
         scan.next().filter(|first| first.header.lsn == record_number(ChainIndex::CREATE)).and_then(|first| {
@@ -51,7 +57,7 @@ pub fn analyze_file(bytes: &Bytes, suffix: u8) -> FileAnalysis {
             failure: Some("no readable create record".into()),
         };
     };
-    let mut reading = Reading { bytes, suffix, snapshot, records: 1, valid_end, damage: Vec::new() };
+    let mut reading = Reading { bytes, suffix, durable, snapshot, records: 1, valid_end, damage: Vec::new() };
     let failure = reading.run();
     FileAnalysis {
         snapshot: Some(reading.snapshot),
@@ -66,6 +72,7 @@ pub fn analyze_file(bytes: &Bytes, suffix: u8) -> FileAnalysis {
 struct Reading<'a> {
     bytes: &'a Bytes,
     suffix: u8,
+    durable: bool,
     snapshot: StreamSnapshot,
     records: u64,
     valid_end: u64,
@@ -80,23 +87,36 @@ impl Reading<'_> {
             for record in scan.by_ref() {
                 self.apply(&record);
             }
-            match scan.end() {
+            let failed = scan.position() as usize;
+            let error = match scan.end() {
                 Some(ScanEnd::Damaged(error)) => {
-                    let failed = scan.position() as usize;
-                    if could_be_torn(self.bytes, failed, failed_record_len(self.bytes, failed)) {
+                    if could_be_torn(self.bytes, failed, failed_record_len(self.bytes, failed))
+                        && !self.written_after(failed)
+                    {
                         return Some(error.to_string());
                     }
-                    if !self.step_over(failed, format!("record {}: {error}", self.snapshot.chain_n.next())) {
-                        return Some(format!("{error}, and nothing readable after it"));
-                    }
+                    error.to_string()
                 }
                 Some(ScanEnd::Sealed) => return Some("a seal record in a stream file".into()),
                 Some(ScanEnd::Unwritten) if self.valid_end < self.bytes.len() as u64 => {
-                    return Some("unwritten (zeroed) bytes".into())
+                    if !self.written_after(failed) {
+                        return Some("unwritten (zeroed) bytes".into());
+                    }
+                    "zeros where a record was written (records follow)".to_string()
                 }
                 _ => return None,
+            };
+            if !self.step_over(failed, format!("record {}: {error}", self.snapshot.chain_n.next())) {
+                return Some(format!("{error}, and nothing readable after it"));
             }
         }
+    }
+
+    /// file-durable: whether records of two batches follow `failed` (so it was synced, and
+    /// what fails there is damage, not a torn end).
+    fn written_after(&self, failed: usize) -> bool {
+        let next = record_number(self.snapshot.chain_n.next()).raw();
+        self.durable && later_batches_follow(self.bytes, failed.saturating_add(1), next, u64::MAX)
     }
 
     /// Applies a record that passed its checks.

@@ -176,7 +176,7 @@ fn recover_file(
 ) -> io::Result<FileOutcome> {
     let (file, bytes) = file_bytes(vfs, path)?;
     let size = bytes.len() as u64;
-    let analysis = analyze_file(&bytes, suffix);
+    let analysis = analyze_file(&bytes, suffix, durable);
     let Some(snapshot) = analysis.snapshot else {
         return drop_aside(vfs, root, path);
     };

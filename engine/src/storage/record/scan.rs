@@ -59,6 +59,35 @@ pub fn next_header(bytes: &[u8], from: usize) -> Option<(usize, Header)> {
     None
 }
 
+/// Whether records of two different batches follow position `from` of `bytes`: records that
+/// pass every check, with sequence numbers from `lsn_min` up to `lsn_min + lsn_span`, each
+/// above the one before. Every record of a batch carries the batch's time, and a log (an
+/// acid shard's, a file-durable stream file) writes a batch only once every earlier one is
+/// durable. So two times after `from` mean that whatever precedes the earlier record was
+/// durable before the crash: a record failing its checks (or zeros) there is damage to
+/// written data, never the end a crash left.
+pub fn later_batches_follow(bytes: &Bytes, from: usize, lsn_min: u64, lsn_span: u64) -> bool {
+    let lsn_max = lsn_min.saturating_add(lsn_span);
+    let (mut position, mut lsn_last, mut time_first) = (from, None::<u64>, None::<u64>);
+    while let Some((start, _)) = next_header(bytes, position) {
+        let mut scan = RecordScan::new(bytes.clone(), start as u64);
+        for record in scan.by_ref() {
+            let lsn = record.header.lsn.raw();
+            if lsn < lsn_min || lsn > lsn_max || lsn_last.is_some_and(|last| lsn <= last) {
+                continue;
+            }
+            lsn_last = Some(lsn);
+            match time_first {
+                None => time_first = Some(record.header.time_ms),
+                Some(time) if time != record.header.time_ms => return true,
+                Some(_) => {}
+            }
+        }
+        position = (scan.position() as usize).max(start + 1);
+    }
+    false
+}
+
 /// One record read by a [`RecordScan`].
 #[derive(Clone, Debug)]
 pub struct Scanned {

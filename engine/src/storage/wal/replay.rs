@@ -6,8 +6,11 @@
 //!
 //! - **a torn write**, the unacknowledged end of the log a crash left: only in the last
 //!   segment, only where some sector of the record reads as zeros (space the write never
-//!   reached), and only when no record follows beyond the window a crash can leave unsynced.
-//!   Replay stops there, and recovery seals the log right after the last good record.
+//!   reached), only when no record follows beyond the window a crash can leave unsynced,
+//!   and only when the records that follow are all of one batch (one time: a later batch is
+//!   written only once the earlier ones are durable). Replay stops there, and recovery seals
+//!   the log right after the last good record. Zeros where a record should start end the
+//!   log by the same rule: followed by records of two batches, they are damage.
 //! - **damage** anywhere else: bytes that were written whole and synced, then changed or
 //!   lost. Replay notes it, steps over it (by the record's own length when its header holds,
 //!   else to the next record that passes its checks) and goes on. The record's stream, when
@@ -30,7 +33,7 @@ use crate::ids::{Location, Lsn, StreamId};
 use crate::meta::StreamSnapshot;
 use crate::storage::record::codec::{flags, Header, Kind, MAGIC};
 use crate::storage::record::scan::{
-    could_be_torn, failed_record_len, next_header, RecordScan, ScanEnd, Scanned,
+    could_be_torn, failed_record_len, later_batches_follow, next_header, RecordScan, ScanEnd, Scanned,
 };
 use crate::storage::replay;
 use crate::storage::Damage;
@@ -73,6 +76,8 @@ pub(super) struct Replay {
     pub checkpoint_used: bool,
     /// Bytes past a failed record within which a crash can have left a torn batch.
     window: u64,
+    /// Where a clean stop's checkpoint says the log ends (segment ordinal and position).
+    clean_end: Option<(u32, u64)>,
 }
 
 /// The copies of a move replayed so far.
@@ -112,6 +117,7 @@ impl Replay {
             moving: None,
             checkpoint_used: false,
             window,
+            clean_end: None,
         };
         if let Some(checkpoint) = checkpoint {
             replay.names = checkpoint.streams.iter().map(|s| (Arc::clone(&s.name), s.id)).collect();
@@ -122,6 +128,7 @@ impl Replay {
             replay.start = (checkpoint.resume_ordinal, checkpoint.resume_position);
             replay.orphans_expected = false;
             replay.checkpoint_used = true;
+            replay.clean_end = checkpoint.clean.then_some(replay.start);
         }
         replay
     }
@@ -186,12 +193,13 @@ impl Replay {
                     return SegmentEnd::Sealed;
                 }
             }
-            let Some(ScanEnd::Damaged(error)) = scan.end() else {
-                return SegmentEnd::Unwritten;
-            };
             let failed = scan.position() as usize;
-            let reason = format!("record {}: {error}", self.next_lsn);
-            if last && self.torn_at(&bytes, failed) {
+            let reason = match scan.end() {
+                Some(ScanEnd::Damaged(error)) => format!("record {}: {error}", self.next_lsn),
+                _ if !self.written_after(segment, &bytes, failed, last) => return SegmentEnd::Unwritten,
+                _ => format!("record {}: zeros where it was written (records follow)", self.next_lsn),
+            };
+            if last && self.torn_at(segment, &bytes, failed) {
                 return SegmentEnd::Torn(reason);
             }
             match self.step_over(segment, &bytes, failed, reason) {
@@ -206,9 +214,33 @@ impl Replay {
     /// Whether the record that fails its checks at `failed` is a torn write: it could be
     /// (a sector of it reads as zeros), and nothing passes its checks beyond the window an
     /// unsynced batch can reach.
-    fn torn_at(&self, bytes: &Bytes, failed: usize) -> bool {
+    fn torn_at(&self, segment: &Segment, bytes: &Bytes, failed: usize) -> bool {
         could_be_torn(bytes, failed, failed_record_len(bytes, failed))
-            && next_header(bytes, failed.saturating_add(self.window as usize)).is_none()
+            && !self.written_after(segment, bytes, failed, true)
+    }
+
+    /// Whether what follows `failed` proves that the log went on past it, so that a record
+    /// failing its checks (or zeros) there is damage rather than the end of the log: in
+    /// the last segment, a record beyond the window a crash can leave unsynced, or records
+    /// of two batches (`later_batches_follow`); in an earlier one (fully synced before the
+    /// next began), any record that continues the sequence. Only the written part of the
+    /// last segment is read, through its file: the space zero-filled ahead ends at the
+    /// file's first hole, and mapping it would bring megabytes of nothing into memory.
+    fn written_after(&self, segment: &Segment, bytes: &Bytes, failed: usize, last: bool) -> bool {
+        let next = self.next_lsn.raw();
+        if self.clean_end == Some((segment.ordinal(), failed as u64)) {
+            // Where a clean stop ended the log: nothing after it was ever written.
+            return false;
+        }
+        if !last {
+            return next_header(bytes, failed.saturating_add(1)).is_some_and(|(_, header)| {
+                header.lsn > self.next_lsn && header.lsn.raw() - next <= RESYNC_LSN_MAX
+            });
+        }
+        // Positions in `written` count from `failed` (a record boundary, so aligned).
+        let written = segment.written_from(failed as u64);
+        next_header(&written, self.window as usize).is_some()
+            || later_batches_follow(&written, 1, next, RESYNC_LSN_MAX)
     }
 
     /// Steps over damage at `failed`: to the end of the record when its header holds (its

@@ -25,6 +25,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::ids::Lsn;
 use crate::storage::vfs::{read_exact_at, FileMap, Vfs, VfsFile};
 
@@ -145,6 +147,27 @@ impl Segment {
     /// The open file of the active segment.
     pub fn file(&self) -> &Arc<dyn VfsFile> {
         self.file.as_ref().expect("only the active segment is written, and it keeps its file")
+    }
+
+    /// The segment's bytes from `from` to the end of what was written there (its file's
+    /// `written_end`: records lie before it), read through the file, so that recovery's look
+    /// past the end of the log brings no page of the map into memory; from the map when the
+    /// segment has no file or the read fails.
+    pub fn written_from(&self, from: u64) -> Bytes {
+        let readable = self.readable_len();
+        let from = from.min(readable);
+        let Some(file) = &self.file else {
+            return self.map.slice(from as usize, readable as usize);
+        };
+        let end = file.written_end(from).unwrap_or(readable).clamp(from, readable);
+        let mut buffer = vec![0; (end - from) as usize];
+        match file.read_at(from, &mut buffer) {
+            Ok(read) => {
+                buffer.truncate(read);
+                Bytes::from(buffer)
+            }
+            Err(_) => self.map.slice(from as usize, end as usize),
+        }
     }
 
     /// Bytes of the segment that are there to read (less than its size if truncated).
