@@ -253,8 +253,8 @@ fn check_containment(server: &Server, dir: &Path, whole: &[String], damaged_stre
     assert_eq!(line, format!("ds_damaged_streams {damaged_streams}"), "{case}");
     let logged = server.log().matches("stream damaged").count();
     assert_eq!(logged, damaged_streams, "{case}: each logged once:\n{}", server.log());
-    let (code, _, _) = ds_tool(&["verify", &dir.display().to_string(), "--force"]);
-    assert_eq!(code, 1, "{case}: verify finds it");
+    let (code, _, stderr) = ds_tool(&["verify", &dir.display().to_string(), "--force"]);
+    assert_eq!(code, 1, "{case}: verify finds it: {stderr}");
 }
 
 /// Damages a copy of `source` with `damage` (which touches the messages `damaged` of `s`),

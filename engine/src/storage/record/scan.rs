@@ -44,6 +44,10 @@ pub fn failed_record_len(bytes: &[u8], start: usize) -> usize {
 /// The first position at or after `from` (rounded up to the record alignment) where a
 /// header that passes its checks starts, if any.
 pub fn next_header(bytes: &[u8], from: usize) -> Option<(usize, Header)> {
+    if from >= bytes.len() {
+        // Also keeps the rounding below from overflowing (`from` may be a window's end).
+        return None;
+    }
     let magic = MAGIC.to_le_bytes();
     let mut position = from.div_ceil(RECORD_ALIGN) * RECORD_ALIGN;
     while position + HEADER_BYTES <= bytes.len() {
@@ -224,6 +228,7 @@ mod tests {
         assert_eq!(next_header(&bytes, 0).map(|(at, _)| at), Some(second), "a damaged header is skipped");
         assert_eq!(next_header(&bytes, second + 1), None);
         assert_eq!(next_header(&[0; 256], 0), None);
+        assert_eq!(next_header(&bytes, usize::MAX), None, "a position past the end, however far");
     }
 
     #[test]
