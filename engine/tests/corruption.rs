@@ -337,6 +337,46 @@ fn without_any_checkpoint_the_whole_log_is_replayed() {
     assert_eq!(harness.read("gone"), None, "records of a deleted stream in a removed segment are skipped");
 }
 
+/// Zeros over a whole record in a segment before the last (sealed and synced before the
+/// next began): replay steps over them to the records that follow in the segment. Before,
+/// zeros there ended the segment's replay: a stream whose last records followed them came
+/// back without them.
+#[test]
+fn zeros_in_an_earlier_segment_are_stepped_over() {
+    let mut harness = Harness::new(64 << 10);
+    harness.create("early", plain_config()).unwrap();
+    harness.create("later", plain_config()).unwrap();
+    let early: Vec<String> = (0..10).map(|i| format!("early{i:03}{}", "e".repeat(1500))).collect();
+    for body in &early {
+        harness.append(append_request("early", body)).unwrap();
+    }
+    let later = fill(&harness, "later", 80);
+    harness.shutdown();
+    for name in ["checkpoint", "checkpoint.previous"] {
+        let _ = harness.disk.remove_file(&Path::new(support::SHARD_DIR).join(name));
+    }
+    let segments = harness.segments();
+    assert!(segments.len() >= 2, "{segments:?}");
+    let segment = segments[0].clone();
+    let end_of = |i: usize| (harness.find(&segment, &early[i][..8]) + early[i].len()).next_multiple_of(8);
+    let (from, to) = (end_of(4), end_of(5));
+    harness.disk.corrupt(&segment, from, &vec![0; to - from]).unwrap();
+
+    let report = harness.start();
+    assert!(!report.damage.is_empty(), "the zeros are reported");
+    assert_eq!(harness.read("later").unwrap(), later, "other streams are whole");
+    assert_eq!(harness.damage("early").map(|d| d.at), Some(Harness::offset_of(&early, 5)));
+    assert_eq!(
+        harness.read_from("early", Harness::offset_of(&early, 6)),
+        (early[6..].concat(), None),
+        "the records after the zeros are kept, the stream's last ones among them"
+    );
+    assert_eq!(
+        harness.engine().open(&support::name("early")).unwrap().status().unwrap().tail,
+        Harness::offset_of(&early, 10)
+    );
+}
+
 #[test]
 fn a_flipped_byte_in_a_stream_file_is_damage_and_the_rest_of_the_file_stays() {
     for mode in [StorageMode::FileDurable, StorageMode::FileFast] {
