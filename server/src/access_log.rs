@@ -17,6 +17,9 @@ pub const ACCESS_TARGET: &str = "ds::access";
 pub const X_JWT_SUB: HeaderName = HeaderName::from_static("x-jwt-sub");
 /// Longest subject logged, in bytes.
 const SUBJECT_BYTES_MAX: usize = 256;
+/// Longest path logged, in bytes: a stream name of 1024 bytes fully percent-encoded fits; a
+/// longer one (refused 414) must not make every line it writes as long as itself.
+const PATH_BYTES_MAX: usize = 4096;
 
 /// What the line of one request needs from its start.
 pub struct AccessRecord {
@@ -39,7 +42,7 @@ impl AccessRecord {
         };
         Some(AccessRecord {
             method: request.method().clone(),
-            path: request.uri().path().to_string(),
+            path: truncate(request.uri().path(), PATH_BYTES_MAX).to_string(),
             subject,
             started: Instant::now(),
         })

@@ -55,9 +55,13 @@ async fn handle_route(app: Arc<App>, request: Request<RequestBody>, label: Route
     ds_engine::wake_batch::ring_overdue();
     let origin = request.headers().get(ORIGIN).cloned();
     if let Some(problem) = oversized_head(&request) {
+        let access = AccessRecord::begin(&request);
         let mut response = refuse(request, problem).await.into_response();
         finish(&mut response, &app.cors, origin.as_ref());
         app.metrics.request(label, response.status().as_u16());
+        if let Some(access) = access {
+            access.finish(response.status().as_u16(), response.body().size_hint().exact());
+        }
         return Routed::Now(response);
     }
     let (request, closes) = match label {

@@ -80,7 +80,7 @@ fn http2_works_with_the_bare_front_off_and_in_acid() {
 /// so, and a request whose answer ended gives its place back.
 #[test]
 fn http2_requests_are_limited_per_connection_and_in_all() {
-    let server = Server::start(&[ENV, &[("DS_SERVER__MAX_CONNECTIONS", "4")]].concat());
+    let mut server = Server::start(&[ENV, &[("DS_SERVER__MAX_CONNECTIONS", "4")]].concat());
     let client = server.client();
     assert_eq!(client.put("/v1/stream/busy", "text/plain", b"").status, 201);
     runtime().block_on(async {
@@ -108,6 +108,10 @@ fn http2_requests_are_limited_per_connection_and_in_all() {
         }
         assert_eq!(h2.send("GET", "/healthz", &[], b"").await.status, 200, "places came back");
     });
+    assert!(server.terminate().success());
+    let log = server.log();
+    let refused = log.lines().filter(|line| line.contains("ds::access") && line.contains("status=503"));
+    assert_eq!(refused.count(), 1, "the refusal is in the access log:\n{log}");
 }
 
 /// An append past `DS_LIMITS__MAX_APPEND_BYTES` gets its 413 problem over HTTP/2 whether

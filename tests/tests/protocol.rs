@@ -413,7 +413,7 @@ fn appends_have_their_own_limit_under_the_stream_limit(mode: &str) {
 }
 
 fn oversized_request_heads_are_refused(mode: &str) {
-    let server = Server::start_in(mode, &[]);
+    let mut server = Server::start_in(mode, &[]);
     let client = server.client();
     let big = "x".repeat(100 * 1024);
     let response = client.send("GET", "/v1/stream/a", &[("X-Big", &big)], b"");
@@ -421,6 +421,16 @@ fn oversized_request_heads_are_refused(mode: &str) {
     let many: Vec<(String, String)> = (0..101).map(|i| (format!("X-H{i}"), "v".to_string())).collect();
     let many: Vec<(&str, &str)> = many.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
     assert_eq!(client.send("GET", "/v1/stream/a", &many, b"").status, 431);
+    let long_uri = format!("/v1/stream/{}", "u".repeat(9 * 1024));
+    assert_eq!(client.get(&long_uri).status, 414);
+    assert!(server.terminate().success());
+    // Requests the router refuses are in the access log like any other (hyper answers the
+    // one with too many headers itself), their paths cut short.
+    let log = server.log();
+    let access: Vec<&str> = log.lines().filter(|line| line.contains("ds::access")).collect();
+    let with = |status: &str| access.iter().filter(|line| line.contains(status)).count();
+    assert_eq!((with("status=431"), with("status=414")), (1, 1), "{log}");
+    assert!(access.iter().all(|line| line.len() < 4400), "{log}");
 }
 
 fn cors_follows_the_configured_origins(mode: &str) {

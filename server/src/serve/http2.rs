@@ -33,6 +33,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::body::Body as _;
 use hyper::header::RETRY_AFTER;
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
@@ -45,6 +46,7 @@ use tokio::time::Instant;
 
 use super::http2_watch::{ConnectionWatch, Held, Verdict};
 use super::preface::PrefaceDeadline;
+use crate::access_log::AccessRecord;
 use crate::app::App;
 use crate::http::problem::Problem;
 use crate::http::request_body::RequestBody;
@@ -184,6 +186,7 @@ async fn answer(
     let open = watch.begin();
     let Ok(permit) = Arc::clone(&app.http2_streams).try_acquire_owned() else {
         app.metrics.http2_refused.fetch_add(1, Ordering::Relaxed);
+        let access = AccessRecord::begin(&request);
         let origin = request.headers().get(hyper::header::ORIGIN).cloned();
         let problem = Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -193,6 +196,9 @@ async fn answer(
         let mut refusal =
             problem.with_header(RETRY_AFTER, hyper::header::HeaderValue::from_static("1")).into_response();
         finish(&mut refusal, &app.cors, origin.as_ref());
+        if let Some(access) = access {
+            access.finish(refusal.status().as_u16(), refusal.body().size_hint().exact());
+        }
         return refusal.map(|body| open.hold(body, None));
     };
     let routed = router::handle(Arc::clone(&app), request.map(RequestBody::Streamed));
