@@ -192,8 +192,8 @@ impl std::fmt::Display for OpError {
                 f.write_str("the disk is full: writes are refused until space comes back (reads go on)")
             }
             OpError::DirectoryRemoved => f.write_str(
-                "the server's data directory was removed under it: writes are refused until it \
-                 restarts (reads go on)",
+                "the server's data directory was removed (or moved) under it: writes are refused \
+                 until it restarts (reads go on)",
             ),
             OpError::TooManyStreams => f.write_str("the server holds as many streams as it may"),
             OpError::Gone => f.write_str("the stream was deleted; its forks still read its data"),

@@ -1,6 +1,6 @@
 //! Files harmed under the running server, by another process or the operator: a log cut
 //! short (its map faults: damage, not a crash), a log segment or a stream's file deleted,
-//! the whole data directory removed. In each case the process lives, nothing is
+//! the whole data directory removed or moved away. In each case the process lives, nothing is
 //! acknowledged that a restart would not find, and what is intact is still served.
 
 use std::path::{Path, PathBuf};
@@ -306,6 +306,33 @@ fn file_holding(dir: &Path, needle: &[u8]) -> PathBuf {
     }
     assert_eq!(found.len(), 1, "one file holds {:?}: {found:?}", String::from_utf8_lossy(needle));
     found.remove(0)
+}
+
+/// The data directory moved away under the running server (`mv` of it): the process still
+/// holds its files, but a restart at the configured path would not find what it wrote there.
+/// Writes are refused as for a removed directory; reads go on; the moved directory is left
+/// as it was.
+#[test]
+fn a_data_directory_moved_under_the_running_server_takes_no_writes() {
+    for mode in ["acid", "file-durable"] {
+        let mut server = Server::start_in(mode, &[]);
+        let client = server.client();
+        assert_eq!(client.put("/v1/stream/a", "text/plain", b"first").status, 201, "{mode}");
+        let dir = server.data_dir().expect("a disk mode has a directory").to_path_buf();
+        let moved = dir.with_extension("moved");
+        std::fs::rename(&dir, &moved).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let refused = client.post("/v1/stream/a", "text/plain", b" second");
+        assert_eq!(refused.status, 503, "{mode}: {}", refused.text());
+        assert_eq!(refused.json()["type"], "urn:ds:problem:data-directory-removed", "{mode}");
+        let read = client.get("/v1/stream/a?offset=-1");
+        assert_eq!((read.status, read.body.as_slice()), (200, &b"first"[..]), "{mode}");
+        let stopped = server.terminate();
+        assert!(stopped.success(), "{mode}: {stopped}: {}", server.log());
+        assert!(server.log().contains("removed (or moved)"), "{mode}: {}", server.log());
+        assert!(!dir.exists(), "{mode}: nothing made the directory again");
+        std::fs::remove_dir_all(&moved).unwrap();
+    }
 }
 
 /// The whole data directory removed under the running server (an `rm -rf` of it), in every

@@ -5,8 +5,10 @@
 //! an acid shard could not move to a new segment and stopped the process, and file mode
 //! created a new stream in a directory it made anew, without a manifest, whose data the
 //! next start would never read. [`RootWatch`] asks the directory itself, open since the
-//! start, whether it still has a name (a removed directory has no links left), at most
-//! every [`CHECK_MS`]; once it has none, every shard refuses writes
+//! start, whether it still has a name (a removed directory has no links left) and whether
+//! its path still names it (one moved away, or replaced by another, would take writes a
+//! restart at that path does not find), at most every [`CHECK_MS`]; once either fails,
+//! every shard refuses writes
 //! (`NoRoom::DirectoryRemoved`: 503), one error is logged, and what the process holds open
 //! goes on being served. It never comes back: a directory made again at that path is not
 //! the one this process recovered. The disk modes' writers ask it before they accept an op
@@ -70,14 +72,15 @@ impl RootWatch {
     pub fn look_now(&self) -> bool {
         let Some(opened) = &self.opened else { return false };
         // An error asking counts as still there: only a directory known to be gone is lost.
-        if !matches!(opened.linked(), Ok(false)) {
+        let gone = matches!(opened.linked(), Ok(false)) || matches!(opened.is_at(&self.dir), Ok(false));
+        if !gone {
             return self.lost.load(Ordering::Relaxed);
         }
         if !self.lost.swap(true, Ordering::Relaxed) {
             tracing::error!(
                 dir = %self.dir.display(),
-                "the data directory was removed under the server: writes are refused until it \
-                 restarts; what it holds open is still served"
+                "the data directory was removed (or moved) under the server: writes are refused \
+                 until it restarts; what it holds open is still served"
             );
         }
         true
@@ -106,5 +109,23 @@ mod tests {
         std::fs::write(root.join("LOCK"), b"").unwrap();
         assert!(watch.lost(1_000 + 10 * CHECK_MS), "a directory made again is not the store");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_directory_moved_away_or_replaced_is_lost() {
+        let vfs = RealVfs;
+        for replaced in [false, true] {
+            let root = scratch("root-watch-moved");
+            let watch = RootWatch::open(&vfs, &root).unwrap();
+            assert!(!watch.look_now());
+            let moved = root.with_extension("moved");
+            std::fs::rename(&root, &moved).unwrap();
+            if replaced {
+                vfs.create_dir_all(&root).unwrap();
+            }
+            assert!(watch.look_now(), "replaced: {replaced}");
+            std::fs::remove_dir_all(&moved).unwrap();
+            let _ = std::fs::remove_dir_all(&root);
+        }
     }
 }

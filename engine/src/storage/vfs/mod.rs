@@ -88,6 +88,11 @@ pub trait VfsFile: Send + Sync {
     fn linked(&self) -> io::Result<bool> {
         Ok(true)
     }
+    /// Whether `path` still names this file (not moved away, not replaced by another one
+    /// there). By default (the simulated disk) `true`.
+    fn is_at(&self, _path: &Path) -> io::Result<bool> {
+        Ok(true)
+    }
     /// Sends the written data of `len` bytes at `position` to the device and waits for it,
     /// without a cache flush (`sync_file_range`): durable only once a later `sync_data` of
     /// any file on the same device (`Vfs::flush_domain`) returns. By default a `sync_data`.

@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
@@ -136,6 +136,16 @@ impl VfsFile for RealFile {
         }
         // SAFETY: fstat returned 0, so the buffer is initialized.
         Ok(unsafe { stat.assume_init() }.st_nlink > 0)
+    }
+
+    fn is_at(&self, path: &Path) -> io::Result<bool> {
+        let named = match std::fs::metadata(path) {
+            Ok(named) => named,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        let open = self.file.metadata()?;
+        Ok((named.dev(), named.ino()) == (open.dev(), open.ino()))
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
