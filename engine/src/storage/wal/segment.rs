@@ -30,6 +30,10 @@ use bytes::Bytes;
 use crate::ids::Lsn;
 use crate::storage::vfs::{read_exact_at, FileMap, Vfs, VfsFile};
 
+/// Most bytes [`Segment::written_from`] copies out of a segment (more are read through its
+/// map).
+const WRITTEN_READ_BYTES_MAX: u64 = 16 << 20;
+
 pub const SEGMENT_HEADER_BYTES: u64 = 64;
 const _: () = assert!(
     SEGMENT_HEADER_BYTES.is_multiple_of(crate::storage::record::codec::RECORD_ALIGN as u64),
@@ -152,7 +156,8 @@ impl Segment {
     /// The segment's bytes from `from` to the end of what was written there (its file's
     /// `written_end`: records lie before it), read through the file, so that recovery's look
     /// past the end of the log brings no page of the map into memory; from the map when the
-    /// segment has no file or the read fails.
+    /// segment has no file, the read fails, or there is more than [`WRITTEN_READ_BYTES_MAX`]
+    /// (a copy that large would cost more than the map's reclaimable pages).
     pub fn written_from(&self, from: u64) -> Bytes {
         let readable = self.readable_len();
         let from = from.min(readable);
@@ -160,6 +165,9 @@ impl Segment {
             return self.map.slice(from as usize, readable as usize);
         };
         let end = file.written_end(from).unwrap_or(readable).clamp(from, readable);
+        if end - from > WRITTEN_READ_BYTES_MAX {
+            return self.map.slice(from as usize, end as usize);
+        }
         let mut buffer = vec![0; (end - from) as usize];
         match file.read_at(from, &mut buffer) {
             Ok(read) => {
