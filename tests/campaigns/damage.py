@@ -20,7 +20,8 @@ a damaged or missing MANIFEST refuses the start. See the README's "Damage" secti
 
     python3 tests/campaigns/damage.py MODE ITERATIONS SEED
     (MODE: acid, file-durable or file-fast; binaries from target/release unless
-    DS_SERVER_BIN / DS_TOOL_BIN say otherwise)
+    DS_SERVER_BIN / DS_TOOL_BIN say otherwise; DS_CAMPAIGN_STOP=kill ends the writing
+    server with SIGKILL instead of a clean stop, so recovery replays what it wrote)
 """
 import glob
 import http.client
@@ -110,7 +111,12 @@ def fill(rnd, mode, data_dir):
         if i % 11 == 0:
             request("DELETE", f"/v1/stream/{name}")
             expected[name] = "deleted"
-    stop(server)
+    if os.environ.get("DS_CAMPAIGN_STOP") == "kill":
+        # A crash instead of a clean stop: recovery replays the whole log, not a checkpoint.
+        server.kill()
+        server.wait()
+    else:
+        stop(server)
     return expected
 
 
