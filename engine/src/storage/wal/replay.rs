@@ -212,8 +212,8 @@ impl Replay {
     }
 
     /// Whether the record that fails its checks at `failed` is a torn write: it could be
-    /// (a sector of it reads as zeros), and nothing passes its checks beyond the window an
-    /// unsynced batch can reach.
+    /// (a sector of it reads as zeros), and nothing after it proves the log went on
+    /// ([`Replay::written_after`]).
     fn torn_at(&self, segment: &Segment, bytes: &Bytes, failed: usize) -> bool {
         could_be_torn(bytes, failed, failed_record_len(bytes, failed))
             && !self.written_after(segment, bytes, failed, true)
