@@ -4,11 +4,10 @@
 //! takes writes into files that no restart will find, and creating a file in it fails:
 //! an acid shard could not move to a new segment and stopped the process, and file mode
 //! created a new stream in a directory it made anew, without a manifest, whose data the
-//! next start would never read. [`RootWatch`] asks the directory itself, open since the
-//! start, whether it still has a name (a removed directory has no links left) and whether
-//! its path still names it (one moved away, or replaced by another, would take writes a
-//! restart at that path does not find), at most every [`CHECK_MS`]; once either fails,
-//! every shard refuses writes
+//! next start would never read; so does one moved away, or replaced by another at its path.
+//! [`RootWatch`] asks whether the configured path still names the directory opened at the
+//! start (same device and inode: a removed directory's path names nothing, or a new one) at
+//! most every [`CHECK_MS`]; once it does not, every shard refuses writes
 //! (`NoRoom::DirectoryRemoved`: 503), one error is logged, and what the process holds open
 //! goes on being served. It never comes back: a directory made again at that path is not
 //! the one this process recovered. The disk modes' writers ask it before they accept an op
@@ -72,8 +71,7 @@ impl RootWatch {
     pub fn look_now(&self) -> bool {
         let Some(opened) = &self.opened else { return false };
         // An error asking counts as still there: only a directory known to be gone is lost.
-        let gone = matches!(opened.linked(), Ok(false)) || matches!(opened.is_at(&self.dir), Ok(false));
-        if !gone {
+        if !matches!(opened.is_at(&self.dir), Ok(false)) {
             return self.lost.load(Ordering::Relaxed);
         }
         if !self.lost.swap(true, Ordering::Relaxed) {

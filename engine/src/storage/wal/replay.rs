@@ -194,14 +194,25 @@ impl Replay {
                 }
             }
             let failed = scan.position() as usize;
-            let reason = match scan.end() {
-                Some(ScanEnd::Damaged(error)) => format!("record {}: {error}", self.next_lsn),
-                _ if !self.written_after(segment, &bytes, failed, last) => return SegmentEnd::Unwritten,
-                _ => format!("record {}: zeros where it was written (records follow)", self.next_lsn),
+            let error = match scan.end() {
+                Some(ScanEnd::Damaged(error)) => Some(*error),
+                _ => None,
             };
-            if last && self.torn_at(segment, &bytes, failed) {
-                return SegmentEnd::Torn(reason);
+            // Zeros, or in the last segment a record that could be a write the disk did not
+            // finish (a sector of it reads as zeros), end the log unless what follows proves
+            // that it went on.
+            let could_end =
+                error.is_none() || (last && could_be_torn(&bytes, failed, failed_record_len(&bytes, failed)));
+            if could_end && !self.written_after(segment, &bytes, failed, last) {
+                return match error {
+                    Some(error) => SegmentEnd::Torn(format!("record {}: {error}", self.next_lsn)),
+                    None => SegmentEnd::Unwritten,
+                };
             }
+            let reason = match error {
+                Some(error) => format!("record {}: {error}", self.next_lsn),
+                None => format!("record {}: zeros where it was written (records follow)", self.next_lsn),
+            };
             match self.step_over(segment, &bytes, failed, reason) {
                 Some(next) => *position = next,
                 None if last => return SegmentEnd::Unwritten,
@@ -209,14 +220,6 @@ impl Replay {
                 None => return SegmentEnd::Sealed,
             }
         }
-    }
-
-    /// Whether the record that fails its checks at `failed` is a torn write: it could be
-    /// (a sector of it reads as zeros), and nothing after it proves the log went on
-    /// ([`Replay::written_after`]).
-    fn torn_at(&self, segment: &Segment, bytes: &Bytes, failed: usize) -> bool {
-        could_be_torn(bytes, failed, failed_record_len(bytes, failed))
-            && !self.written_after(segment, bytes, failed, true)
     }
 
     /// Whether what follows `failed` proves that the log went on past it, so that a record
