@@ -268,6 +268,32 @@ fn stream_closed_is_only_true(mode: &str) {
     assert_eq!((closed.status, closed.header("stream-closed")), (204, Some("true")));
 }
 
+/// A close-only request (no body) is never refused for its `Content-Type`, whatever it is:
+/// empty, malformed, given twice or another type (PROTOCOL.md §5.2: clients and libraries
+/// attach default headers). With a body, the same headers are still refused.
+fn close_only_requests_ignore_their_content_type(mode: &str) {
+    let server = Server::start_in(mode, &[]);
+    let client = server.client();
+    let content_types: [&[&str]; 4] =
+        [&[""], &["no slash"], &["text/plain", "text/html"], &["application/json"]];
+    for (index, values) in content_types.iter().enumerate() {
+        let path = format!("/v1/stream/close{index}");
+        create(&client, &path, "text/plain", b"a");
+        let mut headers: Vec<(&str, &str)> = values.iter().map(|value| ("Content-Type", *value)).collect();
+        headers.push(("Stream-Closed", "true"));
+        let with_body = client.send("POST", &path, &headers, b"b");
+        let refused = if index == 3 { 409 } else { 400 };
+        assert_eq!(with_body.status, refused, "{values:?} with a body: {}", with_body.text());
+        for attempt in ["closes", "closes again"] {
+            let closed = client.send("POST", &path, &headers, b"");
+            let answer = (closed.status, closed.header("stream-closed"));
+            assert_eq!(answer, (204, Some("true")), "{values:?} {attempt}: {}", closed.text());
+        }
+        let read = client.get(&format!("{path}?offset=-1"));
+        assert_eq!((read.body.as_slice(), read.header("stream-closed")), (&b"a"[..], Some("true")));
+    }
+}
+
 /// On a closed stream every append that cannot succeed is a 409 with `Stream-Closed` and
 /// the final offset, whatever else is wrong with it (PROTOCOL.md §5.2's precedence).
 fn a_closed_stream_is_named_first(mode: &str) {
@@ -478,6 +504,7 @@ in_every_mode!(
     head_reports_remaining_ttl_and_expiry_without_renewing,
     put_compares_the_closed_state,
     stream_closed_is_only_true,
+    close_only_requests_ignore_their_content_type,
     a_closed_stream_is_named_first,
     long_poll_wakes_on_append_and_times_out_with_204,
     sse_events_carry_ids_and_last_event_id_resumes,

@@ -1,8 +1,10 @@
 //! POST /v1/stream/{name}: append messages and/or close the stream.
 //!
 //! A body needs a `Content-Type` matching the stream's; an empty body is only allowed with
-//! `Stream-Closed: true` (a close-only request, whose content type is ignored). Producer
-//! tags make retries safe: 200 for new data, 204 for a duplicate.
+//! `Stream-Closed: true` (a close-only request, whose `Content-Type` is ignored entirely,
+//! even an empty or malformed one: PROTOCOL.md §5.2 says a server must not reject it for
+//! that, as clients and libraries attach default headers). Producer tags make retries safe:
+//! 200 for new data, 204 for a duplicate.
 
 use ds_engine::{AppendKind, AppendOutcome, AppendRequest, StreamName};
 use hyper::{Request, Response, StatusCode};
@@ -28,6 +30,10 @@ pub async fn append(
     let Head { content_type, close, producer, stream_seq } = head;
     let (body, _held) = request_body::read(body, &parts.headers, &app.body).await?;
     let body_bytes = body.len() as u64;
+    let content_type = match (content_type, body.is_empty() && close) {
+        (_, true) => None,
+        (declared, false) => declared?,
+    };
     let payload = match (&content_type, body.is_empty()) {
         (_, true) if close => None,
         (_, true) => {
@@ -55,21 +61,29 @@ pub async fn append(
 
 /// An append's headers.
 struct Head {
-    content_type: Option<ds_engine::ContentType>,
+    /// Judged once the body is read: a close-only request's is ignored, whatever it is.
+    content_type: Result<Option<ds_engine::ContentType>, Problem>,
     close: bool,
     producer: Option<ds_engine::ProducerTag>,
     stream_seq: Option<Box<str>>,
 }
 
-/// The append's headers, parsed, and judged before a byte of the body is read.
+/// The append's headers, parsed, and judged before a byte of the body is read (a bad
+/// `Content-Type` only when a body is declared: without one it may be a close-only request).
 fn judge_head(app: &App, name: &StreamName, headers: &hyper::HeaderMap) -> Result<Head, Problem> {
+    let content_type = headers::content_type(headers);
+    let declares_body = request_body::declared_length(headers).is_some_and(|length| length > 0);
     let head = Head {
-        content_type: headers::content_type(headers)?,
+        content_type: match declares_body {
+            true => Ok(content_type?),
+            false => content_type,
+        },
         close: headers::stream_closed(headers)?,
         producer: headers::producer(headers)?,
         stream_seq: headers::stream_seq(headers)?,
     };
-    refuse_before_the_body(app, name, headers, head.content_type.as_ref())?;
+    let declared = head.content_type.as_ref().ok().and_then(Option::as_ref);
+    refuse_before_the_body(app, name, headers, declared)?;
     Ok(head)
 }
 
