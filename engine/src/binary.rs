@@ -60,6 +60,17 @@ impl std::fmt::Display for DecodeFailure {
 
 impl std::error::Error for DecodeFailure {}
 
+/// The fields of a small state file laid out as `magic`, fields, crc32 of both: checked,
+/// or why not (`kind` names the file in the error).
+pub fn checked_fields<'a>(bytes: &'a [u8], magic: &[u8; 4], kind: &str) -> std::io::Result<&'a [u8]> {
+    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    let Some((body, crc)) = bytes.split_last_chunk::<4>() else { return Err(invalid("too short".into())) };
+    if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
+        return Err(invalid("checksum mismatch".into()));
+    }
+    body.strip_prefix(magic.as_slice()).ok_or_else(|| invalid(format!("not a {kind}")))
+}
+
 /// Reads fields from a buffer.
 pub struct Decoder<'a> {
     bytes: &'a [u8],

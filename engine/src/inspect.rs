@@ -28,6 +28,7 @@ use crate::storage::chain::read::{LogRead, RecordSource};
 use crate::storage::chain::NodeSource;
 use crate::storage::chunk::{Chunk, Message, ReadError};
 use crate::storage::files::analysis::{analyze_file, FileAnalysis};
+use crate::storage::files::clean_ends::{self, CleanEnds};
 use crate::storage::files::recovery::{file_bytes, list_stream_files};
 use crate::storage::files::source::FileSource;
 use crate::storage::files::{stream_path, SUFFIX_MAX};
@@ -54,6 +55,8 @@ pub struct Store {
     pub dir: PathBuf,
     pub manifest: Manifest,
     vfs: Arc<dyn Vfs>,
+    /// Where each stream file ended at the last clean stop (file-durable), if saved.
+    clean_ends: CleanEnds,
     /// The shared lock (none under `force`).
     _lock: Option<Box<dyn Any + Send + Sync>>,
 }
@@ -108,7 +111,12 @@ pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, force: bool) -> Result<Store, Inspect
         true => None,
         false => Some(vfs.lock_shared(&lock_path).map_err(|_| InspectError::Locked(dir.to_path_buf()))?),
     };
-    Ok(Store { dir: dir.to_path_buf(), manifest, vfs, _lock: lock })
+    // Saved only by file-durable at a clean stop, and removed once a server starts on it.
+    let clean_ends = match manifest.mode {
+        StorageMode::Acid => CleanEnds::new(),
+        _ => clean_ends::load(vfs.as_ref(), dir),
+    };
+    Ok(Store { dir: dir.to_path_buf(), manifest, vfs, clean_ends, _lock: lock })
 }
 
 /// One acid shard's log, analyzed.
@@ -194,10 +202,25 @@ impl Store {
         Ok(list_stream_files(self.vfs.as_ref(), &self.dir)?.1)
     }
 
+    /// Stream files there at the clean stop just before now (file-durable) that are gone
+    /// (or moved aside): each file's path and its stream's name.
+    pub fn lost_stream_files(&self) -> Vec<(PathBuf, String)> {
+        let mut lost: Vec<(PathBuf, String)> = self
+            .clean_ends
+            .iter()
+            .map(|(relative, end)| (self.dir.join(relative), end))
+            .filter(|(path, end)| end.fresh && !self.vfs.exists(path))
+            .map(|(path, end)| (path, end.name.to_string()))
+            .collect();
+        lost.sort();
+        lost
+    }
+
     /// Reads and checks one stream file.
     pub fn stream_file(&self, path: &Path, suffix: u8) -> io::Result<StreamFile> {
         let (file, bytes) = file_bytes(self.vfs.as_ref(), path)?;
-        let analysis = analyze_file(&bytes, suffix, self.mode() == StorageMode::FileDurable);
+        let clean = path.strip_prefix(&self.dir).ok().and_then(|relative| self.clean_ends.get(relative));
+        let analysis = analyze_file(&bytes, suffix, self.mode() == StorageMode::FileDurable, clean);
         let source = analysis.snapshot.as_ref().map(|s| FileSource { file, stream: s.id });
         Ok(StreamFile { path: path.to_path_buf(), suffix, bytes, analysis, source })
     }

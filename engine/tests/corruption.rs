@@ -424,6 +424,91 @@ fn a_stream_file_without_its_create_record_is_moved_aside() {
     assert!(harness.disk.exists(&report.damage[0].file), "kept in dropped/ for inspection");
 }
 
+/// file-durable after a clean stop: a file cut (between records or inside one) or zeroed to
+/// its end lost acknowledged records to damage, not to a crash. Its stream is marked
+/// damaged where its intact data ends (read up to there, never up to date), at this start
+/// and at every later one, clean or not.
+#[test]
+fn after_a_clean_stop_a_cut_or_zeroed_file_is_damage_not_a_shorter_stream() {
+    for damage in ["cut between records", "cut inside a record", "zeros to the end"] {
+        let (mut harness, bodies) = ten_records_in(StorageMode::FileDurable);
+        harness.start();
+        harness.shutdown();
+        let file = harness.stream_file("s");
+        let r05 = harness.find(&file, "r05-");
+        // A record ends with its data and padding to 8 bytes.
+        let r04_end = (harness.find(&file, "r04-") + bodies[4].len()).next_multiple_of(8);
+        match damage {
+            "cut between records" => harness.disk.open(&file).unwrap().set_len(r04_end as u64).unwrap(),
+            "cut inside a record" => harness.disk.open(&file).unwrap().set_len(r05 as u64 + 3).unwrap(),
+            _ => {
+                let len = harness.disk.open(&file).unwrap().size().unwrap() as usize;
+                harness.disk.corrupt(&file, r04_end, &vec![0; len - r04_end]).unwrap();
+            }
+        }
+        for (start, clean) in [("first", true), ("after a clean stop", false), ("after a crash", false)] {
+            let report = harness.start();
+            assert_eq!(report.damaged_streams, 1, "{damage}, {start} start: {:?}", report.damage);
+            assert!(!report.damage.is_empty() && report.damage.iter().all(|found| found.file == file));
+            let handle = harness.engine().open(&support::name("s")).unwrap();
+            let tail = handle.status().unwrap().tail;
+            assert_eq!(tail, Harness::offset_of(&bodies, 5), "{damage}");
+            assert_eq!(harness.read_from("s", ds_engine::Offset::ZERO), (bodies[..5].concat(), None));
+            let at_tail = handle.read(ds_engine::StartAt::At(tail), usize::MAX);
+            assert_eq!(at_tail.err(), Some(ReadError::Damaged), "{damage}: never up to date");
+            assert!(matches!(harness.append(append_request("s", "x")), Err(OpError::StreamDamaged { .. })));
+            match clean {
+                true => harness.shutdown(),
+                false => harness.stop_abruptly(),
+            }
+        }
+    }
+}
+
+/// The start right after a clean stop names a stream whose file is gone; later starts do
+/// not (a file may be gone because its stream was deleted since).
+#[test]
+fn after_a_clean_stop_a_lost_stream_file_is_reported_by_name() {
+    let (mut harness, _) = ten_records_in(StorageMode::FileDurable);
+    harness.start();
+    harness.shutdown();
+    let file = harness.stream_file("s");
+    harness.disk.remove_file(&file).unwrap();
+    let report = harness.start();
+    assert_eq!(harness.read("s"), None);
+    assert_eq!(report.damage.len(), 1);
+    assert!(report.damage[0].reason.contains("stream \"s\""), "{}", report.damage[0].reason);
+    assert_eq!(report.damage[0].file, file);
+    harness.stop_abruptly();
+    assert!(harness.start().damage.is_empty(), "reported once");
+}
+
+/// A saved end holds only what was written before it, and only the incarnation it was
+/// saved for: a torn end written later is cut as ever, and a stream deleted and created
+/// again is not held to its predecessor's length.
+#[test]
+fn saved_ends_hold_only_what_was_written_before_them() {
+    let (mut harness, bodies) = ten_records_in(StorageMode::FileDurable);
+    harness.start();
+    harness.shutdown();
+    harness.start();
+    harness.append(append_request("s", "r10-after-the-restart|")).unwrap();
+    harness.stop_abruptly();
+    let file = harness.stream_file("s");
+    let cut = harness.find(&file, "r10-") + 3;
+    harness.disk.open(&file).unwrap().set_len(cut as u64).unwrap();
+    let report = harness.start();
+    assert_eq!((report.damaged_streams, report.damage.len()), (0, 1), "a torn end, cut");
+    assert_eq!(harness.read("s").unwrap(), bodies.concat());
+    harness.delete("s").unwrap();
+    harness.create("s", plain_config()).unwrap();
+    harness.append(append_request("s", "again|")).unwrap();
+    harness.stop_abruptly();
+    let report = harness.start();
+    assert!(report.damage.is_empty(), "{:?}", report.damage);
+    assert_eq!(harness.read("s").unwrap(), "again|");
+}
+
 /// Data a checkpoint already covers is not replayed, so recovery cannot see damage there;
 /// reads check every record they serve and refuse one that fails (small records are copied
 /// into the response, large ones shared from the map: both paths check).

@@ -18,6 +18,9 @@ end) is cut as one, so the stream reads as whole but shorter (in the file modes,
 end was a stream's delete record, the deleted stream is back); a stream file (file modes) or
 every trace of a stream (acid: its segment and its shard's checkpoints) lost makes it 404;
 a damaged or missing MANIFEST refuses the start. See the README's "Damage" section.
+file-durable after a clean stop (unless the saved file ends, `clean-ends/`, were damaged
+too) tells them apart: a shorter stream or a deleted one back is then a DEFECT, and so is a
+lost stream (404) that the server's log does not name.
 
     python3 tests/campaigns/damage.py MODE ITERATIONS SEED
     (MODE: acid, file-durable or file-fast; binaries from target/release unless
@@ -151,20 +154,24 @@ def damage(rnd, data_dir):
     return f"{kind} {os.path.relpath(path, data_dir)} ({size} B)"
 
 
-def check(mode, name, expected):
-    """(defects, limits) of one stream's reads against what was acknowledged."""
+def check(mode, name, expected, saved_ends, log_path):
+    """(defects, limits) of one stream's reads against what was acknowledged; `saved_ends`:
+    the file ends saved at a clean stop (file-durable) are there to tell damage from a crash."""
+    limit_unless_saved = lambda finding: ([finding], []) if saved_ends else ([], [finding])
     if expected == "deleted":
         status, _, _ = request("GET", f"/v1/stream/{name}")
         if status in (404, 410, 500):
             return [], []
         if mode != "acid" and status == 200:
             # Its delete record was the end of its file, cut as a torn end is.
-            return [], [f"{name}: deleted, back (its file's end cut)"]
+            return limit_unless_saved(f"{name}: deleted, back (its file's end cut)")
         return [f"{name}: deleted, answers {status}"], []
     kind, held = expected
     got, items, offset = b"", [], "-1"
     for _ in range(1000):
         status, data, response = request("GET", f"/v1/stream/{name}?offset={offset}")
+        if status == 404 and held and saved_ends and f'stream "{name}"' not in open(log_path).read():
+            return [f"{name}: lost (404) and not named in the server's log"], []
         if status == 404:
             return [], ([f"{name}: lost (404)"] if held else [])
         if status == 500:
@@ -182,7 +189,7 @@ def check(mode, name, expected):
     if read != held[: len(read)]:
         return [f"{name}: served bytes that are not the acknowledged prefix"], []
     if len(read) < len(held) and status == 200:
-        return [], [f"{name}: read as whole but shorter ({len(read)} of {len(held)})"]
+        return limit_unless_saved(f"{name}: read as whole but shorter ({len(read)} of {len(held)})")
     return [], []
 
 
@@ -197,6 +204,8 @@ def main():
         try:
             expected = fill(rnd, mode, data_dir)
             what = [damage(rnd, data_dir) for _ in range(rnd.randint(1, 3))]
+            saved_ends = (mode == "file-durable" and os.environ.get("DS_CAMPAIGN_STOP") != "kill"
+                          and not any("clean-ends/" in done for done in what))
             found, known = [], []
             log_path = os.path.join(scratch, "run.log")
             with open(log_path, "w") as log:
@@ -206,7 +215,7 @@ def main():
                 else:
                     for name, held in expected.items():
                         try:
-                            more_found, more_known = check(mode, name, held)
+                            more_found, more_known = check(mode, name, held, saved_ends, log_path)
                         except OSError as error:
                             found.append(f"{name}: no answer ({error!r})")
                             break

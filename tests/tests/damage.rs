@@ -371,21 +371,32 @@ fn a_stream_file_cut_mid_record_ends_there_and_one_flipped_mid_file_is_read_arou
     let (file, at) = records[middle].clone();
     let relative = file.strip_prefix(source.path()).unwrap().to_path_buf();
 
-    // A file cut inside a record is a torn end: the stream ends before it (reported), and
-    // is otherwise whole and writable.
-    let copy = copy_of(source.path());
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(copy.path().join(&relative))
-        .unwrap()
-        .set_len(at as u64 + 30)
-        .unwrap();
-    let server = start(&setup, copy.path());
-    let client = server.client();
+    // A file cut inside a record after a crash is a torn end (here: without the file ends a
+    // clean stop saves): the stream ends before it (reported), and is otherwise whole and
+    // writable. After the clean stop that saved them, the same cut is damage: the stream is
+    // read up to it, then 500, and takes no appends.
     let whole: String = (0..middle).map(|i| message(i, setup.message_bytes)).collect();
-    assert_eq!(read_all(&client, "-1", ""), (whole, false));
-    assert_eq!(client.post(STREAM, "text/plain", b"next").status, 204);
-    drop(server);
+    for clean_stop in [false, true] {
+        let copy = copy_of(source.path());
+        if !clean_stop {
+            std::fs::remove_dir_all(copy.path().join("clean-ends")).unwrap();
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(copy.path().join(&relative))
+            .unwrap()
+            .set_len(at as u64 + 30)
+            .unwrap();
+        let server = start(&setup, copy.path());
+        let client = server.client();
+        assert_eq!(
+            read_all(&client, "-1", ""),
+            (whole.clone(), clean_stop),
+            "after a clean stop: {clean_stop}"
+        );
+        let appended = client.post(STREAM, "text/plain", b"next").status;
+        assert_eq!(appended, if clean_stop { 500 } else { 204 });
+    }
 
     let needle = message(middle + 2, setup.message_bytes);
     case(&setup, source.path(), "stream file flipped mid-file", &[middle + 2], |copy| {

@@ -295,6 +295,24 @@ fn verify_finds_a_damaged_stream_file() {
     assert_eq!(verdict["recovery_would_drop"], json!([]), "damage is not cut away: {verdict}");
 }
 
+/// file-durable after a clean stop: a stream file cut short is damage to the stream (not a
+/// torn end to drop), and a stream file gone is named, as the next start would say.
+#[test]
+fn verify_holds_stream_files_to_where_they_ended_at_a_clean_stop() {
+    let dir = engine_dir(StorageMode::FileDurable);
+    let (alpha, at) = find(dir.path(), b"world2;");
+    std::fs::OpenOptions::new().write(true).open(&alpha).unwrap().set_len(at as u64 + 3).unwrap();
+    let (beta, _) = find(&dir.path().join("streams"), b"beta");
+    std::fs::remove_file(&beta).unwrap();
+    let verdict = json_of_exit(&["verify", arg(dir.path()), "--json"], 1);
+    let problems = verdict["problems"].to_string();
+    assert!(problems.contains("stream damaged at offset 0000000000000003_"), "alpha is named: {verdict}");
+    assert!(
+        problems.contains(r#"stream \"beta\": its file, there at the last clean stop, is lost"#),
+        "{verdict}"
+    );
+}
+
 fn json_of_exit(args: &[&str], expected: i32) -> Value {
     let (code, stdout, stderr) = ds_tool(args);
     assert_eq!(code, expected, "ds-tool {args:?}: {stdout}{stderr}");

@@ -1,6 +1,6 @@
-//! Stream files: a flipped byte is always noticed, garbage never panics the analysis, and
+//! Stream files: a flipped byte is always noticed, garbage never panics the analysis,
 //! zeros inside a file-durable file are the torn end a crash leaves only where what follows
-//! is one batch.
+//! is one batch, and after a clean stop no cut or zeroed end passes for a torn one.
 
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -14,6 +14,7 @@ use crate::offset::Offset;
 use crate::storage::chain::jump_count;
 use crate::storage::chain::Chain;
 use crate::storage::files::analysis::analyze_file;
+use crate::storage::files::clean_ends::CleanEnd;
 use crate::storage::files::location;
 use crate::storage::record::codec::{CreateMeta, Header, Kind, Meta};
 
@@ -78,7 +79,7 @@ proptest! {
         durable in any::<bool>(),
     ) {
         let (bytes, covered) = stream_file(&appends, suffix);
-        let whole = analyze_file(&Bytes::from(bytes.clone()), suffix, durable);
+        let whole = analyze_file(&Bytes::from(bytes.clone()), suffix, durable, None);
         prop_assert!(whole.failure.is_none() && whole.damage.is_empty());
         let snapshot = whole.snapshot.expect("the stream");
         prop_assert!(snapshot.damage.is_none());
@@ -89,7 +90,7 @@ proptest! {
         let range = covered[record.index(covered.len())].clone();
         let mut flipped = bytes;
         flipped[range.start + at.index(range.len())] ^= mask;
-        let analysis = analyze_file(&Bytes::from(flipped), suffix, durable);
+        let analysis = analyze_file(&Bytes::from(flipped), suffix, durable, None);
         let reported = analysis.failure.is_some()
             || !analysis.damage.is_empty()
             || analysis.snapshot.as_ref().is_none_or(|s| s.damage.is_some());
@@ -103,11 +104,11 @@ proptest! {
         garbage_at in any::<Index>(),
         durable in any::<bool>(),
     ) {
-        let _ = analyze_file(&Bytes::from(bytes.clone()), 0, durable);
+        let _ = analyze_file(&Bytes::from(bytes.clone()), 0, durable, None);
         let (mut file, _) = stream_file(&appends, 0);
         let at = garbage_at.index(file.len() + 1);
         file.splice(at..at, bytes);
-        let _ = analyze_file(&Bytes::from(file), 0, durable);
+        let _ = analyze_file(&Bytes::from(file), 0, durable, None);
     }
 
     #[test]
@@ -123,7 +124,7 @@ proptest! {
         let before: usize = appends[..zeroed - 1].iter().map(Vec::len).sum();
         let damage_at = Offset { messages: zeroed as u64 - 1, bytes: before as u64 };
 
-        let durable = analyze_file(&bytes, 0, true);
+        let durable = analyze_file(&bytes, 0, true, None);
         prop_assert_eq!(durable.failure, None, "not cut: the records after it are kept");
         prop_assert_eq!(durable.valid_end, bytes.len() as u64);
         prop_assert_eq!(durable.damage.len(), 1);
@@ -131,7 +132,7 @@ proptest! {
         prop_assert_eq!(snapshot.damage.map(|damage| damage.at), Some(damage_at));
         prop_assert_eq!(snapshot.chain_n, ChainIndex::from_raw(appends.len() as u64));
 
-        let fast = analyze_file(&bytes, 0, false);
+        let fast = analyze_file(&bytes, 0, false, None);
         prop_assert!(fast.failure.is_some(), "file-fast: a torn end");
         prop_assert_eq!(fast.valid_end, covered[zeroed].start as u64);
     }
@@ -148,9 +149,41 @@ proptest! {
         let time_of = |n: u64| 1_000 + n.min(first as u64);
         let (mut bytes, covered) = stream_file_timed(&appends, 0, time_of);
         bytes[covered[zeroed].clone()].fill(0);
-        let analysis = analyze_file(&Bytes::from(bytes), 0, true);
+        let analysis = analyze_file(&Bytes::from(bytes), 0, true, None);
         prop_assert!(analysis.failure.is_some(), "cut: what a crash can leave");
         prop_assert_eq!(analysis.valid_end, covered[zeroed].start as u64);
         prop_assert!(analysis.snapshot.expect("the stream").damage.is_none());
+    }
+
+    #[test]
+    fn after_a_clean_stop_a_cut_or_zeroed_end_is_damage_never_a_shorter_stream(
+        appends in prop::collection::vec(prop::collection::vec(1u8..=255, 1..80), 1..10),
+        cut in any::<Index>(),
+        zero_to_end in any::<bool>(),
+        durable in any::<bool>(),
+    ) {
+        // The whole file is one batch (one time): without the saved length, most such ends
+        // pass for a torn one.
+        let (mut bytes, covered) = stream_file_timed(&appends, 0, |_| 1_000);
+        let create_check = crate::storage::files::clean_ends::create_check(&bytes).expect("a create record");
+        let clean = CleanEnd { name: "s".into(), len: bytes.len() as u64, create_check, deleted: false, fresh: true };
+        // Somewhere after the create record, to the end of the file (zeroing or cutting only
+        // the padding at the very end takes no data).
+        let at = covered[1].start + cut.index(bytes.len() - covered[1].start);
+        prop_assume!(at < covered[covered.len() - 1].end);
+        // An append stays readable while its checked bytes are left (its padding is not).
+        let ends: Vec<usize> = covered[1..].iter().map(|record| record.end).collect();
+        match zero_to_end {
+            true => bytes[at..].fill(0),
+            false => bytes.truncate(at),
+        }
+        let bytes = Bytes::from(bytes);
+        let saved = analyze_file(&bytes, 0, durable, Some(&clean));
+        let snapshot = saved.snapshot.expect("the stream");
+        let damage = snapshot.damage.expect("damage, not a torn end");
+        let intact = ends.iter().take_while(|end| **end <= at).count();
+        let intact_bytes: usize = appends[..intact].iter().map(Vec::len).sum();
+        prop_assert_eq!(damage.at, Offset { messages: intact as u64, bytes: intact_bytes as u64 });
+        prop_assert!(!saved.damage.is_empty(), "and reported");
     }
 }

@@ -132,9 +132,24 @@ impl Shard {
         let Some(log) = self.persist.maintenance() else {
             return;
         };
-        let mut streams: Vec<StreamSnapshot> = Vec::with_capacity(self.shared.directory.len());
-        self.shared.directory.for_each(|stream| streams.push(stream.snapshot()));
+        let streams = snapshots(&self.shared.directory);
         let (stream_id_next, time_ms) = (self.stream_id_next, self.settings.clock.now_ms());
         log.checkpoint(ShardCheckpoint { streams, stream_id_next, time_ms, kind });
     }
+
+    /// At a clean stop: where each stream's data ends, for a storage that saves it.
+    pub(super) fn save_clean_ends(&mut self) {
+        if !self.persist.saves_clean_ends() {
+            return;
+        }
+        let streams = snapshots(&self.shared.directory);
+        self.persist.stopped_cleanly(&streams);
+    }
+}
+
+/// The state of every stream in `directory`.
+fn snapshots(directory: &super::directory::Directory) -> Vec<StreamSnapshot> {
+    let mut streams: Vec<StreamSnapshot> = Vec::with_capacity(directory.len());
+    directory.for_each(|stream| streams.push(stream.snapshot()));
+    streams
 }

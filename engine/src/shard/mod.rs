@@ -336,11 +336,13 @@ impl Shard {
     }
 
     /// The clean end: readers' renewals and a final checkpoint (disk modes, unless a commit
-    /// failed), and every live reader woken to see the shard go.
+    /// failed) or where each stream file ends (file-durable), and every live reader woken
+    /// to see the shard go.
     pub fn finish(mut self) {
         if !self.failed {
             self.save_renewals_if_read(true);
             self.checkpoint(CheckpointKind::Clean);
+            self.save_clean_ends();
         }
         self.shared.live.wake_all();
     }

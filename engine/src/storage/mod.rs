@@ -187,6 +187,16 @@ pub(crate) trait Persist: Send {
     fn renewals(&mut self) -> Option<&mut dyn RenewalStore> {
         None
     }
+
+    /// Whether a clean stop should hand this storage its streams ([`Persist::stopped_cleanly`]).
+    fn saves_clean_ends(&self) -> bool {
+        false
+    }
+
+    /// At a clean stop, after the last commit: saves where each of `streams`' stored data
+    /// ends, so that the next start tells damage from a crash (file-durable:
+    /// `files::clean_ends`). Nothing acknowledged depends on it: a failure is logged.
+    fn stopped_cleanly(&mut self, _streams: &[crate::meta::StreamSnapshot]) {}
 }
 
 /// Memory mode: nothing survives a restart, so there is nothing to write.

@@ -156,6 +156,7 @@ fn open_files(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             .map_err(storage_error("recovering stream files".into()))?;
     let handles_per_shard = (config.file_handles_max / config.shard_count as usize).max(16);
     let mut report = Some(recovered.report);
+    let mut floors = recovered.floors;
     let mut shards = Vec::with_capacity(recovered.shards.len());
     for (shard, streams) in (0..).zip(recovered.shards) {
         let handles = Arc::new(Handles::new(handles_per_shard));
@@ -167,7 +168,8 @@ fn open_files(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             Arc::clone(&handles),
             recovered.dirs.clone(),
             Arc::clone(&root),
-        );
+        )
+        .with_floors(std::mem::take(&mut floors[shard as usize]));
         let store = FileStore { vfs: Arc::clone(&vfs), root: config.data_dir.clone(), handles };
         let stream_id_next = streams.iter().map(|s| s.id.next()).max().unwrap_or(StreamId::FIRST);
         shards.push(OpenedShard {

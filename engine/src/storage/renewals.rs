@@ -121,13 +121,7 @@ pub fn apply(
 /// The entries of a renewals file: name, incarnation, time.
 pub(crate) fn parse(bytes: &[u8]) -> io::Result<Vec<(Box<str>, u64, u64)>> {
     let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    let Some((body, crc)) = bytes.split_last_chunk::<4>() else { return Err(invalid("too short")) };
-    if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
-        return Err(invalid("checksum mismatch"));
-    }
-    let Some(fields) = body.strip_prefix(MAGIC.as_slice()) else {
-        return Err(invalid("not a renewals file"));
-    };
+    let fields = crate::binary::checked_fields(bytes, MAGIC, "renewals file")?;
     let mut decoder = Decoder::new(fields);
     let mut entries = Vec::new();
     let decoded = (|| {

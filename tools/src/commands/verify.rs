@@ -158,6 +158,10 @@ fn verify_files(store: &Store, findings: &mut Findings) -> std::io::Result<()> {
             None => format!("{name}: the whole file (moved to dropped/)"),
         });
     }
+    for (path, stream) in store.lost_stream_files() {
+        let what = format!("stream {stream:?}: its file, there at the last clean stop, is lost");
+        findings.problems.push(Problem { log: relative(store, &path), position: 0, what });
+    }
     Ok(())
 }
 

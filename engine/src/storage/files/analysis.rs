@@ -12,9 +12,12 @@
 //! stream is marked damaged where its intact data ends, and the records after it are kept.
 //! file-fast syncs nothing, so after a crash any of its unsynced pages may be missing with
 //! later ones there: it cuts at the first record that could be torn.
+//! After a clean stop the file's saved length (`clean_ends`) says more: nothing before it
+//! can be torn, and a file that ends short of it lost its end to damage.
 
 use bytes::Bytes;
 
+use super::clean_ends::{create_check, CleanEnd};
 use super::{location, record_number};
 use crate::ids::ChainIndex;
 use crate::meta::StreamSnapshot;
@@ -37,11 +40,17 @@ pub struct FileAnalysis {
     /// Why reading stopped before the end of the file (a torn write, or nothing readable
     /// to the end), if it did: what follows `valid_end` is cut.
     pub failure: Option<String>,
+    /// The file's saved end at a clean stop found it short, or its delete record gone: the
+    /// stream is damaged or deleted by what was saved, not by what the file holds.
+    pub held_by_clean_end: bool,
 }
 
 /// Reads and checks the records of a stream file's `bytes` (its collision suffix `suffix`);
-/// `durable`: the file was written by file-durable (each batch synced before the next).
-pub fn analyze_file(bytes: &Bytes, suffix: u8, durable: bool) -> FileAnalysis {
+/// `durable`: the file was written by file-durable (each batch synced before the next);
+/// `clean`: where it ended at a clean stop, if that was saved (and only if the file still
+/// holds the incarnation of the stream saved then).
+pub fn analyze_file(bytes: &Bytes, suffix: u8, durable: bool, clean: Option<&CleanEnd>) -> FileAnalysis {
+    let clean = clean.filter(|clean| create_check(bytes) == Some(clean.create_check));
     let mut scan = RecordScan::new(bytes.clone(), 0);
     let created =
         scan.next().filter(|first| first.header.lsn == record_number(ChainIndex::CREATE)).and_then(|first| {
@@ -55,16 +64,21 @@ pub fn analyze_file(bytes: &Bytes, suffix: u8, durable: bool) -> FileAnalysis {
             valid_end: 0,
             damage: Vec::new(),
             failure: Some("no readable create record".into()),
+            held_by_clean_end: false,
         };
     };
-    let mut reading = Reading { bytes, suffix, durable, snapshot, records: 1, valid_end, damage: Vec::new() };
+    let clean_len = clean.map(|clean| clean.len);
+    let mut reading =
+        Reading { bytes, suffix, durable, clean_len, snapshot, records: 1, valid_end, damage: Vec::new() };
     let failure = reading.run();
+    let held_by_clean_end = clean.is_some_and(|clean| reading.hold_to(clean));
     FileAnalysis {
         snapshot: Some(reading.snapshot),
         records: reading.records,
         valid_end: reading.valid_end,
         damage: reading.damage,
         failure,
+        held_by_clean_end,
     }
 }
 
@@ -73,6 +87,8 @@ struct Reading<'a> {
     bytes: &'a Bytes,
     suffix: u8,
     durable: bool,
+    /// The file's length at the last clean stop: nothing before it can be torn.
+    clean_len: Option<u64>,
     snapshot: StreamSnapshot,
     records: u64,
     valid_end: u64,
@@ -112,11 +128,40 @@ impl Reading<'_> {
         }
     }
 
-    /// file-durable: whether records of two batches follow `failed` (so it was synced, and
-    /// what fails there is damage, not a torn end).
+    /// Whether the file was written whole past `failed`, so that what fails there is damage,
+    /// not a torn end: it ended beyond it at the last clean stop, or (file-durable) records
+    /// of two batches follow it (so it was synced).
     fn written_after(&self, failed: usize) -> bool {
+        if self.clean_len.is_some_and(|len| (failed as u64) < len) {
+            return true;
+        }
         let next = record_number(self.snapshot.chain_n.next()).raw();
         self.durable && later_batches_follow(self.bytes, failed.saturating_add(1), next, u64::MAX)
+    }
+
+    /// After a clean stop: a file read to an end short of its saved length lost the rest to
+    /// damage (the stream is marked damaged where its intact data ends), and a stream that
+    /// was soft-deleted stays deleted though its delete record is gone. True when either
+    /// applied.
+    fn hold_to(&mut self, clean: &CleanEnd) -> bool {
+        let short = self.valid_end < clean.len;
+        let undeleted = clean.deleted && !self.snapshot.deleted;
+        if short {
+            let reason = format!(
+                "the file ends at byte {}, short of byte {} where it ended at the last clean stop",
+                self.valid_end, clean.len
+            );
+            if self.snapshot.damage.is_none() {
+                self.damage.push((self.valid_end, reason.clone()));
+            }
+            let tail = self.snapshot.tail;
+            replay::mark_damaged(&mut self.snapshot, tail, reason);
+        }
+        if undeleted {
+            self.damage.push((self.valid_end, "its delete record is gone: the stream stays deleted".into()));
+            self.snapshot.deleted = true;
+        }
+        short || undeleted
     }
 
     /// Applies a record that passed its checks.
@@ -163,7 +208,9 @@ impl Reading<'_> {
         let snapshot = &mut self.snapshot;
         replay::mark_damaged(snapshot, snapshot.tail, reason);
         let raw = self.bytes.get(failed..failed + HEADER_BYTES);
-        if let Some(header) = raw.and_then(|raw| Header::decode(raw.try_into().ok()?).ok()) {
+        let header = raw.and_then(|raw| Header::decode(raw.try_into().ok()?).ok());
+        // A record cut off by the end of the file has nothing after it to step to.
+        if let Some(header) = header.filter(|header| failed + header.record_len() <= self.bytes.len()) {
             if header.kind == Kind::Append && header.stream == snapshot.id {
                 replay::skip_damaged(snapshot, &header, location(self.suffix, failed as u64));
             }

@@ -8,6 +8,8 @@
 //! - `analysis`: reading one stream file back (torn ends, damage stepped over).
 //! - `recovery`: scanning every stream file at start, cutting torn tails off.
 //! - `rewrite`: a stream's file deleted under the process, written again from the open file.
+//! - `clean_ends`: where each file ended at a clean stop (file-durable), so that the next
+//!   start tells a damaged end from a torn one.
 //!
 //! A stream's file is named by the 128-bit xxh3 hash of its name, never by the name itself
 //! (no path traversal, no length or character limits from the file system):
@@ -19,6 +21,7 @@
 //! `renewals/shard-NNN.bin` (`crate::storage::renewals`), keyed by the collision suffix.
 
 pub mod analysis;
+pub mod clean_ends;
 pub mod handles;
 pub mod recovery;
 mod rewrite;

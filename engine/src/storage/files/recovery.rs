@@ -6,6 +6,8 @@
 //! file-durable), so the next append lands right after the last good record, and the cut is
 //! reported; bytes that were cut off (unless all zeros) are kept in `dropped/` first. A file without a readable create record holds nothing that was acknowledged as
 //! a stream; it is moved to `dropped/` rather than deleted. Files are read in parallel.
+//! Each file that still holds the stream it held at a clean stop is held to the length it
+//! had then (`clean_ends`); after that stop, a stream whose file is gone is reported by name.
 
 use std::collections::{BTreeSet, HashSet};
 use std::io;
@@ -17,6 +19,7 @@ use bytes::Bytes;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::analysis::analyze_file;
+use super::clean_ends::{self, CleanEnd, CleanEnds};
 use super::{belongs_at, incarnation, parse_file_name, renewals_path, STREAMS_DIR};
 use crate::meta::StreamSnapshot;
 use crate::storage::renewals;
@@ -31,6 +34,9 @@ pub struct FilesRecovered {
     pub shards: Vec<Vec<StreamSnapshot>>,
     /// Stream directories that exist.
     pub dirs: BTreeSet<PathBuf>,
+    /// By shard: the saved ends of files found short of them (or their delete record gone),
+    /// which the shard keeps through its next clean stop (paths under the data directory).
+    pub floors: Vec<Vec<(PathBuf, CleanEnd)>>,
     pub report: RecoveryReport,
 }
 
@@ -42,6 +48,8 @@ enum FileOutcome {
         bytes: u64,
         damage: Vec<Damage>,
         stale_bytes: u64,
+        /// The saved end that found the file short (see [`FilesRecovered::floors`]).
+        floor: Option<(PathBuf, CleanEnd)>,
     },
     /// Not a stream (no readable create record): moved aside.
     Dropped(PathBuf),
@@ -58,20 +66,20 @@ pub fn recover(
     threads: usize,
 ) -> io::Result<FilesRecovered> {
     let (dirs, files) = list_stream_files(vfs, root)?;
+    let ends = clean_ends::load(vfs, root);
+    let ends = &ends;
     let chunk = files.len().div_ceil(threads.max(1)).max(1);
+    let recover_one = move |(path, suffix): &FileEntry| {
+        let clean = path.strip_prefix(root).ok().and_then(|relative| ends.get(relative));
+        recover_file(vfs, root, path, *suffix, durable, clean)
+    };
     let outcomes: Vec<io::Result<Vec<FileOutcome>>> = if threads <= 1 {
-        vec![files.iter().map(|(path, suffix)| recover_file(vfs, root, path, *suffix, durable)).collect()]
+        vec![files.iter().map(recover_one).collect()]
     } else {
         std::thread::scope(|scope| {
             let tasks: Vec<_> = files
                 .chunks(chunk)
-                .map(|part| {
-                    scope.spawn(move || {
-                        part.iter()
-                            .map(|(path, suffix)| recover_file(vfs, root, path, *suffix, durable))
-                            .collect()
-                    })
-                })
+                .map(|part| scope.spawn(move || part.iter().map(recover_one).collect()))
                 .collect();
             tasks.into_iter().map(|task| task.join().expect("recovery threads do not panic")).collect()
         })
@@ -79,6 +87,7 @@ pub fn recover(
     let mut recovered = FilesRecovered {
         shards: vec![Vec::new(); shard_count as usize],
         dirs,
+        floors: vec![Vec::new(); shard_count as usize],
         report: RecoveryReport::default(),
     };
     let mut names = HashSet::new();
@@ -91,7 +100,28 @@ pub fn recover(
     for streams in &mut recovered.shards {
         renewals::apply(&renewed, streams, |stream| incarnation(stream.chain_tail));
     }
+    report_lost_files(vfs, &mut recovered.report, root, ends);
+    clean_ends::mark_read(vfs, root)?;
     Ok(recovered)
+}
+
+/// Streams whose file was there at the clean stop just before this start and is not now (or
+/// was moved aside: it no longer opens with its create record): reported by name, as damage.
+fn report_lost_files(vfs: &dyn Vfs, report: &mut RecoveryReport, root: &Path, ends: &CleanEnds) {
+    let mut lost: Vec<(&PathBuf, &CleanEnd)> =
+        ends.iter().filter(|(relative, end)| end.fresh && !vfs.exists(&root.join(relative))).collect();
+    lost.sort_by(|a, b| a.0.cmp(b.0));
+    for (relative, end) in lost {
+        let reason =
+            format!("stream {:?}: its file, {} bytes at the last clean stop, is lost", end.name, end.len);
+        tracing::error!(path = %relative.display(), "{reason}");
+        report.damage.push(Damage {
+            file: root.join(relative),
+            position: 0,
+            reason,
+            quarantined: Vec::new(),
+        });
+    }
 }
 
 /// Adds one file's outcome to the recovered streams and the report.
@@ -103,7 +133,7 @@ fn gather(
 ) {
     let report = &mut recovered.report;
     match outcome {
-        FileOutcome::Stream { snapshot, records, bytes, damage, stale_bytes } => {
+        FileOutcome::Stream { snapshot, records, bytes, damage, stale_bytes, floor } => {
             report.files += 1;
             report.records_replayed += records;
             report.bytes_replayed += bytes;
@@ -116,6 +146,7 @@ fn gather(
             }
             let shard = (xxh3_64(snapshot.name.as_bytes()) & u64::from(shard_count - 1)) as usize;
             recovered.shards[shard].push(*snapshot);
+            recovered.floors[shard].extend(floor);
         }
         FileOutcome::Dropped(path) => {
             tracing::warn!(path = %path.display(), "a file without a readable create record was moved aside");
@@ -166,17 +197,19 @@ pub fn file_bytes(vfs: &dyn Vfs, path: &Path) -> io::Result<(Arc<dyn VfsFile>, B
     Ok((file, bytes))
 }
 
-/// Reads and checks one stream file, cutting off anything after its last good record.
+/// Reads and checks one stream file (held to `clean`, its end at the last clean stop, if
+/// saved), cutting off anything after its last good record.
 fn recover_file(
     vfs: &dyn Vfs,
     root: &Path,
     path: &Path,
     suffix: u8,
     durable: bool,
+    clean: Option<&CleanEnd>,
 ) -> io::Result<FileOutcome> {
     let (file, bytes) = file_bytes(vfs, path)?;
     let size = bytes.len() as u64;
-    let analysis = analyze_file(&bytes, suffix, durable);
+    let analysis = analyze_file(&bytes, suffix, durable, clean);
     let Some(snapshot) = analysis.snapshot else {
         return drop_aside(vfs, root, path);
     };
@@ -199,12 +232,17 @@ fn recover_file(
         }
     }
     damage.extend(torn);
+    let floor = match (analysis.held_by_clean_end, clean, path.strip_prefix(root)) {
+        (true, Some(clean), Ok(relative)) => Some((relative.to_path_buf(), clean.clone())),
+        _ => None,
+    };
     Ok(FileOutcome::Stream {
         snapshot: Box::new(snapshot),
         records: analysis.records,
         bytes: position,
         damage,
         stale_bytes: size - position,
+        floor,
     })
 }
 

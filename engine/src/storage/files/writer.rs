@@ -6,7 +6,8 @@
 //! unlinks the file. file-durable then syncs each touched file once (fdatasync) and each
 //! touched directory once (new and removed entries) before the batch is acknowledged;
 //! file-fast acknowledges once the writes are in the page cache, so a process crash loses
-//! nothing but a power loss may.
+//! nothing but a power loss may. At a clean stop file-durable saves where each of its
+//! shard's files ends (`clean_ends`), so the next start can tell damage from a crash.
 //!
 //! Before a stream's first append of a batch, its file must still have its name: one deleted
 //! under the process is written again from the open file (`rewrite`) rather than take
@@ -23,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::clean_ends::{self, CleanEnd};
 use super::handles::Handles;
 use super::rewrite::{rewrite, REWRITE_BYTES_MAX};
 use super::source::FileSource;
@@ -31,6 +33,7 @@ use super::{
 };
 use crate::ids::{ChainIndex, Location, StreamId};
 use crate::limits::halve_when_over;
+use crate::meta::StreamSnapshot;
 use crate::storage::chain::{Chain, Levels, NodeSource};
 use crate::storage::record::codec::{decode_record, Header, Kind, HEADER_BYTES};
 use crate::storage::record::{encode, Record};
@@ -82,6 +85,9 @@ pub struct FileWriter {
     /// this batch's accepted ops will write.
     free_bytes: Option<u64>,
     reserved_bytes: u64,
+    /// Saved ends that found files short at start (`clean_ends`): kept through the next
+    /// clean stop, so the damage is found again at every start (paths under `root`).
+    floors: HashMap<PathBuf, CleanEnd>,
 }
 
 impl FileWriter {
@@ -109,7 +115,14 @@ impl FileWriter {
             touched_dirs: BTreeSet::new(),
             free_bytes: None,
             reserved_bytes: 0,
+            floors: HashMap::new(),
         }
+    }
+
+    /// The saved ends that found this shard's files short at start (`FilesRecovered::floors`).
+    pub fn with_floors(mut self, floors: Vec<(PathBuf, CleanEnd)>) -> FileWriter {
+        self.floors = floors.into_iter().collect();
+        self
     }
 
     fn write(&mut self, record: &Record, time_ms: u64) -> io::Result<Place> {
@@ -310,6 +323,34 @@ impl FileWriter {
         }
     }
 
+    /// Where `stream`'s file ends now (or its saved end, where that found the file short),
+    /// named by its path under the data directory; `None` when that cannot be told (its
+    /// file cannot be read), which later starts then judge as after a crash.
+    fn clean_end(&self, stream: &StreamSnapshot) -> Option<(PathBuf, CleanEnd)> {
+        let (suffix, _) = split_location(stream.chain_tail);
+        let path = stream_path(&self.root, &stream.name, suffix);
+        let file = match self.streams.get(&stream.id) {
+            Some(open) => Arc::clone(&open.file),
+            None => self.vfs.open(&path).ok()?,
+        };
+        let mut header = [0; HEADER_BYTES];
+        read_exact_at(file.as_ref(), 0, &mut header).ok()?;
+        let (len, create_check) = (file.size().ok()?, clean_ends::create_check(&header)?);
+        let relative = path.strip_prefix(&self.root).ok()?.to_path_buf();
+        let mut end = CleanEnd {
+            name: stream.name.as_ref().into(),
+            len,
+            create_check,
+            deleted: stream.deleted,
+            fresh: false,
+        };
+        if let Some(floor) = self.floors.get(&relative).filter(|floor| floor.create_check == create_check) {
+            end.len = end.len.max(floor.len);
+            end.deleted |= floor.deleted;
+        }
+        Some((relative, end))
+    }
+
     /// file-durable: each touched file's data, then each changed directory.
     fn sync_touched(&mut self) -> io::Result<()> {
         if self.durable {
@@ -387,6 +428,20 @@ impl Persist for FileWriter {
 
     fn renewals(&mut self) -> Option<&mut dyn RenewalStore> {
         Some(self)
+    }
+
+    fn saves_clean_ends(&self) -> bool {
+        // file-fast syncs nothing, not even at a stop: the lengths would not be durable.
+        self.durable && !self.root_watch.known_lost()
+    }
+
+    /// Runs on the shard thread after its last commit, so every file is synced.
+    fn stopped_cleanly(&mut self, streams: &[StreamSnapshot]) {
+        let ends: Vec<(PathBuf, CleanEnd)> =
+            streams.iter().filter_map(|stream| self.clean_end(stream)).collect();
+        if let Err(error) = clean_ends::save(self.vfs.as_ref(), &self.root, self.shard, &ends) {
+            tracing::warn!(%error, shard = self.shard, "cannot save where stream files end: the next start judges them as after a crash");
+        }
     }
 }
 

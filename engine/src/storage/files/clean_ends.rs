@@ -1,0 +1,200 @@
+//! Where each stream file ended at a clean stop (file-durable), so that later starts can
+//! tell damage from a crash.
+//!
+//! After a crash a file-durable file may end in one torn, unacknowledged batch, so recovery
+//! cuts a failing end that could be one (`analysis`). But files only ever grow: every byte a
+//! file held at a clean stop was written whole and synced, and stays so. So at a clean stop
+//! each shard saves its streams' file lengths (`clean-ends/shard-NNN.bin`), each with the
+//! check of the file's create record (which incarnation of the name it holds), and later
+//! starts hold each file that still holds that incarnation to its saved length: a file that
+//! fails its checks before it, or ends short of it, was damaged — its stream is marked
+//! damaged where its intact data ends (reads serve up to there, then 500), never silently
+//! cut shorter, at this start and every later one (the shard keeps such a stream's saved
+//! length through its next clean stop); a soft-deleted stream whose delete record was lost
+//! stays deleted. Beyond a saved length the crash rules apply as before.
+//!
+//! A stream whose file is gone, or no longer opens with its create record, is reported by
+//! name — only by the first start after the stop that saved it (`shard-NNN.fresh` marks a
+//! save no start has read yet): later a file may be missing because its stream was deleted.
+//! file-fast syncs nothing, even at a stop: it saves none.
+//!
+//! Format (`crate::binary`): `DSCE`, version u32, entry count u64, then per entry the file's
+//! path under the data directory (u32 length, bytes), its stream's name (u32 length, bytes),
+//! its length u64, the check (header crc32) of its create record u32 and whether the stream
+//! was soft-deleted (u8); a crc32 of all that.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::binary::{DecodeFailure, Decoder, Encoder};
+use crate::storage::vfs::{create_dir_durably, read_file, write_file_durably, Vfs};
+
+const MAGIC: &[u8; 4] = b"DSCE";
+const VERSION: u32 = 1;
+/// The directory under the data directory that holds the shards' saved ends.
+pub const CLEAN_ENDS_DIR: &str = "clean-ends";
+
+/// Where one stream's file ended at a clean stop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CleanEnd {
+    /// The stream's name (for reports: the file itself may be gone).
+    pub name: Box<str>,
+    /// The file's length: every byte before it was written whole and synced.
+    pub len: u64,
+    /// The header check of the file's create record: the saved length is only that
+    /// incarnation's (the name may have been deleted and created again since).
+    pub create_check: u32,
+    /// The stream was soft-deleted (its file ended with the delete record).
+    pub deleted: bool,
+    /// Saved by a stop that no start has read yet (not stored: from `shard-NNN.fresh`).
+    pub fresh: bool,
+}
+
+/// The header check of the create record at the start of a stream file, `None` when the
+/// file is too short to hold a header.
+pub fn create_check(start: &[u8]) -> Option<u32> {
+    let check = start.get(CREATE_CHECK_AT..CREATE_CHECK_AT + 4)?;
+    Some(u32::from_le_bytes(check.try_into().expect("four bytes")))
+}
+
+/// Where a record header holds its own crc32 (`record::codec`).
+const CREATE_CHECK_AT: usize = 60;
+
+/// Saved ends by file path, relative to the data directory.
+pub type CleanEnds = HashMap<PathBuf, CleanEnd>;
+
+/// Where shard `shard` saves its streams' file ends.
+pub fn clean_ends_path(root: &Path, shard: u32) -> PathBuf {
+    root.join(CLEAN_ENDS_DIR).join(format!("shard-{shard:03}.bin"))
+}
+
+/// The mark of a save of shard `shard` that no start has read yet.
+fn fresh_path(root: &Path, shard: u32) -> PathBuf {
+    clean_ends_path(root, shard).with_extension("fresh")
+}
+
+/// Writes `ends` (file paths relative to `root`) as shard `shard`'s, durably, then marks
+/// them fresh.
+pub fn save(vfs: &dyn Vfs, root: &Path, shard: u32, ends: &[(PathBuf, CleanEnd)]) -> io::Result<()> {
+    let path = clean_ends_path(root, shard);
+    create_dir_durably(vfs, path.parent().expect("a saved file has a directory"))?;
+    write_file_durably(vfs, &path, &encode(ends))?;
+    write_file_durably(vfs, &fresh_path(root, shard), b"")
+}
+
+/// Every shard's saved ends under `root`. A damaged file counts for nothing (its shard's
+/// files are then judged as after a crash), with a warning.
+pub fn load(vfs: &dyn Vfs, root: &Path) -> CleanEnds {
+    let mut ends = CleanEnds::new();
+    let dir = root.join(CLEAN_ENDS_DIR);
+    let Ok(names) = vfs.list(&dir) else { return ends };
+    for name in names.iter().filter(|name| name.starts_with("shard-") && name.ends_with(".bin")) {
+        let path = dir.join(name);
+        let fresh = vfs.exists(&path.with_extension("fresh"));
+        match read_file(vfs, &path).and_then(|bytes| parse(&bytes)) {
+            Ok(entries) => {
+                ends.extend(entries.into_iter().map(|(path, end)| (path, CleanEnd { fresh, ..end })))
+            }
+            Err(error) => tracing::warn!(path = %path.display(), %error, "saved file ends ignored"),
+        }
+    }
+    ends
+}
+
+/// Marks every save under `root` read (durably): done by recovery, before the store takes
+/// a write.
+pub fn mark_read(vfs: &dyn Vfs, root: &Path) -> io::Result<()> {
+    let dir = root.join(CLEAN_ENDS_DIR);
+    if !vfs.exists(&dir) {
+        return Ok(());
+    }
+    let marks: Vec<String> = vfs.list(&dir)?.into_iter().filter(|name| name.ends_with(".fresh")).collect();
+    for mark in &marks {
+        vfs.remove_file(&dir.join(mark))?;
+    }
+    if !marks.is_empty() {
+        vfs.sync_dir(&dir)?;
+    }
+    Ok(())
+}
+
+fn encode(ends: &[(PathBuf, CleanEnd)]) -> Vec<u8> {
+    let mut encoder = Encoder::default();
+    encoder.bytes.extend_from_slice(MAGIC);
+    encoder.u32(VERSION).u64(ends.len() as u64);
+    for (path, end) in ends {
+        let path = path.to_str().expect("stream file paths are ASCII");
+        encoder.text(path).text(&end.name).u64(end.len).u32(end.create_check).u8(u8::from(end.deleted));
+    }
+    let crc = crc32fast::hash(&encoder.bytes);
+    encoder.u32(crc);
+    encoder.bytes
+}
+
+fn parse(bytes: &[u8]) -> io::Result<Vec<(PathBuf, CleanEnd)>> {
+    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+    let fields = crate::binary::checked_fields(bytes, MAGIC, "file of saved ends")?;
+    let mut decoder = Decoder::new(fields);
+    let mut entries = Vec::new();
+    let decoded = (|| {
+        if decoder.u32()? != VERSION {
+            return Err(DecodeFailure);
+        }
+        for _ in 0..decoder.u64()? {
+            let path = PathBuf::from(decoder.text()?);
+            let name = decoder.text()?.into_boxed_str();
+            let (len, create_check, deleted) = (decoder.u64()?, decoder.u32()?, decoder.u8()?);
+            if deleted > 1 || path.is_absolute() {
+                return Err(DecodeFailure);
+            }
+            entries.push((path, CleanEnd { name, len, create_check, deleted: deleted == 1, fresh: false }));
+        }
+        match decoder.is_empty() {
+            true => Ok(()),
+            false => Err(DecodeFailure),
+        }
+    })();
+    decoded.map_err(|_| invalid("unknown version, or entries that do not fill the file"))?;
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::vfs::sim::SimVfs;
+
+    fn end(name: &str, len: u64, deleted: bool) -> CleanEnd {
+        CleanEnd { name: name.into(), len, create_check: len as u32 ^ 0x5a5a, deleted, fresh: false }
+    }
+
+    #[test]
+    fn saved_ends_load_from_every_shard_fresh_until_a_start_read_them() {
+        let vfs = SimVfs::new();
+        let root = Path::new("/data");
+        let a = (PathBuf::from("streams/aa/bb/a.log"), end("a", 120, false));
+        let b = (PathBuf::from("streams/cc/dd/b-1.log"), end("b", 4_096, true));
+        save(&vfs, root, 0, std::slice::from_ref(&a)).unwrap();
+        save(&vfs, root, 3, std::slice::from_ref(&b)).unwrap();
+        let fresh =
+            |(path, end): &(PathBuf, CleanEnd)| (path.clone(), CleanEnd { fresh: true, ..end.clone() });
+        assert_eq!(load(&vfs, root), CleanEnds::from([fresh(&a), fresh(&b)]));
+        mark_read(&vfs, root).unwrap();
+        assert_eq!(load(&vfs, root), CleanEnds::from([a, b]), "kept, no longer fresh");
+    }
+
+    #[test]
+    fn damaged_or_foreign_files_count_for_nothing() {
+        assert!(parse(b"").is_err());
+        assert!(parse(b"DSCE").is_err());
+        let vfs = SimVfs::new();
+        let root = Path::new("/data");
+        save(&vfs, root, 1, &[(PathBuf::from("streams/x.log"), end("x", 9, false))]).unwrap();
+        let path = clean_ends_path(root, 1);
+        let mut bytes = read_file(&vfs, &path).unwrap();
+        bytes[9] ^= 1;
+        assert!(parse(&bytes).is_err(), "a flipped bit fails the checksum");
+        write_file_durably(&vfs, &path, &bytes).unwrap();
+        assert!(load(&vfs, root).is_empty(), "and the file is ignored");
+    }
+}
