@@ -22,6 +22,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::limits::{APPEND_BYTES_MAX_DEFAULT, STREAM_BYTES_MAX_DEFAULT};
 use crate::meta::ForkRef;
 use crate::offset::Offset;
 use crate::storage::chain::read::{LogRead, RecordSource};
@@ -33,6 +34,7 @@ use crate::storage::files::recovery::{file_bytes, list_stream_files};
 use crate::storage::files::source::FileSource;
 use crate::storage::files::{stream_path, SUFFIX_MAX};
 use crate::storage::manifest::MANIFEST_NAME;
+use crate::storage::open::stale_window_bytes;
 use crate::storage::open::{shard_dir, LOCK_NAME};
 use crate::storage::vfs::read_only::ReadOnly;
 use crate::storage::vfs::real::RealVfs;
@@ -57,6 +59,9 @@ pub struct Store {
     vfs: Arc<dyn Vfs>,
     /// Where each stream file ended at the last clean stop (file-durable), if saved.
     clean_ends: CleanEnds,
+    /// How far past a failed record an acid log can hold a torn batch (as the server
+    /// judges it for the largest record it takes: [`Store::with_record_bytes_max`]).
+    torn_window_bytes: u64,
     /// The shared lock (none under `force`).
     _lock: Option<Box<dyn Any + Send + Sync>>,
 }
@@ -116,7 +121,8 @@ pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, force: bool) -> Result<Store, Inspect
         StorageMode::Acid => CleanEnds::new(),
         _ => clean_ends::load(vfs.as_ref(), dir),
     };
-    Ok(Store { dir: dir.to_path_buf(), manifest, vfs, clean_ends, _lock: lock })
+    let torn_window_bytes = stale_window_bytes(APPEND_BYTES_MAX_DEFAULT.min(STREAM_BYTES_MAX_DEFAULT));
+    Ok(Store { dir: dir.to_path_buf(), manifest, vfs, clean_ends, torn_window_bytes, _lock: lock })
 }
 
 /// One acid shard's log, analyzed.
@@ -154,6 +160,14 @@ enum Source {
 }
 
 impl Store {
+    /// Judges torn ends as a server whose largest record holds `record_bytes_max` bytes of
+    /// data does (`DS_LIMITS__MAX_APPEND_BYTES`, at most the stream limit); by default, as
+    /// one with the default limits.
+    pub fn with_record_bytes_max(mut self, record_bytes_max: u64) -> Store {
+        self.torn_window_bytes = stale_window_bytes(record_bytes_max);
+        self
+    }
+
     pub fn mode(&self) -> StorageMode {
         self.manifest.mode
     }
@@ -176,7 +190,7 @@ impl Store {
             ));
         }
         let dir = shard_dir(&self.dir, shard);
-        let analysis = analyze(self.vfs.as_ref(), &dir, shard, u64::MAX)?;
+        let analysis = analyze(self.vfs.as_ref(), &dir, shard, self.torn_window_bytes)?;
         let table = Arc::new(SegmentTable::default());
         for segment in &analysis.segments {
             table.insert(Arc::clone(segment));

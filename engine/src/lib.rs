@@ -91,7 +91,7 @@ pub use content_type::ContentType;
 pub use engine::{Engine, EngineStats, ShardStats};
 pub use histogram::HistogramSnapshot;
 pub use ids::{ChainIndex, Location, Lsn, StreamId};
-pub use limits::{Limits, APPEND_BYTES_MAX_DEFAULT, STREAM_SEQ_BYTES_MAX};
+pub use limits::{Limits, APPEND_BYTES_MAX_DEFAULT, STREAM_BYTES_MAX_DEFAULT, STREAM_SEQ_BYTES_MAX};
 pub use meta::{ForkOrigin, ForkRef, StreamConfig, StreamDamage};
 pub use name::StreamName;
 pub use offset::{Offset, StartAt};

@@ -46,9 +46,21 @@ pub struct Common {
     /// JSON instead of aligned text
     #[arg(long)]
     pub json: bool,
+    /// The server's largest append, as it was set (acid: how far a torn batch can reach)
+    #[arg(long, env = "DS_LIMITS__MAX_APPEND_BYTES", value_name = "BYTES")]
+    pub max_append_bytes: Option<u64>,
+    /// The server's per-stream limit, as it was set (caps the largest append)
+    #[arg(long, env = "DS_LIMITS__MAX_STREAM_BYTES", value_name = "BYTES", default_value_t = ds_engine::STREAM_BYTES_MAX_DEFAULT)]
+    pub max_stream_bytes: u64,
 }
 
 impl Common {
+    /// The largest record the server took, as it computes it from the same settings.
+    pub fn record_bytes_max(&self) -> u64 {
+        let append = self.max_append_bytes.unwrap_or(ds_engine::APPEND_BYTES_MAX_DEFAULT);
+        append.min(self.max_stream_bytes)
+    }
+
     pub fn format(&self) -> Format {
         if self.json {
             Format::Json

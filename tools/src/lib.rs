@@ -63,7 +63,9 @@ impl From<std::io::Error> for ToolError {
 /// Runs `cli`, writing to `out`.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Outcome, ToolError> {
     let common = cli.command.common();
-    let store = inspect::open_dir(&common.dir, common.force).map_err(ToolError::Open)?;
+    let store = inspect::open_dir(&common.dir, common.force)
+        .map_err(ToolError::Open)?
+        .with_record_bytes_max(common.record_bytes_max());
     let format = common.format();
     match &cli.command {
         Command::Info(_) => commands::info::run(&store, format, out),

@@ -183,10 +183,17 @@ fn open_files(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
     Ok(OpenedStore { shards, lock: Some(lock), housekeeper: None, flush_groups: Vec::new() })
 }
 
+/// Bytes past the last good record of an acid log within which a crash can have left a torn
+/// batch, when the largest record holds `record_bytes_max` bytes of data: a sync run and one
+/// more record (a record beyond that is proof the log went on).
+pub fn stale_window_bytes(record_bytes_max: u64) -> u64 {
+    SYNC_RUN_BYTES_MAX + record_bytes_max + RECORD_OVERHEAD_MAX
+}
+
 /// Recovers every shard: in parallel, or one after another under manual threading (so a
 /// simulated disk sees the same operations in the same order for the same seed).
 fn recover_shards(config: &StoreSettings, vfs: &dyn Vfs) -> Vec<std::io::Result<Recovered>> {
-    let stale_window_bytes = SYNC_RUN_BYTES_MAX + config.record_bytes_max + RECORD_OVERHEAD_MAX;
+    let stale_window_bytes = stale_window_bytes(config.record_bytes_max);
     let now_ms = config.now_ms;
     let dir = &config.data_dir;
     let recover = |shard: u32| {
