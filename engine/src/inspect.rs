@@ -57,7 +57,7 @@ pub struct Store {
     pub dir: PathBuf,
     pub manifest: Manifest,
     vfs: Arc<dyn Vfs>,
-    /// Where each stream file ended at the last clean stop (file-durable), if saved.
+    /// Where each stream file ended at the last clean stop (file modes), if saved.
     clean_ends: CleanEnds,
     /// How far past a failed record an acid log can hold a torn batch (as the server
     /// judges it for the largest record it takes: [`Store::with_record_bytes_max`]).
@@ -116,7 +116,7 @@ pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, force: bool) -> Result<Store, Inspect
         true => None,
         false => Some(vfs.lock_shared(&lock_path).map_err(|_| InspectError::Locked(dir.to_path_buf()))?),
     };
-    // Saved only by file-durable at a clean stop, and removed once a server starts on it.
+    // Saved only by the file modes at a clean stop.
     let clean_ends = match manifest.mode {
         StorageMode::Acid => CleanEnds::new(),
         _ => clean_ends::load(vfs.as_ref(), dir),
@@ -216,7 +216,7 @@ impl Store {
         Ok(list_stream_files(self.vfs.as_ref(), &self.dir)?.1)
     }
 
-    /// Stream files there at the clean stop just before now (file-durable) that are gone
+    /// Stream files there at the clean stop just before now (file modes) that are gone
     /// (or moved aside): each file's path and its stream's name.
     pub fn lost_stream_files(&self) -> Vec<(PathBuf, String)> {
         let mut lost: Vec<(PathBuf, String)> = self

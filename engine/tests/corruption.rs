@@ -424,14 +424,16 @@ fn a_stream_file_without_its_create_record_is_moved_aside() {
     assert!(harness.disk.exists(&report.damage[0].file), "kept in dropped/ for inspection");
 }
 
-/// file-durable after a clean stop: a file cut (between records or inside one) or zeroed to
-/// its end lost acknowledged records to damage, not to a crash. Its stream is marked
+/// The file modes after a clean stop: a file cut (between records or inside one) or zeroed
+/// to its end lost acknowledged records to damage, not to a crash. Its stream is marked
 /// damaged where its intact data ends (read up to there, never up to date), at this start
 /// and at every later one, clean or not.
 #[test]
 fn after_a_clean_stop_a_cut_or_zeroed_file_is_damage_not_a_shorter_stream() {
-    for damage in ["cut between records", "cut inside a record", "zeros to the end"] {
-        let (mut harness, bodies) = ten_records_in(StorageMode::FileDurable);
+    let modes = [StorageMode::FileDurable, StorageMode::FileFast];
+    let cases = ["cut between records", "cut inside a record", "zeros to the end"];
+    for (mode, damage) in modes.into_iter().flat_map(|mode| cases.map(|damage| (mode, damage))) {
+        let (mut harness, bodies) = ten_records_in(mode);
         harness.start();
         harness.shutdown();
         let file = harness.stream_file("s");
@@ -448,7 +450,7 @@ fn after_a_clean_stop_a_cut_or_zeroed_file_is_damage_not_a_shorter_stream() {
         }
         for (start, clean) in [("first", true), ("after a clean stop", false), ("after a crash", false)] {
             let report = harness.start();
-            assert_eq!(report.damaged_streams, 1, "{damage}, {start} start: {:?}", report.damage);
+            assert_eq!(report.damaged_streams, 1, "{mode} {damage}, {start} start: {:?}", report.damage);
             assert!(!report.damage.is_empty() && report.damage.iter().all(|found| found.file == file));
             let handle = harness.engine().open(&support::name("s")).unwrap();
             let tail = handle.status().unwrap().tail;
@@ -467,9 +469,25 @@ fn after_a_clean_stop_a_cut_or_zeroed_file_is_damage_not_a_shorter_stream() {
 
 /// The start right after a clean stop names a stream whose file is gone; later starts do
 /// not (a file may be gone because its stream was deleted since).
+/// file-fast syncs nothing as it goes, but its clean stop makes everything durable: a power
+/// loss right after it loses nothing.
+#[test]
+fn file_fast_loses_nothing_to_a_power_loss_after_a_clean_stop() {
+    for seed in 0..8 {
+        let (mut harness, bodies) = ten_records_in(StorageMode::FileFast);
+        harness.start();
+        harness.append(append_request("s", "r10-last|")).unwrap();
+        harness.shutdown();
+        harness.disk = harness.disk.crash(&mut ds_engine::testing::SimRng::new(seed));
+        let report = harness.start();
+        assert_eq!(report.damaged_streams, 0, "seed {seed}: {:?}", report.damage);
+        assert_eq!(harness.read("s").unwrap(), bodies.concat() + "r10-last|", "seed {seed}");
+    }
+}
+
 #[test]
 fn after_a_clean_stop_a_lost_stream_file_is_reported_by_name() {
-    let (mut harness, _) = ten_records_in(StorageMode::FileDurable);
+    let (mut harness, _) = ten_records_in(StorageMode::FileFast);
     harness.start();
     harness.shutdown();
     let file = harness.stream_file("s");

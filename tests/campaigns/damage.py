@@ -18,8 +18,8 @@ end) is cut as one, so the stream reads as whole but shorter (in the file modes,
 end was a stream's delete record, the deleted stream is back); a stream file (file modes) or
 every trace of a stream (acid: its segment and its shard's checkpoints) lost makes it 404;
 a damaged or missing MANIFEST refuses the start. See the README's "Damage" section.
-file-durable after a clean stop (unless the saved file ends, `clean-ends/`, were damaged
-too) tells them apart: a shorter stream or a deleted one back is then a DEFECT, and so is a
+The file modes after a clean stop (unless the saved file ends, `clean-ends/`, were damaged
+too) tell them apart: a shorter stream or a deleted one back is then a DEFECT, and so is a
 lost stream (404) that the server's log does not name.
 
     python3 tests/campaigns/damage.py MODE ITERATIONS SEED
@@ -204,7 +204,7 @@ def main():
         try:
             expected = fill(rnd, mode, data_dir)
             what = [damage(rnd, data_dir) for _ in range(rnd.randint(1, 3))]
-            saved_ends = (mode == "file-durable" and os.environ.get("DS_CAMPAIGN_STOP") != "kill"
+            saved_ends = (mode != "acid" and os.environ.get("DS_CAMPAIGN_STOP") != "kill"
                           and not any("clean-ends/" in done for done in what))
             found, known = [], []
             log_path = os.path.join(scratch, "run.log")

@@ -336,7 +336,7 @@ impl Shard {
     }
 
     /// The clean end: readers' renewals and a final checkpoint (disk modes, unless a commit
-    /// failed) or where each stream file ends (file-durable), and every live reader woken
+    /// failed) or where each stream file ends (file modes), and every live reader woken
     /// to see the shard go.
     pub fn finish(mut self) {
         if !self.failed {

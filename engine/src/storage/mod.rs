@@ -194,7 +194,7 @@ pub(crate) trait Persist: Send {
     }
 
     /// At a clean stop, after the last commit: saves where each of `streams`' stored data
-    /// ends, so that the next start tells damage from a crash (file-durable:
+    /// ends, so that the next start tells damage from a crash (the file modes:
     /// `files::clean_ends`). Nothing acknowledged depends on it: a failure is logged.
     fn stopped_cleanly(&mut self, _streams: &[crate::meta::StreamSnapshot]) {}
 }

@@ -1,9 +1,10 @@
-//! Where each stream file ended at a clean stop (file-durable), so that later starts can
-//! tell damage from a crash.
+//! Where each stream file ended at a clean stop, so that later starts can tell damage from
+//! a crash.
 //!
-//! After a crash a file-durable file may end in one torn, unacknowledged batch, so recovery
-//! cuts a failing end that could be one (`analysis`). But files only ever grow: every byte a
-//! file held at a clean stop was written whole and synced, and stays so. So at a clean stop
+//! After a crash a stream file may end torn (file-durable: in its last, unacknowledged
+//! batch; file-fast: anywhere it was not synced), so recovery cuts a failing end that could
+//! be one (`analysis`). But files only ever grow: every byte a file held at a clean stop was
+//! written whole and synced, and stays so. So at a clean stop
 //! each shard saves its streams' file lengths (`clean-ends/shard-NNN.bin`), each with the
 //! check of the file's create record (which incarnation of the name it holds), and later
 //! starts hold each file that still holds that incarnation to its saved length: a file that
@@ -16,7 +17,8 @@
 //! A stream whose file is gone, or no longer opens with its create record, is reported by
 //! name — only by the first start after the stop that saved it (`shard-NNN.fresh` marks a
 //! save no start has read yet): later a file may be missing because its stream was deleted.
-//! file-fast syncs nothing, even at a stop: it saves none.
+//! file-durable has synced every file when it stops; file-fast, which syncs nothing as it
+//! goes, makes its file system durable (`syncfs`) first, and saves nothing if that fails.
 //!
 //! Format (`crate::binary`): `DSCE`, version u32, entry count u64, then per entry the file's
 //! path under the data directory (u32 length, bytes), its stream's name (u32 length, bytes),

@@ -6,8 +6,9 @@
 //! unlinks the file. file-durable then syncs each touched file once (fdatasync) and each
 //! touched directory once (new and removed entries) before the batch is acknowledged;
 //! file-fast acknowledges once the writes are in the page cache, so a process crash loses
-//! nothing but a power loss may. At a clean stop file-durable saves where each of its
-//! shard's files ends (`clean_ends`), so the next start can tell damage from a crash.
+//! nothing but a power loss may, except after a clean stop, which makes the file system
+//! durable (`syncfs`). At a clean stop both save where each of the shard's files ends
+//! (`clean_ends`), so that later starts can tell damage from a crash.
 //!
 //! Before a stream's first append of a batch, its file must still have its name: one deleted
 //! under the process is written again from the open file (`rewrite`) rather than take
@@ -431,12 +432,19 @@ impl Persist for FileWriter {
     }
 
     fn saves_clean_ends(&self) -> bool {
-        // file-fast syncs nothing, not even at a stop: the lengths would not be durable.
-        self.durable && !self.root_watch.known_lost()
+        !self.root_watch.known_lost()
     }
 
-    /// Runs on the shard thread after its last commit, so every file is synced.
+    /// Runs on the shard thread after its last commit: file-durable has synced every file;
+    /// file-fast, which syncs nothing as it goes, makes the file system durable first (one
+    /// `syncfs`), so that its clean stop leaves nothing to lose and its ends hold.
     fn stopped_cleanly(&mut self, streams: &[StreamSnapshot]) {
+        if !self.durable {
+            if let Err(error) = self.vfs.sync_file_system(&self.root) {
+                tracing::error!(%error, shard = self.shard, "cannot make the stream files durable at the stop");
+                return;
+            }
+        }
         let ends: Vec<(PathBuf, CleanEnd)> =
             streams.iter().filter_map(|stream| self.clean_end(stream)).collect();
         if let Err(error) = clean_ends::save(self.vfs.as_ref(), &self.root, self.shard, &ends) {

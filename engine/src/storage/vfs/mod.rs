@@ -41,6 +41,10 @@ pub trait Vfs: Send + Sync + 'static {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes the creations, renames and removals of entries of `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Makes everything written on the file system that holds `path` durable, every file's
+    /// data and every directory's entries (`syncfs`): the clean stop of a mode that syncs
+    /// nothing as it goes.
+    fn sync_file_system(&self, path: &Path) -> io::Result<()>;
     /// Takes an exclusive lock on `path` (created if needed) and on the directory holding
     /// it until the guard is dropped: the directory's lock holds when the file is deleted.
     fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>>;

@@ -53,6 +53,10 @@ impl Vfs for ReadOnly {
         Err(refused())
     }
 
+    fn sync_file_system(&self, _path: &Path) -> io::Result<()> {
+        Err(refused())
+    }
+
     fn lock_exclusive(&self, _path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         Err(refused())
     }

@@ -91,6 +91,15 @@ impl Vfs for RealVfs {
         File::open(dir)?.sync_all()
     }
 
+    fn sync_file_system(&self, path: &Path) -> io::Result<()> {
+        let dir = File::open(path)?;
+        // SAFETY: `syncfs` takes a descriptor, which `dir` keeps open for the call.
+        match unsafe { libc::syncfs(dir.as_raw_fd()) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
     fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         // The directory first: with its file deleted under a running server (a "stale lock"
         // cleared by hand), a second server would lock a new file of that name.

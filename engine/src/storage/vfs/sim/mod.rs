@@ -381,6 +381,23 @@ impl Vfs for SimVfs {
         Ok(())
     }
 
+    /// The whole simulated disk is one file system.
+    fn sync_file_system(&self, _path: &Path) -> io::Result<()> {
+        let mut disk = self.operate()?;
+        let paths: Vec<PathBuf> = disk.dirs.keys().cloned().collect();
+        for dir in &paths {
+            let subdirs = paths.iter().filter(|path| path.parent() == Some(dir)).map(|path| split(path).1);
+            let subdirs = subdirs.collect();
+            let directory = disk.dir_mut(dir)?;
+            directory.current.values().for_each(|file| file.lock().expect("sim file lock").make_durable());
+            directory.durable = directory.current.clone();
+            directory.durable_subdirs = subdirs;
+            directory.unsynced.clear();
+        }
+        disk.flush_device();
+        Ok(())
+    }
+
     fn lock_exclusive(&self, _path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         Ok(Box::new(()))
     }
