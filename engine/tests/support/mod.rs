@@ -289,3 +289,16 @@ impl Harness {
             .unwrap_or_else(|| panic!("{needle:?} is not in {}", path.display()))
     }
 }
+
+/// A stream `s` with records `r00-…` to `r09-…`, each its own commit, left without a
+/// clean shutdown (so recovery replays every record).
+pub fn ten_records_in(mode: StorageMode, segment_bytes: u64) -> (Harness, Vec<String>) {
+    let mut harness = Harness::with_mode(mode, segment_bytes);
+    harness.create("s", plain_config()).unwrap();
+    let bodies: Vec<String> = (0..10).map(|i| format!("r{i:02}-{}|", "x".repeat(40 + i))).collect();
+    for body in &bodies {
+        harness.append(append_request("s", body)).unwrap();
+    }
+    harness.stop_abruptly();
+    (harness, bodies)
+}
