@@ -22,7 +22,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::limits::{APPEND_BYTES_MAX_DEFAULT, STREAM_BYTES_MAX_DEFAULT};
+use crate::limits::Limits;
 use crate::meta::ForkRef;
 use crate::offset::Offset;
 use crate::storage::chain::read::{LogRead, RecordSource};
@@ -121,7 +121,7 @@ pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, force: bool) -> Result<Store, Inspect
         StorageMode::Acid => CleanEnds::new(),
         _ => clean_ends::load(vfs.as_ref(), dir),
     };
-    let torn_window_bytes = stale_window_bytes(APPEND_BYTES_MAX_DEFAULT.min(STREAM_BYTES_MAX_DEFAULT));
+    let torn_window_bytes = stale_window_bytes(Limits::default().record_bytes_max());
     Ok(Store { dir: dir.to_path_buf(), manifest, vfs, clean_ends, torn_window_bytes, _lock: lock })
 }
 
@@ -219,15 +219,8 @@ impl Store {
     /// Stream files there at the clean stop just before now (file modes) that are gone
     /// (or moved aside): each file's path and its stream's name.
     pub fn lost_stream_files(&self) -> Vec<(PathBuf, String)> {
-        let mut lost: Vec<(PathBuf, String)> = self
-            .clean_ends
-            .iter()
-            .map(|(relative, end)| (self.dir.join(relative), end))
-            .filter(|(path, end)| end.fresh && !self.vfs.exists(path))
-            .map(|(path, end)| (path, end.name.to_string()))
-            .collect();
-        lost.sort();
-        lost
+        let lost = clean_ends::lost(self.vfs.as_ref(), &self.dir, &self.clean_ends);
+        lost.into_iter().map(|(path, end)| (path, end.name.to_string())).collect()
     }
 
     /// Reads and checks one stream file.

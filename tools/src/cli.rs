@@ -57,8 +57,10 @@ pub struct Common {
 impl Common {
     /// The largest record the server took, as it computes it from the same settings.
     pub fn record_bytes_max(&self) -> u64 {
-        let append = self.max_append_bytes.unwrap_or(ds_engine::APPEND_BYTES_MAX_DEFAULT);
-        append.min(self.max_stream_bytes)
+        let append_bytes_max = self.max_append_bytes.unwrap_or(ds_engine::APPEND_BYTES_MAX_DEFAULT);
+        let stream_bytes_max = self.max_stream_bytes;
+        ds_engine::Limits { append_bytes_max, stream_bytes_max, ..ds_engine::Limits::default() }
+            .record_bytes_max()
     }
 
     pub fn format(&self) -> Format {

@@ -67,11 +67,10 @@ pub fn analyze_file(bytes: &Bytes, suffix: u8, durable: bool, clean: Option<&Cle
             held_by_clean_end: false,
         };
     };
-    let clean_len = clean.map(|clean| clean.len);
     let mut reading =
-        Reading { bytes, suffix, durable, clean_len, snapshot, records: 1, valid_end, damage: Vec::new() };
+        Reading { bytes, suffix, durable, clean, snapshot, records: 1, valid_end, damage: Vec::new() };
     let failure = reading.run();
-    let held_by_clean_end = clean.is_some_and(|clean| reading.hold_to(clean));
+    let held_by_clean_end = reading.hold_to_clean_end();
     FileAnalysis {
         snapshot: Some(reading.snapshot),
         records: reading.records,
@@ -87,8 +86,8 @@ struct Reading<'a> {
     bytes: &'a Bytes,
     suffix: u8,
     durable: bool,
-    /// The file's length at the last clean stop: nothing before it can be torn.
-    clean_len: Option<u64>,
+    /// Where the file ended at the last clean stop: nothing before it can be torn.
+    clean: Option<&'a CleanEnd>,
     snapshot: StreamSnapshot,
     records: u64,
     valid_end: u64,
@@ -132,7 +131,7 @@ impl Reading<'_> {
     /// not a torn end: it ended beyond it at the last clean stop, or (file-durable) records
     /// of two batches follow it (so it was synced).
     fn written_after(&self, failed: usize) -> bool {
-        if self.clean_len.is_some_and(|len| (failed as u64) < len) {
+        if self.clean.is_some_and(|clean| (failed as u64) < clean.len) {
             return true;
         }
         let next = record_number(self.snapshot.chain_n.next()).raw();
@@ -142,8 +141,9 @@ impl Reading<'_> {
     /// After a clean stop: a file read to an end short of its saved length lost the rest to
     /// damage (the stream is marked damaged where its intact data ends), and a stream that
     /// was soft-deleted stays deleted though its delete record is gone. True when either
-    /// applied.
-    fn hold_to(&mut self, clean: &CleanEnd) -> bool {
+    /// applied (never without a saved end).
+    fn hold_to_clean_end(&mut self) -> bool {
+        let Some(clean) = self.clean else { return false };
         let short = self.valid_end < clean.len;
         let undeleted = clean.deleted && !self.snapshot.deleted;
         if short {

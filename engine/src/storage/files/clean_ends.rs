@@ -104,6 +104,20 @@ pub fn load(vfs: &dyn Vfs, root: &Path) -> CleanEnds {
     ends
 }
 
+/// The streams of `ends` saved by a stop no start has read yet whose file is no longer at
+/// its path under `root` (gone, or moved aside by recovery): each file's path, with its
+/// saved end, in path order.
+pub fn lost<'a>(vfs: &dyn Vfs, root: &Path, ends: &'a CleanEnds) -> Vec<(PathBuf, &'a CleanEnd)> {
+    let mut lost: Vec<(PathBuf, &CleanEnd)> = ends
+        .iter()
+        .filter(|(_, end)| end.fresh)
+        .map(|(relative, end)| (root.join(relative), end))
+        .filter(|(path, _)| !vfs.exists(path))
+        .collect();
+    lost.sort_by(|a, b| a.0.cmp(&b.0));
+    lost
+}
+
 /// Marks every save under `root` read (durably): done by recovery, before the store takes
 /// a write.
 pub fn mark_read(vfs: &dyn Vfs, root: &Path) -> io::Result<()> {

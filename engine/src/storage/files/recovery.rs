@@ -108,19 +108,11 @@ pub fn recover(
 /// Streams whose file was there at the clean stop just before this start and is not now (or
 /// was moved aside: it no longer opens with its create record): reported by name, as damage.
 fn report_lost_files(vfs: &dyn Vfs, report: &mut RecoveryReport, root: &Path, ends: &CleanEnds) {
-    let mut lost: Vec<(&PathBuf, &CleanEnd)> =
-        ends.iter().filter(|(relative, end)| end.fresh && !vfs.exists(&root.join(relative))).collect();
-    lost.sort_by(|a, b| a.0.cmp(b.0));
-    for (relative, end) in lost {
+    for (file, end) in clean_ends::lost(vfs, root, ends) {
         let reason =
             format!("stream {:?}: its file, {} bytes at the last clean stop, is lost", end.name, end.len);
-        tracing::error!(path = %relative.display(), "{reason}");
-        report.damage.push(Damage {
-            file: root.join(relative),
-            position: 0,
-            reason,
-            quarantined: Vec::new(),
-        });
+        tracing::error!(path = %file.display(), "{reason}");
+        report.damage.push(Damage { file, position: 0, reason, quarantined: Vec::new() });
     }
 }
 

@@ -86,6 +86,17 @@ impl Disk {
         });
     }
 
+    /// What `sync_dir` does: `dir`'s entries, and which subdirectories it holds, durable.
+    fn make_entries_durable(&mut self, dir: &Path) -> io::Result<()> {
+        let subdirs: std::collections::BTreeSet<String> =
+            self.dirs.keys().filter(|path| path.parent() == Some(dir)).map(|path| split(path).1).collect();
+        let directory = self.dir_mut(dir)?;
+        directory.durable = directory.current.clone();
+        directory.durable_subdirs = subdirs;
+        directory.unsynced.clear();
+        Ok(())
+    }
+
     fn dir_mut(&mut self, dir: &Path) -> io::Result<&mut Dir> {
         self.dirs.get_mut(dir).ok_or_else(no_directory)
     }
@@ -346,28 +357,17 @@ impl Vfs for SimVfs {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        let mut disk = self.operate()?;
-        let subdirs: std::collections::BTreeSet<String> =
-            disk.dirs.keys().filter(|path| path.parent() == Some(dir)).map(|path| split(path).1).collect();
-        let directory = disk.dir_mut(dir)?;
-        directory.durable = directory.current.clone();
-        directory.durable_subdirs = subdirs;
-        directory.unsynced.clear();
-        Ok(())
+        self.operate()?.make_entries_durable(dir)
     }
 
     /// The whole simulated disk is one file system.
     fn sync_file_system(&self, _path: &Path) -> io::Result<()> {
         let mut disk = self.operate()?;
-        let paths: Vec<PathBuf> = disk.dirs.keys().cloned().collect();
-        for dir in &paths {
-            let subdirs = paths.iter().filter(|path| path.parent() == Some(dir)).map(|path| split(path).1);
-            let subdirs = subdirs.collect();
-            let directory = disk.dir_mut(dir)?;
-            directory.current.values().for_each(|file| file.lock().expect("sim file lock").make_durable());
-            directory.durable = directory.current.clone();
-            directory.durable_subdirs = subdirs;
-            directory.unsynced.clear();
+        let dirs: Vec<PathBuf> = disk.dirs.keys().cloned().collect();
+        for dir in &dirs {
+            let files = disk.dir_mut(dir)?.current.values();
+            files.for_each(|file| file.lock().expect("sim file lock").make_durable());
+            disk.make_entries_durable(dir)?;
         }
         disk.flush_device();
         Ok(())
