@@ -133,8 +133,11 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Canned<I> {
     ) -> Poll<io::Result<usize>> {
         std::task::ready!(self.poll_pending(cx))?;
         let total: usize = bufs.iter().map(|buf| buf.len()).sum();
-        if total <= BARE_HEAD_BYTES_MAX && bufs.first().is_some_and(|first| first.starts_with(b"HTTP/1.")) {
-            let joined: Vec<u8> = bufs.iter().flat_map(|buf| buf.iter().copied()).collect();
+        // The status line is in the first slice: most answers (successes) go straight on.
+        let error_head = bufs.first().and_then(|first| status_code(first)).is_some_and(|code| code >= 400);
+        if total <= BARE_HEAD_BYTES_MAX && error_head {
+            let mut joined = Vec::with_capacity(total);
+            bufs.iter().for_each(|buf| joined.extend_from_slice(buf));
             if let Some(answer) = self.replacement(&joined) {
                 self.pending = Some(answer);
                 return Poll::Ready(Ok(total));
