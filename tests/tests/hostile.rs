@@ -15,6 +15,9 @@
 //! - Catch-up readers that never read their answers hold at most the budget of reads'
 //!   copies (and the gather buffers' cap) in acid, however many they are; each still gets
 //!   its whole answer.
+//! - Request heads past their limits (one huge header, too many headers, a long request
+//!   line) get 431 or 414 as problem documents — hyper's own answers too — and access lines
+//!   cut short.
 
 use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -278,6 +281,40 @@ fn catch_up_readers_that_never_read_hold_at_most_the_copies_budget() {
         assert!(answer.body.iter().all(|byte| *byte == b'm'));
     }
     assert_eq!(server.metric("ds_read_copies_held_bytes"), 0, "given back with the answers");
+}
+
+/// Heads past their limits get 431 or 414 as problem documents (memory and acid: heads are
+/// read before any storage is touched).
+#[test]
+fn oversized_request_heads_are_refused() {
+    for mode in ["memory", "acid"] {
+        oversized_request_heads_are_refused_in(mode);
+    }
+}
+
+fn oversized_request_heads_are_refused_in(mode: &str) {
+    let mut server = Server::start_in(mode, &[]);
+    let client = server.client();
+    let big = "x".repeat(100 * 1024);
+    let response = client.send("GET", "/v1/stream/a", &[("X-Big", &big)], b"");
+    assert_eq!(response.status, 431);
+    let many: Vec<(String, String)> = (0..101).map(|i| (format!("X-H{i}"), "v".to_string())).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let too_many = client.send("GET", "/v1/stream/a", &many, b"");
+    assert_eq!(too_many.status, 431);
+    // hyper answers this one itself; its bare head goes out as a problem document too.
+    assert_eq!(too_many.header("content-type"), Some("application/problem+json"), "{}", too_many.text());
+    assert!(too_many.text().contains("urn:ds:problem:head-too-large"), "{}", too_many.text());
+    let long_uri = format!("/v1/stream/{}", "u".repeat(9 * 1024));
+    assert_eq!(client.get(&long_uri).status, 414);
+    assert!(server.terminate().success());
+    // Requests the router refuses are in the access log like any other (hyper answers the
+    // one with too many headers itself), their paths cut short.
+    let log = server.log();
+    let access: Vec<&str> = log.lines().filter(|line| line.contains("ds::access")).collect();
+    let with = |status: &str| access.iter().filter(|line| line.contains(status)).count();
+    assert_eq!((with("status=431"), with("status=414")), (1, 1), "{log}");
+    assert!(access.iter().all(|line| line.len() < 4400), "{log}");
 }
 
 /// Creates `FLOOD_STREAMS` text streams named `{prefix}N`; their paths.
