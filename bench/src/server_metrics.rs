@@ -1,5 +1,7 @@
 //! The server's own counters, read from its `/metrics` around the measured phase: how many
-//! device flushes made the run's writes durable, what each covered and how long each took.
+//! device flushes made the run's writes durable, what each covered and how long each took,
+//! and how many records each shard commit carried (each commit is a write-back of its own:
+//! the figure that says what a run's device work costs per record).
 //!
 //! Only a ds server in acid mode exposes them (`ds_flushes_total` and friends); against any
 //! other server, or a mode without flushes, the figures are simply left out.
@@ -14,6 +16,8 @@ use crate::target::Target;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FlushCounters {
     pub flushes: f64,
+    /// Shard commits those flushes covered (0 from a server that does not count them).
+    pub commits: f64,
     pub records: f64,
     pub flush_seconds: f64,
 }
@@ -38,13 +42,15 @@ impl FlushCounters {
         };
         Some(FlushCounters {
             flushes: value("ds_flushes_total")?,
+            commits: value("ds_flush_commits_total").unwrap_or(0.0),
             records: value("ds_flush_records_total")?,
             flush_seconds: value("ds_flush_seconds_sum")?,
         })
     }
 
-    /// Adds flushes per second, records per flush and the mean flush time between `self`
-    /// (the start) and `after`, over `seconds`.
+    /// Adds flushes per second, records per flush, the mean flush time and (where the server
+    /// counts commits) records per shard commit, between `self` (the start) and `after`, over
+    /// `seconds`.
     pub fn report(&self, after: &FlushCounters, seconds: f64, report: &mut Report) {
         let flushes = after.flushes - self.flushes;
         if flushes <= 0.0 {
@@ -54,6 +60,10 @@ impl FlushCounters {
             .add("flushes_per_s", flushes / seconds, "/s")
             .add("records_per_flush", (after.records - self.records) / flushes, "")
             .add("flush_mean_ms", (after.flush_seconds - self.flush_seconds) / flushes * 1e3, "ms");
+        let commits = after.commits - self.commits;
+        if commits > 0.0 {
+            report.add("records_per_commit", (after.records - self.records) / commits, "");
+        }
     }
 }
 
@@ -63,16 +73,26 @@ mod tests {
 
     #[test]
     fn counters_come_from_the_exposition_and_make_rates() {
-        let text = "# HELP ds_flushes_total x\nds_flushes_total 10\nds_flush_records_total 160\n\
-                    ds_flush_seconds_bucket{le=\"+Inf\"} 10\nds_flush_seconds_sum 0.002\n";
+        let text = "# HELP ds_flushes_total x\nds_flushes_total 10\nds_flush_commits_total 40\n\
+                    ds_flush_records_total 160\nds_flush_seconds_bucket{le=\"+Inf\"} 10\n\
+                    ds_flush_seconds_sum 0.002\n";
         let before = FlushCounters::parse(text).unwrap();
-        assert_eq!(before, FlushCounters { flushes: 10.0, records: 160.0, flush_seconds: 0.002 });
-        let after = FlushCounters { flushes: 110.0, records: 1760.0, flush_seconds: 0.102 };
+        assert_eq!(
+            before,
+            FlushCounters { flushes: 10.0, commits: 40.0, records: 160.0, flush_seconds: 0.002 }
+        );
+        let after = FlushCounters { flushes: 110.0, commits: 440.0, records: 1760.0, flush_seconds: 0.102 };
         let mut report = Report::new("append");
         before.report(&after, 2.0, &mut report);
         assert_eq!(report.get("flushes_per_s").and_then(|v| v.as_f64()), Some(50.0));
         assert_eq!(report.get("records_per_flush").and_then(|v| v.as_f64()), Some(16.0));
         assert!((report.get("flush_mean_ms").and_then(|v| v.as_f64()).unwrap() - 1.0).abs() < 1e-9);
+        assert_eq!(report.get("records_per_commit").and_then(|v| v.as_f64()), Some(4.0));
         assert_eq!(FlushCounters::parse("ds_streams 3\n"), None, "no flushes, no figures");
+        let uncounted =
+            FlushCounters::parse("ds_flushes_total 1\nds_flush_records_total 2\nds_flush_seconds_sum 0\n");
+        let mut report = Report::new("append");
+        uncounted.unwrap().report(&FlushCounters { commits: 0.0, ..after }, 2.0, &mut report);
+        assert_eq!(report.get("records_per_commit"), None, "no commits counted, no figure");
     }
 }
