@@ -1,4 +1,5 @@
-//! Little-endian encoding helpers for the engine's own files (checkpoints, manifest).
+//! Little-endian encoding helpers for the engine's own files (checkpoints, manifest, and the
+//! small state files of entries: saved renewals and saved file ends).
 //!
 //! Records have a fixed header layout of their own (`record::codec`); these helpers are for
 //! the variable-length structures around them. Decoding never panics: running out of bytes
@@ -69,6 +70,51 @@ pub fn checked_fields<'a>(bytes: &'a [u8], magic: &[u8; 4], kind: &str) -> std::
         return Err(invalid("checksum mismatch".into()));
     }
     body.strip_prefix(magic.as_slice()).ok_or_else(|| invalid(format!("not a {kind}")))
+}
+
+/// The bytes of a small state file of entries: `magic`, `version` (u32), the entry count
+/// (u64), each entry's fields as `fields` writes them, and a crc32 of all that.
+pub fn encode_entries<T>(
+    magic: &[u8; 4],
+    version: u32,
+    entries: &[T],
+    mut fields: impl FnMut(&mut Encoder, &T),
+) -> Vec<u8> {
+    let mut encoder = Encoder::default();
+    encoder.bytes.extend_from_slice(magic);
+    encoder.u32(version).u64(entries.len() as u64);
+    entries.iter().for_each(|entry| fields(&mut encoder, entry));
+    let crc = crc32fast::hash(&encoder.bytes);
+    encoder.u32(crc);
+    encoder.bytes
+}
+
+/// The entries of a file written by [`encode_entries`], each read by `entry`; an error when
+/// the file fails its check, is of another kind (`kind` names it), has another version, or
+/// its entries do not fill it exactly.
+pub fn decode_entries<T>(
+    bytes: &[u8],
+    magic: &[u8; 4],
+    version: u32,
+    kind: &str,
+    mut entry: impl FnMut(&mut Decoder<'_>) -> Result<T, DecodeFailure>,
+) -> std::io::Result<Vec<T>> {
+    let mut decoder = Decoder::new(checked_fields(bytes, magic, kind)?);
+    let mut entries = Vec::new();
+    let mut decoded = || {
+        if decoder.u32()? != version {
+            return Err(DecodeFailure);
+        }
+        for _ in 0..decoder.u64()? {
+            entries.push(entry(&mut decoder)?);
+        }
+        decoder.is_empty().then_some(()).ok_or(DecodeFailure)
+    };
+    decoded().map_err(|_| {
+        let what = "unknown version, or entries that do not fill the file";
+        std::io::Error::new(std::io::ErrorKind::InvalidData, what)
+    })?;
+    Ok(entries)
 }
 
 /// Reads fields from a buffer.

@@ -21,7 +21,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::binary::{Decoder, Encoder};
 use crate::ids::{Location, StreamId};
 use crate::meta::StreamSnapshot;
 use crate::storage::vfs::{create_dir_durably, read_file, write_file_durably, Vfs};
@@ -64,15 +63,9 @@ pub fn save(vfs: &dyn Vfs, path: &Path, renewals: &[Renewal]) -> io::Result<()> 
 
 /// The bytes of a renewals file holding `renewals`.
 pub(crate) fn encode(renewals: &[Renewal]) -> Vec<u8> {
-    let mut encoder = Encoder::default();
-    encoder.bytes.extend_from_slice(MAGIC);
-    encoder.u32(VERSION).u64(renewals.len() as u64);
-    for renewal in renewals {
+    crate::binary::encode_entries(MAGIC, VERSION, renewals, |encoder, renewal| {
         encoder.u64(renewal.incarnation).text(&renewal.name).u64(renewal.last_access_ms);
-    }
-    let crc = crc32fast::hash(&encoder.bytes);
-    encoder.u32(crc);
-    encoder.bytes
+    })
 }
 
 /// Every renewal saved in `paths` (the latest time where files disagree); missing files
@@ -120,26 +113,11 @@ pub fn apply(
 
 /// The entries of a renewals file: name, incarnation, time.
 pub(crate) fn parse(bytes: &[u8]) -> io::Result<Vec<(Box<str>, u64, u64)>> {
-    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    let fields = crate::binary::checked_fields(bytes, MAGIC, "renewals file")?;
-    let mut decoder = Decoder::new(fields);
-    let mut entries = Vec::new();
-    let decoded = (|| {
-        if decoder.u32()? != VERSION {
-            return Err(crate::binary::DecodeFailure);
-        }
-        for _ in 0..decoder.u64()? {
-            let incarnation = decoder.u64()?;
-            let name = decoder.text()?;
-            entries.push((name.into_boxed_str(), incarnation, decoder.u64()?));
-        }
-        match decoder.is_empty() {
-            true => Ok(()),
-            false => Err(crate::binary::DecodeFailure),
-        }
-    })();
-    decoded.map_err(|_| invalid("unknown version, or entries that do not fill the file"))?;
-    Ok(entries)
+    crate::binary::decode_entries(bytes, MAGIC, VERSION, "renewals file", |decoder| {
+        let incarnation = decoder.u64()?;
+        let name = decoder.text()?;
+        Ok((name.into_boxed_str(), incarnation, decoder.u64()?))
+    })
 }
 
 #[cfg(test)]

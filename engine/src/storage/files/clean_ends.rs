@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::binary::{DecodeFailure, Decoder, Encoder};
+use crate::binary::DecodeFailure;
 use crate::storage::vfs::{create_dir_durably, read_file, write_file_durably, Vfs};
 
 const MAGIC: &[u8; 4] = b"DSCE";
@@ -136,43 +136,22 @@ pub fn mark_read(vfs: &dyn Vfs, root: &Path) -> io::Result<()> {
 }
 
 fn encode(ends: &[(PathBuf, CleanEnd)]) -> Vec<u8> {
-    let mut encoder = Encoder::default();
-    encoder.bytes.extend_from_slice(MAGIC);
-    encoder.u32(VERSION).u64(ends.len() as u64);
-    for (path, end) in ends {
+    crate::binary::encode_entries(MAGIC, VERSION, ends, |encoder, (path, end)| {
         let path = path.to_str().expect("stream file paths are ASCII");
         encoder.text(path).text(&end.name).u64(end.len).u32(end.create_check).u8(u8::from(end.deleted));
-    }
-    let crc = crc32fast::hash(&encoder.bytes);
-    encoder.u32(crc);
-    encoder.bytes
+    })
 }
 
 fn parse(bytes: &[u8]) -> io::Result<Vec<(PathBuf, CleanEnd)>> {
-    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    let fields = crate::binary::checked_fields(bytes, MAGIC, "file of saved ends")?;
-    let mut decoder = Decoder::new(fields);
-    let mut entries = Vec::new();
-    let decoded = (|| {
-        if decoder.u32()? != VERSION {
+    crate::binary::decode_entries(bytes, MAGIC, VERSION, "file of saved ends", |decoder| {
+        let path = PathBuf::from(decoder.text()?);
+        let name = decoder.text()?.into_boxed_str();
+        let (len, create_check, deleted) = (decoder.u64()?, decoder.u32()?, decoder.u8()?);
+        if deleted > 1 || path.is_absolute() {
             return Err(DecodeFailure);
         }
-        for _ in 0..decoder.u64()? {
-            let path = PathBuf::from(decoder.text()?);
-            let name = decoder.text()?.into_boxed_str();
-            let (len, create_check, deleted) = (decoder.u64()?, decoder.u32()?, decoder.u8()?);
-            if deleted > 1 || path.is_absolute() {
-                return Err(DecodeFailure);
-            }
-            entries.push((path, CleanEnd { name, len, create_check, deleted: deleted == 1, fresh: false }));
-        }
-        match decoder.is_empty() {
-            true => Ok(()),
-            false => Err(DecodeFailure),
-        }
-    })();
-    decoded.map_err(|_| invalid("unknown version, or entries that do not fill the file"))?;
-    Ok(entries)
+        Ok((path, CleanEnd { name, len, create_check, deleted: deleted == 1, fresh: false }))
+    })
 }
 
 #[cfg(test)]
