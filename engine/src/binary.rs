@@ -34,6 +34,13 @@ impl Encoder {
         self
     }
 
+    /// Bytes with a u32 length.
+    pub fn blob(&mut self, blob: &[u8]) -> &mut Self {
+        self.u32(blob.len() as u32);
+        self.bytes.extend_from_slice(blob);
+        self
+    }
+
     pub fn option_u64(&mut self, value: Option<u64>) -> &mut Self {
         match value {
             Some(value) => self.u8(1).u64(value),
@@ -89,24 +96,26 @@ pub fn encode_entries<T>(
     encoder.bytes
 }
 
-/// The entries of a file written by [`encode_entries`], each read by `entry`; an error when
-/// the file fails its check, is of another kind (`kind` names it), has another version, or
-/// its entries do not fill it exactly.
+/// The entries of a file written by [`encode_entries`] with one of `versions`, each read by
+/// `entry` (which is told the file's version); an error when the file fails its check, is
+/// of another kind (`kind` names it), has another version, or its entries do not fill it
+/// exactly.
 pub fn decode_entries<T>(
     bytes: &[u8],
     magic: &[u8; 4],
-    version: u32,
+    versions: std::ops::RangeInclusive<u32>,
     kind: &str,
-    mut entry: impl FnMut(&mut Decoder<'_>) -> Result<T, DecodeFailure>,
+    mut entry: impl FnMut(&mut Decoder<'_>, u32) -> Result<T, DecodeFailure>,
 ) -> std::io::Result<Vec<T>> {
     let mut decoder = Decoder::new(checked_fields(bytes, magic, kind)?);
     let mut entries = Vec::new();
     let mut decoded = || {
-        if decoder.u32()? != version {
+        let version = decoder.u32()?;
+        if !versions.contains(&version) {
             return Err(DecodeFailure);
         }
         for _ in 0..decoder.u64()? {
-            entries.push(entry(&mut decoder)?);
+            entries.push(entry(&mut decoder, version)?);
         }
         decoder.is_empty().then_some(()).ok_or(DecodeFailure)
     };
@@ -156,6 +165,11 @@ impl<'a> Decoder<'a> {
         String::from_utf8(self.take(len)?.to_vec()).map_err(|_| DecodeFailure)
     }
 
+    pub fn blob(&mut self) -> Result<&'a [u8], DecodeFailure> {
+        let len = self.u32()? as usize;
+        self.take(len)
+    }
+
     pub fn option_u64(&mut self) -> Result<Option<u64>, DecodeFailure> {
         match self.u8()? {
             0 => Ok(None),
@@ -180,12 +194,21 @@ mod tests {
     #[test]
     fn fields_round_trip_and_truncation_fails() {
         let mut encoder = Encoder::default();
-        encoder.u8(7).u32(8).u64(9).text("héllo").option_u64(None).option_u64(Some(3)).option_text(Some("x"));
+        encoder
+            .u8(7)
+            .u32(8)
+            .u64(9)
+            .text("héllo")
+            .blob(&[1, 2])
+            .option_u64(None)
+            .option_u64(Some(3))
+            .option_text(Some("x"));
         let mut decoder = Decoder::new(&encoder.bytes);
         assert_eq!(decoder.u8(), Ok(7));
         assert_eq!(decoder.u32(), Ok(8));
         assert_eq!(decoder.u64(), Ok(9));
         assert_eq!(decoder.text().as_deref(), Ok("héllo"));
+        assert_eq!(decoder.blob(), Ok(&[1, 2][..]));
         assert_eq!(decoder.option_u64(), Ok(None));
         assert_eq!(decoder.option_u64(), Ok(Some(3)));
         assert_eq!(decoder.option_text(), Ok(Some("x".into())));

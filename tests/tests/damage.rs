@@ -13,7 +13,8 @@
 //! Damage: a flipped byte in the header, the metadata and the payload of a middle record
 //! (acid and file-durable); the first and a middle segment missing, a segment truncated
 //! (acid); a stream file cut mid-record (a torn end: cut, not damage) and flipped mid-file;
-//! a missing MANIFEST (the server refuses the directory). Files harmed under the running
+//! a stream file lost after a clean stop (its name kept, damaged); a missing MANIFEST (the
+//! server refuses the directory). Files harmed under the running
 //! server are in `under_the_server.rs`.
 
 use std::path::{Path, PathBuf};
@@ -403,6 +404,34 @@ fn a_stream_file_cut_mid_record_ends_there_and_one_flipped_mid_file_is_read_arou
         let path = copy.join(&relative);
         flip(&path, position_of(&path, &needle) + 1)
     });
+}
+
+/// A stream file lost while the server was stopped (file-durable, after a clean stop): the
+/// stream keeps its name as a damaged stream — its configuration answers `HEAD`, reads serve
+/// what its create record held and then answer 500, writes answer 500 — until it is deleted, and every other stream is whole. Before, it
+/// answered 404, and a client could create the name afresh over what it had been told was
+/// stored.
+#[test]
+fn a_stream_file_lost_after_a_clean_stop_keeps_its_name() {
+    let setup = Setup { mode: "file-durable", ..SMALL };
+    let source = build(&setup);
+    let (file, _) = records_of_s(source.path()).pop().expect("s has records");
+    let copy = copy_of(source.path());
+    std::fs::remove_file(copy.path().join(file.strip_prefix(source.path()).unwrap())).unwrap();
+    let mut server = start(&setup, copy.path());
+    let client = server.client();
+    // The file comes back as its create record, which holds the create's body (message 0).
+    let first = (message(0, setup.message_bytes), true);
+    assert_eq!(read_all(&client, "-1", ""), first);
+    assert_eq!(read_all(&client, "-1", "&live=long-poll"), first);
+    assert_eq!(read_sse(&client, "-1"), first);
+    let head = client.send("HEAD", STREAM, &[], b"");
+    assert_eq!((head.status, head.header("content-type")), (200, Some("text/plain")));
+    assert_eq!(client.put(STREAM, "application/json", b"").status, 409, "the name is taken");
+    assert!(server.log().contains("stream \"s\": its file"), "named: {}", server.log());
+    let whole = ["other0".to_string(), "late".to_string()];
+    check_containment(&server, copy.path(), &whole, 1, "lost stream file");
+    check_delete_and_restart(&mut server, &whole, 0, "lost stream file");
 }
 
 /// A source cut short under its fork (file-durable): the source's last record lost, the

@@ -166,7 +166,8 @@ proptest! {
         // pass for a torn one.
         let (mut bytes, covered) = stream_file_timed(&appends, 0, |_| 1_000);
         let create_check = crate::storage::files::clean_ends::create_check(&bytes).expect("a create record");
-        let clean = CleanEnd { name: "s".into(), len: bytes.len() as u64, create_check, deleted: false, fresh: true };
+        let (name, len, create_record) = ("s".into(), bytes.len() as u64, Box::default());
+        let clean = CleanEnd { name, len, create_check, deleted: false, create_record, fresh: true };
         // Somewhere after the create record, to the end of the file (zeroing or cutting only
         // the padding at the very end takes no data).
         let at = covered[1].start + cut.index(bytes.len() - covered[1].start);

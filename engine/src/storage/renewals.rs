@@ -113,7 +113,7 @@ pub fn apply(
 
 /// The entries of a renewals file: name, incarnation, time.
 pub(crate) fn parse(bytes: &[u8]) -> io::Result<Vec<(Box<str>, u64, u64)>> {
-    crate::binary::decode_entries(bytes, MAGIC, VERSION, "renewals file", |decoder| {
+    crate::binary::decode_entries(bytes, MAGIC, VERSION..=VERSION, "renewals file", |decoder, _| {
         let incarnation = decoder.u64()?;
         let name = decoder.text()?;
         Ok((name.into_boxed_str(), incarnation, decoder.u64()?))

@@ -14,16 +14,22 @@
 //! length through its next clean stop); a soft-deleted stream whose delete record was lost
 //! stays deleted. Beyond a saved length the crash rules apply as before.
 //!
-//! A stream whose file is gone, or no longer opens with its create record, is reported by
-//! name — only by the first start after the stop that saved it (`shard-NNN.fresh` marks a
-//! save no start has read yet): later a file may be missing because its stream was deleted.
+//! A stream whose file is gone, or no longer opens with its create record, is found by the
+//! first start after the stop that saved it (`shard-NNN.fresh` marks a save no start has
+//! read yet; later a file may be missing because its stream was deleted). Each saved end
+//! holds a copy of its file's create record, so that start writes the file again as that
+//! record alone: the saved length then finds it short, and the stream keeps its name as a
+//! damaged stream (reads and writes answer 500 until it is deleted) rather than vanishing
+//! into a 404 under which a client could create the name afresh. The file an operator puts
+//! back from a copy, whole, is read as before.
 //! file-durable has synced every file when it stops; file-fast, which syncs nothing as it
 //! goes, makes its file system durable (`syncfs`) first, and saves nothing if that fails.
 //!
 //! Format (`crate::binary`): `DSCE`, version u32, entry count u64, then per entry the file's
 //! path under the data directory (u32 length, bytes), its stream's name (u32 length, bytes),
-//! its length u64, the check (header crc32) of its create record u32 and whether the stream
-//! was soft-deleted (u8); a crc32 of all that.
+//! its length u64, the check (header crc32) of its create record u32, whether the stream
+//! was soft-deleted (u8) and, from version 2 on, the create record's bytes (u32 length,
+//! bytes; none when it was not read); a crc32 of all that. Version 1 files still load.
 
 use std::collections::HashMap;
 use std::io;
@@ -33,7 +39,12 @@ use crate::binary::DecodeFailure;
 use crate::storage::vfs::{create_dir_durably, read_file, write_file_durably, Vfs};
 
 const MAGIC: &[u8; 4] = b"DSCE";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The oldest version still read (saved ends without create records).
+const VERSION_OLDEST: u32 = 1;
+/// Most bytes of a create record a saved end keeps (a create record holds the stream's
+/// name, content type and fork origin: a few hundred bytes at most in practice).
+pub const CREATE_RECORD_SAVED_MAX: usize = 64 << 10;
 /// The directory under the data directory that holds the shards' saved ends.
 pub const CLEAN_ENDS_DIR: &str = "clean-ends";
 
@@ -49,6 +60,9 @@ pub struct CleanEnd {
     pub create_check: u32,
     /// The stream was soft-deleted (its file ended with the delete record).
     pub deleted: bool,
+    /// A copy of the file's create record (empty when it was not saved): what a lost file
+    /// is written again as.
+    pub create_record: Box<[u8]>,
     /// Saved by a stop that no start has read yet (not stored: from `shard-NNN.fresh`).
     pub fresh: bool,
 }
@@ -139,18 +153,25 @@ fn encode(ends: &[(PathBuf, CleanEnd)]) -> Vec<u8> {
     crate::binary::encode_entries(MAGIC, VERSION, ends, |encoder, (path, end)| {
         let path = path.to_str().expect("stream file paths are ASCII");
         encoder.text(path).text(&end.name).u64(end.len).u32(end.create_check).u8(u8::from(end.deleted));
+        encoder.blob(&end.create_record);
     })
 }
 
 fn parse(bytes: &[u8]) -> io::Result<Vec<(PathBuf, CleanEnd)>> {
-    crate::binary::decode_entries(bytes, MAGIC, VERSION, "file of saved ends", |decoder| {
+    let versions = VERSION_OLDEST..=VERSION;
+    crate::binary::decode_entries(bytes, MAGIC, versions, "file of saved ends", |decoder, version| {
         let path = PathBuf::from(decoder.text()?);
         let name = decoder.text()?.into_boxed_str();
         let (len, create_check, deleted) = (decoder.u64()?, decoder.u32()?, decoder.u8()?);
-        if deleted > 1 || path.is_absolute() {
+        let create_record: Box<[u8]> = match version {
+            1 => Box::default(),
+            _ => decoder.blob()?.into(),
+        };
+        let record_fits = create_record.len() <= CREATE_RECORD_SAVED_MAX && create_record.len() as u64 <= len;
+        if deleted > 1 || path.is_absolute() || !record_fits {
             return Err(DecodeFailure);
         }
-        Ok((path, CleanEnd { name, len, create_check, deleted: deleted == 1, fresh: false }))
+        Ok((path, CleanEnd { name, len, create_check, deleted: deleted == 1, create_record, fresh: false }))
     })
 }
 
@@ -160,7 +181,15 @@ mod tests {
     use crate::storage::vfs::sim::SimVfs;
 
     fn end(name: &str, len: u64, deleted: bool) -> CleanEnd {
-        CleanEnd { name: name.into(), len, create_check: len as u32 ^ 0x5a5a, deleted, fresh: false }
+        let create_record = vec![7; len.min(64) as usize].into();
+        CleanEnd {
+            name: name.into(),
+            len,
+            create_check: len as u32 ^ 0x5a5a,
+            deleted,
+            create_record,
+            fresh: false,
+        }
     }
 
     #[test]
@@ -191,5 +220,28 @@ mod tests {
         assert!(parse(&bytes).is_err(), "a flipped bit fails the checksum");
         write_file_durably(&vfs, &path, &bytes).unwrap();
         assert!(load(&vfs, root).is_empty(), "and the file is ignored");
+    }
+
+    #[test]
+    fn version_1_files_load_without_create_records() {
+        let saved = (PathBuf::from("streams/aa/bb/a.log"), end("a", 120, true));
+        let v1 =
+            crate::binary::encode_entries(MAGIC, 1, std::slice::from_ref(&saved), |encoder, (path, end)| {
+                let path = path.to_str().unwrap();
+                encoder
+                    .text(path)
+                    .text(&end.name)
+                    .u64(end.len)
+                    .u32(end.create_check)
+                    .u8(u8::from(end.deleted));
+            });
+        let loaded = parse(&v1).unwrap();
+        let expected = CleanEnd { create_record: Box::default(), ..saved.1.clone() };
+        assert_eq!(loaded, vec![(saved.0.clone(), expected)]);
+        assert_eq!(
+            parse(&encode(std::slice::from_ref(&saved))).unwrap(),
+            vec![saved],
+            "version 2 keeps the record"
+        );
     }
 }

@@ -7,7 +7,8 @@
 //! reported; bytes that were cut off (unless all zeros) are kept in `dropped/` first. A file without a readable create record holds nothing that was acknowledged as
 //! a stream; it is moved to `dropped/` rather than deleted. Files are read in parallel.
 //! Each file that still holds the stream it held at a clean stop is held to the length it
-//! had then (`clean_ends`); after that stop, a stream whose file is gone is reported by name.
+//! had then (`clean_ends`); after that stop, a stream whose file is gone is reported by name
+//! and its file written again as its create record alone: it stays, damaged, until deleted.
 
 use std::collections::{BTreeSet, HashSet};
 use std::io;
@@ -100,20 +101,70 @@ pub fn recover(
     for streams in &mut recovered.shards {
         renewals::apply(&renewed, streams, |stream| incarnation(stream.chain_tail));
     }
-    report_lost_files(vfs, &mut recovered.report, root, ends);
+    restore_lost_files(vfs, &mut recovered, &mut names, root, ends, durable, shard_count);
     clean_ends::mark_read(vfs, root)?;
     Ok(recovered)
 }
 
 /// Streams whose file was there at the clean stop just before this start and is not now (or
-/// was moved aside: it no longer opens with its create record): reported by name, as damage.
-fn report_lost_files(vfs: &dyn Vfs, report: &mut RecoveryReport, root: &Path, ends: &CleanEnds) {
+/// was moved aside: it no longer opens with its create record): each is reported by name,
+/// as damage, and its file written again as its saved create record alone, which its saved
+/// length then finds short, so the stream keeps its name, marked damaged, until it is
+/// deleted (`clean_ends`). Where that cannot be done (no record saved, another file holds
+/// the name, no room), the stream is reported only.
+fn restore_lost_files(
+    vfs: &dyn Vfs,
+    recovered: &mut FilesRecovered,
+    names: &mut HashSet<Arc<str>>,
+    root: &Path,
+    ends: &CleanEnds,
+    durable: bool,
+    shard_count: u32,
+) {
     for (file, end) in clean_ends::lost(vfs, root, ends) {
-        let reason =
+        let lost =
             format!("stream {:?}: its file, {} bytes at the last clean stop, is lost", end.name, end.len);
+        let restored = restore_file(vfs, &file, end, names);
+        let reason = match &restored {
+            Ok(_) => format!("{lost}; its name is kept, as a damaged stream, until it is deleted"),
+            Err(why) => format!("{lost} ({why})"),
+        };
         tracing::error!(path = %file.display(), "{reason}");
-        report.damage.push(Damage { file, position: 0, reason, quarantined: Vec::new() });
+        let damage = Damage { file: file.clone(), position: 0, reason, quarantined: Vec::new() };
+        let outcome = restored.and_then(|suffix| {
+            recover_file(vfs, root, &file, suffix, durable, Some(end)).map_err(|error| error.to_string())
+        });
+        let Ok(mut outcome) = outcome else {
+            recovered.report.damage.push(damage);
+            continue;
+        };
+        if let FileOutcome::Stream { damage: found, .. } = &mut outcome {
+            // The restored file's shortness is the loss just reported.
+            *found = vec![damage];
+        }
+        recovered.dirs.insert(file.parent().unwrap_or(root).to_path_buf());
+        gather(recovered, names, outcome, shard_count);
     }
+}
+
+/// Writes the lost stream file `file` again, durably, as its saved create record alone;
+/// its collision suffix, or why it cannot be.
+fn restore_file(vfs: &dyn Vfs, file: &Path, end: &CleanEnd, names: &HashSet<Arc<str>>) -> Result<u8, String> {
+    let name = file.file_name().map(|name| name.to_string_lossy());
+    let Some((_, suffix)) = name.and_then(|name| parse_file_name(&name)) else {
+        return Err("not a stream file's name".into());
+    };
+    if end.create_record.is_empty() {
+        return Err("no copy of its create record was saved".into());
+    }
+    if names.contains(end.name.as_ref()) {
+        return Err("another file holds the stream now".into());
+    }
+    let dir = file.parent().expect("a stream file has a directory");
+    create_dir_durably(vfs, dir)
+        .and_then(|()| write_file_durably(vfs, file, &end.create_record))
+        .map_err(|error| format!("it cannot be written again: {error}"))?;
+    Ok(suffix)
 }
 
 /// Adds one file's outcome to the recovered streams and the report.

@@ -343,6 +343,7 @@ impl FileWriter {
             len,
             create_check,
             deleted: stream.deleted,
+            create_record: create_record_in(file.as_ref()).unwrap_or_default().into(),
             fresh: false,
         };
         if let Some(floor) = self.floors.get(&relative).filter(|floor| floor.create_check == create_check) {
@@ -480,11 +481,22 @@ fn parent(path: &Path) -> PathBuf {
 /// The stream a file's create record names, if it has a readable one.
 pub fn stream_name_in(vfs: &dyn Vfs, path: &Path) -> Option<String> {
     let file = vfs.open(path).ok()?;
-    let mut raw = [0u8; HEADER_BYTES];
-    read_exact_at(file.as_ref(), 0, &mut raw).ok()?;
-    let header = Header::decode(&raw).ok()?;
-    let mut record = vec![0u8; header.record_len()];
-    read_exact_at(file.as_ref(), 0, &mut record).ok()?;
+    let record = create_record_in(file.as_ref())?;
     let first = decode_record(&record).ok()?;
-    (first.header.kind == Kind::Create).then(|| first.meta.create.map(|c| c.name.into_string())).flatten()
+    first.meta.create.map(|create| create.name.into_string())
+}
+
+/// The bytes of the create record a stream file opens with, if it is readable (it passes
+/// its checks) and no larger than a saved end keeps.
+fn create_record_in(file: &dyn VfsFile) -> Option<Vec<u8>> {
+    let mut raw = [0u8; HEADER_BYTES];
+    read_exact_at(file, 0, &mut raw).ok()?;
+    let header = Header::decode(&raw).ok()?;
+    if header.kind != Kind::Create || header.record_len() > clean_ends::CREATE_RECORD_SAVED_MAX {
+        return None;
+    }
+    let mut record = vec![0u8; header.record_len()];
+    read_exact_at(file, 0, &mut record).ok()?;
+    decode_record(&record).ok()?;
+    Some(record)
 }
