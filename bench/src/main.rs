@@ -120,6 +120,10 @@ enum Scenario {
         /// Size of the appends that fill it
         #[arg(long, default_value_t = 4096)]
         append_bytes: usize,
+        /// Streams of that size; each connection reads the next one after each pass (more
+        /// bytes than a server keeps in memory measure reads of the log itself)
+        #[arg(long, default_value_t = 1)]
+        streams: usize,
     },
     /// K SSE subscribers on one stream and a writer at R events/s
     Fanout {
@@ -270,8 +274,8 @@ async fn run(scenario: &Scenario, settings: &Settings) -> Result<Report, String>
             let options = append::AppendOptions { connections, streams, bytes, producer, create_at };
             append::run(settings, &options).await
         }
-        Scenario::Read { connections, fill_bytes, append_bytes, .. } => {
-            read::run(settings, &read::ReadOptions { connections, fill_bytes, append_bytes }).await
+        Scenario::Read { connections, fill_bytes, append_bytes, streams, .. } => {
+            read::run(settings, &read::ReadOptions { connections, fill_bytes, append_bytes, streams }).await
         }
         Scenario::Fanout { subscribers, rate, bytes, .. } => {
             fanout::run(settings, &fanout::FanoutOptions { subscribers, rate_per_sec: rate, bytes }).await

@@ -86,6 +86,9 @@ pub struct EngineStats {
     /// Bytes catch-up reads' copies of small records hold now, across the process (disk
     /// modes; capped: `storage::chain::read::copies`).
     pub read_copies_held_bytes: u64,
+    /// Bytes of recent catch-up answers kept for the next readers from the same start (part
+    /// of the copies above; capped: `stream::kept_answers`).
+    pub kept_answer_bytes: u64,
     /// Pages of mapped files that could not be read (cut short under the process, a device
     /// error) and read as zeros instead, across the process (`storage::vfs::fault_guard`).
     pub map_faults: u64,
@@ -281,6 +284,7 @@ impl Engine {
                 .map(|s| s.counters.damage.damaged_streams.load(Ordering::Relaxed))
                 .sum(),
             read_copies_held_bytes: crate::storage::chain::read::copies_held_bytes(),
+            kept_answer_bytes: crate::stream::kept_answers::kept_bytes() as u64,
             map_faults: crate::storage::vfs::fault_guard::faults(),
             maps_unguarded: crate::storage::vfs::fault_guard::unguarded(),
         }

@@ -310,7 +310,7 @@ impl StreamReader {
             let messages = self.inherited_messages(reference, from, bytes_max)?;
             let next = messages.last().map_or(from, |message| message.next);
             let slices = messages.into_iter().map(|message| message.stored).collect();
-            return Ok(Chunk { next, messages: next.messages - from.messages, slices });
+            return Ok(Chunk { next, messages: next.messages - from.messages, slices, copied: false });
         }
         match &self.source {
             Source::Wal(source) => self.read(&source.reader(), cap).chunk(from, bytes_max),

@@ -25,8 +25,9 @@
 //!   simulated). `storage/mod.rs` holds the two interfaces the shards use: `Persist` (commit
 //!   a batch) and `LogStore` (read stored bytes).
 //! - `stream`: one stream shared by its shard and its readers (writer state, published
-//!   view), its reader's API (`stream::handle`), tail-advance wakes (`stream::live`) and
-//!   forks (`stream::fork`: a stream that reads its first bytes from another's prefix).
+//!   view), its reader's API (`stream::handle`), tail-advance wakes (`stream::live`),
+//!   recent catch-up answers kept for the next reader (`stream::kept_answers`) and forks
+//!   (`stream::fork`: a stream that reads its first bytes from another's prefix).
 //! - `op`: the requests, outcomes and errors of mutations, and the messages shards take.
 //! - `fork_point`: where a new fork starts, checked against its source.
 //! - `shard`: the single writer of its streams: batch → apply → commit → publish; shards
@@ -57,7 +58,8 @@
 //! [`Engine::open`] finds the stream in its shard's published directory; the
 //! [`StreamHandle`] reads the published view under the stream's read lock and returns
 //! zero-copy `Bytes` of whole messages, checked to start at a message boundary and to have
-//! passed their checks.
+//! passed their checks (in the disk modes, a recent answer to the same read is handed
+//! again while it is still what a read gives: `stream::kept_answers`).
 
 mod binary;
 mod config;

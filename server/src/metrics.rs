@@ -321,6 +321,13 @@ fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], 
             "Bytes catch-up answers hold in copies of small records (capped at 64 MiB; past it, reads send slices of the log).",
             engine.read_copies_held_bytes,
         );
+        single(
+            out,
+            "ds_kept_answer_bytes",
+            "gauge",
+            "Bytes of recent catch-up answers kept for readers that ask for the same start (part of the copies above; at most 32 MiB).",
+            engine.kept_answer_bytes,
+        );
         header(
             out,
             "ds_commit_seconds",
@@ -405,7 +412,8 @@ mod tests {
             records_per_flush: histogram.snapshot(),
             flush_us: histogram.snapshot(),
         };
-        let stats = EngineStats { read_copies_held_bytes: 4096, ..EngineStats::default() };
+        let stats =
+            EngineStats { read_copies_held_bytes: 4096, kept_answer_bytes: 512, ..EngineStats::default() };
         let shards = [shard];
         let engine = EngineView { stats: &stats, shards: &shards, disk: true, flushes: Some(&flushes) };
         let text = render(&Metrics::default(), FrontGauges::default(), engine);
@@ -417,6 +425,7 @@ mod tests {
         assert!(text.contains("ds_shard_queue_depth{shard=\"0\"} 2\n"), "{text}");
         assert!(text.contains("ds_flush_shared 1\n"), "{text}");
         assert!(text.contains("ds_read_copies_held_bytes 4096\n"), "{text}");
+        assert!(text.contains("ds_kept_answer_bytes 512\n"), "{text}");
         assert!(
             text.contains("ds_flushes_total 2\n") && text.contains("ds_flush_records_total 40\n"),
             "{text}"

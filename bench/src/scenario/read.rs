@@ -1,6 +1,11 @@
 //! `read`: one stream pre-filled with N bytes, then C connections each reading it from the
 //! start again and again, following `Stream-Next-Offset` until `Stream-Up-To-Date` (one
 //! pass). Reports read throughput, requests per second and per-request latency.
+//!
+//! With `--streams S`, S such streams: connection c starts on stream c mod S and moves to the
+//! next one after each pass, so with more bytes than a server keeps of recent answers
+//! (`ds` keeps 32 MiB) a pass rarely finds another connection's answers still kept, and the
+//! figure is that of reads of the log itself.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,14 +26,23 @@ pub struct ReadOptions {
     pub fill_bytes: u64,
     /// Size of each append that fills it.
     pub append_bytes: usize,
+    /// Streams of `fill_bytes` each (connections move to the next after each pass).
+    pub streams: usize,
 }
 
 pub async fn run(settings: &Settings, options: &ReadOptions) -> Result<Report, String> {
-    let path = settings.target.stream_path(&format!("read-{}", unique_suffix()));
+    let suffix = unique_suffix();
+    let paths: Arc<Vec<String>> = Arc::new(
+        (0..options.streams.max(1))
+            .map(|k| settings.target.stream_path(&format!("read-{suffix}-{k}")))
+            .collect(),
+    );
     let mut setup = Connection::open(&settings.target).await.map_err(|e| format!("connect: {e}"))?;
-    create(&mut setup, &path, "application/octet-stream").await?;
     let body = Bytes::from(vec![b'r'; options.append_bytes.max(1)]);
-    fill(&mut setup, &path, "application/octet-stream", body, options.fill_bytes).await?;
+    for path in paths.iter() {
+        create(&mut setup, path, "application/octet-stream").await?;
+        fill(&mut setup, path, "application/octet-stream", body.clone(), options.fill_bytes).await?;
+    }
 
     let clock = Clock::start(settings);
     let live = Arc::new(Live::default());
@@ -36,10 +50,10 @@ pub async fn run(settings: &Settings, options: &ReadOptions) -> Result<Report, S
     let probe = ServerProbe::start(settings, clock);
     let passes = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..options.connections.max(1))
-        .map(|_| {
-            let (settings, live, passes, path) =
-                (settings.clone(), Arc::clone(&live), Arc::clone(&passes), path.clone());
-            tokio::spawn(async move { read_loop(&settings, clock, &live, &passes, &path).await })
+        .map(|first| {
+            let (settings, live, passes, paths) =
+                (settings.clone(), Arc::clone(&live), Arc::clone(&passes), Arc::clone(&paths));
+            tokio::spawn(async move { read_loop(&settings, clock, &live, &passes, &paths, first).await })
         })
         .collect();
     let tally = Tally::join(workers).await?;
@@ -47,6 +61,7 @@ pub async fn run(settings: &Settings, options: &ReadOptions) -> Result<Report, S
     let mut report = Report::new("read");
     report
         .add("connections", options.connections as u64, "")
+        .add("streams", paths.len() as u64, "")
         .add("stream_bytes", options.fill_bytes, "B")
         .add("passes", passes.load(Ordering::Relaxed), "");
     tally.report(&mut report, "reads", &clock, &[200]);
@@ -54,20 +69,23 @@ pub async fn run(settings: &Settings, options: &ReadOptions) -> Result<Report, S
     Ok(report)
 }
 
-/// Whole passes over the stream until the run ends.
+/// Whole passes over the streams (one at a time, from `paths[first]` on) until the run ends.
 async fn read_loop(
     settings: &Settings,
     clock: Clock,
     live: &Live,
     passes: &AtomicU64,
-    path: &str,
+    paths: &[String],
+    first: usize,
 ) -> Result<Tally, String> {
+    let mut stream = first % paths.len();
     let mut tally = Tally::default();
     let mut connection = Connection::open(&settings.target).await.map_err(|e| format!("connect: {e}"))?;
     let mut offset = "-1".to_string();
     let mut count = 0;
     while !clock.done() && count < settings.requests_max {
         count += 1;
+        let path = &paths[stream];
         let sent = Instant::now();
         let reply = match connection.send_counting(Method::GET, &format!("{path}?offset={offset}")).await {
             Ok(reply) => reply,
@@ -84,6 +102,7 @@ async fn read_loop(
                     passes.fetch_add(1, Ordering::Relaxed);
                 }
                 offset = "-1".into();
+                stream = (stream + 1) % paths.len();
             }
             (200, Some(next), false) => offset = next,
             (status, ..) => return Err(format!("read {path}: status {status}")),

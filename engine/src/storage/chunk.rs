@@ -18,6 +18,9 @@ pub struct Chunk {
     pub messages: u64,
     /// Stored bytes of those messages, in order.
     pub slices: Vec<Bytes>,
+    /// Every slice is a copy the read made (none is a slice of the storage): the chunk can
+    /// be kept without keeping a segment map, or a stream's memory, alive.
+    pub copied: bool,
 }
 
 impl Chunk {

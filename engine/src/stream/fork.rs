@@ -75,7 +75,7 @@ impl ForkBase {
     /// `cap` is a boundary of the fork past `from` that the read stops at.
     pub(crate) fn read(&self, from: Offset, cap: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
         debug_assert!(from < self.start(), "the fork's own messages are read from its own data");
-        let mut chunk = Chunk { next: from, messages: 0, slices: Vec::new() };
+        let mut chunk = Chunk { next: from, messages: 0, slices: Vec::new(), copied: false };
         if from < self.until() {
             chunk = self.source.read_below(from, self.until().min(cap), bytes_max)?;
             let room = chunk.len() < bytes_max;

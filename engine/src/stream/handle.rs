@@ -142,7 +142,7 @@ impl StreamHandle {
             return Ok(None);
         };
         let from = resolve(start, published.tail);
-        let chunk = self.read_below(from, published.tail, bytes_max)?;
+        let chunk = self.read_or_kept(from, published.tail, bytes_max)?;
         self.refuse_lost_end(from, chunk.messages == 0)?;
         self.touch();
         scheduling::offer_core();
@@ -154,6 +154,20 @@ impl StreamHandle {
             closed: published.closed,
             damaged_at_tail,
         }))
+    }
+
+    /// The answer kept from an earlier read of the same start and size while it is still
+    /// what a read gives (`kept_answers`), else a read (kept for the next reader).
+    fn read_or_kept(&self, from: Offset, tail: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
+        let Some(kept) = &self.stream.kept else {
+            return self.read_below(from, tail, bytes_max);
+        };
+        if let Some(chunk) = kept.get(from, bytes_max, tail) {
+            return Ok(chunk);
+        }
+        let chunk = self.read_below(from, tail, bytes_max)?;
+        kept.keep(from, bytes_max, tail, &chunk);
+        Ok(chunk)
     }
 
     /// Reads single messages from `from` (for SSE), at most about `bytes_max` stored bytes.

@@ -9,6 +9,7 @@
 
 pub mod fork;
 pub mod handle;
+pub mod kept_answers;
 pub mod live;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +23,7 @@ use crate::storage::memory::MemLog;
 use crate::storage::record::Record;
 use crate::storage::Place;
 use fork::ForkBase;
+use kept_answers::KeptAnswers;
 
 /// How many streams of a shard are known to be damaged (a gauge: deleting one lowers it).
 #[derive(Default)]
@@ -43,6 +45,8 @@ pub struct Stream {
     damage: OnceLock<StreamDamage>,
     /// The source prefix a fork inherits (`None`: the stream's bytes are all its own).
     pub(crate) fork: Option<ForkBase>,
+    /// Recent catch-up answers (disk modes, streams that are not forks).
+    pub(crate) kept: Option<KeptAnswers>,
 }
 
 pub(crate) struct StreamState {
@@ -180,6 +184,7 @@ impl Stream {
         now_ms: u64,
         data: StreamData,
     ) -> Stream {
+        let in_memory = matches!(data, StreamData::Memory(_));
         Stream {
             id,
             name,
@@ -192,6 +197,7 @@ impl Stream {
             }),
             damage: OnceLock::new(),
             fork: None,
+            kept: (!in_memory).then(KeptAnswers::default),
         }
     }
 
@@ -205,6 +211,7 @@ impl Stream {
         state.writer.tail = start;
         state.published.tail = start;
         self.fork = Some(base);
+        self.kept = None;
         self
     }
 
@@ -245,6 +252,7 @@ impl Stream {
             config: snapshot.config,
             last_access_ms: AtomicU64::new(snapshot.last_access_ms),
             state: RwLock::new(StreamState { published, writer, data }),
+            kept: fork.is_none().then(KeptAnswers::default),
             damage,
             fork,
         }

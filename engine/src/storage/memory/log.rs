@@ -121,7 +121,7 @@ impl MemLog {
     /// `bytes_max` is exceeded but always returning at least one message when there is one.
     pub fn read(&self, from: Offset, until: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
         let mut position = self.locate(from, until)?;
-        let mut chunk = Chunk { next: from, messages: 0, slices: Vec::new() };
+        let mut chunk = Chunk { next: from, messages: 0, slices: Vec::new(), copied: false };
         let mut budget = bytes_max;
         while let Some(block) = self.blocks.get(position.block) {
             let available = block.messages_before(until);

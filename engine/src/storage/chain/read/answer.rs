@@ -19,6 +19,8 @@ use super::{LogRead, RecordSource, COPY_BELOW_BYTES};
 /// An answer being built.
 pub(super) struct Answer {
     slices: Vec<Bytes>,
+    /// Some slice is of the storage itself, not a copy.
+    from_storage: bool,
     copied: BytesMut,
     copies: Copies,
     /// Where the records the answer spans end (what a copy may need room up to).
@@ -33,7 +35,14 @@ impl Answer {
     pub fn new(from: Offset, first: &Node, last: &Node) -> Answer {
         let span_end = last.end.bytes;
         let copies = Copies::new(span_end - first.start.bytes);
-        Answer { slices: Vec::new(), copied: BytesMut::new(), copies, span_end, next: from }
+        Answer {
+            slices: Vec::new(),
+            from_storage: false,
+            copied: BytesMut::new(),
+            copies,
+            span_end,
+            next: from,
+        }
     }
 
     /// Takes the data of `node` (after its first `skip` bytes) into the answer; nothing is
@@ -49,6 +58,7 @@ impl Answer {
             let data = read.cut_data(node, skip)?;
             self.seal_copied();
             self.slices.push(data);
+            self.from_storage = true;
         } else if node.end.bytes - node.start.bytes < COPY_BELOW_BYTES && self.copies.allowed() {
             if self.copied.capacity() == 0 {
                 self.copied.reserve((self.span_end - node.start.bytes) as usize);
@@ -58,6 +68,7 @@ impl Answer {
             let data = read.source.data(node)?;
             self.seal_copied();
             self.slices.push(data.slice(skip..));
+            self.from_storage = true;
         }
         self.next = node.end.min(read.until);
         Ok(())
@@ -90,7 +101,8 @@ impl Answer {
     pub fn finish(mut self, from: Offset) -> Chunk {
         self.seal_copied();
         debug_assert!(self.next > from, "a read that returns covers at least one record");
-        Chunk { next: self.next, messages: self.next.messages - from.messages, slices: self.slices }
+        let (messages, copied) = (self.next.messages - from.messages, !self.from_storage);
+        Chunk { next: self.next, messages, slices: self.slices, copied }
     }
 
     /// Ends the copy so far as one slice, before a slice of storage follows it.

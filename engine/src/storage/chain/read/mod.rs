@@ -135,7 +135,7 @@ impl<S: RecordSource> LogRead<'_, S> {
     /// Whole messages from `from`, about `bytes_max` stored bytes (at least one record).
     pub fn chunk(&self, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
         if !self.reads_from(from)? {
-            return Ok(Chunk { next: from, messages: 0, slices: Vec::new() });
+            return Ok(Chunk { next: from, messages: 0, slices: Vec::new(), copied: false });
         }
         let bounds = match self.chained_bounds(from, bytes_max) {
             Ok(bounds) => Some(bounds),

@@ -1,0 +1,183 @@
+//! Recent catch-up answers of a disk-mode stream, handed again to readers that ask for the
+//! same start.
+//!
+//! Bytes at an offset never change (PROTOCOL §10: catch-up chunks, the tail's included, are
+//! cacheable), so a crowd of readers catching up on one stream — clients reconnecting after
+//! a deploy, many tabs loading one stream — need not each check and copy the same records
+//! out of the log. The first read's answer (checked against its crcs and copied out of the
+//! log by `storage::chain::read`) is kept, and the next reader that asks for the same start
+//! with the same read size gets it, as long as it is still the answer a read would give: it
+//! ended before the tail it was read against (a later read ends at the same place), or at
+//! the tail, which has not moved since. A read of the log costs a crc pass and a copy of
+//! every byte; a kept answer costs neither.
+//!
+//! Only answers made wholly of copies are kept ([`Chunk::copied`]): a kept slice of a segment
+//! map would keep the map, and the disk space of a segment compaction deleted, alive. Forks'
+//! answers, which join their source's bytes to their own, and memory mode's (slices of the
+//! stream's own memory already) are not kept.
+//!
+//! Limits: a stream remembers at most [`KEPT_PER_STREAM_MAX`] answers and holds them weakly;
+//! the process holds them, at most [`KEPT_BYTES_MAX`] in all and none kept longer than
+//! [`KEPT_MS_MAX`], dropping the oldest first whenever it keeps another (an idle process
+//! holds what it kept until then). Kept bytes stay charged to the read-copies budget they
+//! were copied under (`storage::chain::read::copies`), so kept answers and answers in flight
+//! never hold more than that budget together; a dropped answer is freed once no response is
+//! still sending it.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use crate::offset::Offset;
+use crate::storage::chunk::Chunk;
+
+/// Most answers one stream remembers: a 16 MiB catch-up in the default 4 MiB reads, and one.
+pub const KEPT_PER_STREAM_MAX: usize = 5;
+/// Most bytes of kept answers in the process: half the read-copies budget, so reads in
+/// flight keep the other half.
+pub const KEPT_BYTES_MAX: usize = 32 << 20;
+/// Longest an answer is kept.
+pub const KEPT_MS_MAX: u64 = 10_000;
+
+/// One kept answer and what it answered.
+struct Kept {
+    from: Offset,
+    bytes_max: usize,
+    /// The published tail the read was made against.
+    tail: Offset,
+    chunk: Chunk,
+    kept_at: Instant,
+}
+
+/// The answers one stream remembers (weakly: the process holds them); made at the first
+/// answer kept, so a stream never read costs a pointer.
+#[derive(Default)]
+pub(crate) struct KeptAnswers {
+    answers: OnceLock<Box<Mutex<Vec<Weak<Kept>>>>>,
+}
+
+impl KeptAnswers {
+    /// The kept answer to a read from `from` of `bytes_max` bytes, if one is still what a
+    /// read would give with the published tail at `tail`.
+    pub fn get(&self, from: Offset, bytes_max: usize, tail: Offset) -> Option<Chunk> {
+        let answers = self.answers.get()?.lock().expect("kept answers lock");
+        answers.iter().filter_map(Weak::upgrade).find_map(|kept| {
+            let same = kept.from == from && kept.bytes_max == bytes_max;
+            let still = kept.chunk.next < kept.tail || kept.chunk.next == tail;
+            (same && still).then(|| kept.chunk.clone())
+        })
+    }
+
+    /// Keeps `chunk`, a read from `from` of `bytes_max` bytes against the published tail
+    /// `tail`, if it is made of copies and holds something.
+    pub fn keep(&self, from: Offset, bytes_max: usize, tail: Offset, chunk: &Chunk) {
+        if !chunk.copied || chunk.messages == 0 || chunk.len() > KEPT_BYTES_MAX / KEPT_PER_STREAM_MAX {
+            return;
+        }
+        assert!(chunk.next > from && chunk.next <= tail, "a kept answer lies between its start and its tail");
+        let kept = Arc::new(Kept { from, bytes_max, tail, chunk: chunk.clone(), kept_at: Instant::now() });
+        {
+            let mut answers = self.answers.get_or_init(Box::default).lock().expect("kept answers lock");
+            answers.retain(|weak| {
+                weak.upgrade().is_some_and(|old| old.from != from || old.bytes_max != bytes_max)
+            });
+            if answers.len() >= KEPT_PER_STREAM_MAX {
+                answers.remove(0);
+            }
+            answers.push(Arc::downgrade(&kept));
+        }
+        hold(kept);
+    }
+}
+
+/// Every kept answer of the process, oldest first, and their bytes.
+struct Held {
+    answers: VecDeque<Arc<Kept>>,
+    bytes: usize,
+}
+
+static HELD: Mutex<Held> = Mutex::new(Held { answers: VecDeque::new(), bytes: 0 });
+
+/// Holds `kept`, dropping the oldest answers past the process's limits.
+fn hold(kept: Arc<Kept>) {
+    let mut dropped = Vec::new();
+    {
+        let mut held = HELD.lock().expect("held answers lock");
+        held.bytes += kept.chunk.len();
+        held.answers.push_back(kept);
+        let too_old = |kept: &Kept| kept.kept_at.elapsed() > Duration::from_millis(KEPT_MS_MAX);
+        while held.bytes > KEPT_BYTES_MAX || held.answers.front().is_some_and(|oldest| too_old(oldest)) {
+            let oldest = held.answers.pop_front().expect("bytes held are in some answer");
+            held.bytes -= oldest.chunk.len();
+            dropped.push(oldest);
+        }
+        assert!(held.bytes <= KEPT_BYTES_MAX, "the process holds no more than its limit");
+    }
+    // Freed outside the lock.
+    drop(dropped);
+}
+
+/// Bytes of kept answers the process holds now.
+pub fn kept_bytes() -> usize {
+    HELD.lock().expect("held answers lock").bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn chunk(from: u64, len: u64, copied: bool) -> Chunk {
+        let next = Offset::ZERO.advance(from + 1, from + len);
+        Chunk { next, messages: 1, slices: vec![Bytes::from(vec![7; len as usize])], copied }
+    }
+
+    fn at(bytes: u64) -> Offset {
+        Offset::ZERO.advance(bytes, bytes)
+    }
+
+    #[test]
+    fn an_answer_is_handed_again_while_a_read_would_give_it() {
+        let answers = KeptAnswers::default();
+        let (from, tail) = (at(0), at(100));
+        let full = chunk(0, 40, true);
+        answers.keep(from, 40, tail, &full);
+        assert_eq!(answers.get(from, 40, at(500)).map(|c| c.next), Some(full.next), "ended before its tail");
+        assert!(answers.get(from, 41, tail).is_none(), "another read size is another answer");
+        assert!(answers.get(at(1), 40, tail).is_none(), "another start");
+        let to_tail = chunk(50, 50, true);
+        answers.keep(at(50), 4096, to_tail.next, &to_tail);
+        assert!(answers.get(at(50), 4096, to_tail.next).is_some(), "the tail has not moved");
+        assert!(answers.get(at(50), 4096, at(101)).is_none(), "the tail moved: a read gives more");
+    }
+
+    #[test]
+    fn only_copies_are_kept_and_a_stream_remembers_a_few() {
+        let answers = KeptAnswers::default();
+        answers.keep(at(0), 10, at(100), &chunk(0, 10, false));
+        assert!(answers.get(at(0), 10, at(100)).is_none(), "a slice of storage is not kept");
+        for start in 0..KEPT_PER_STREAM_MAX as u64 + 2 {
+            answers.keep(at(start), 1, at(100), &chunk(start, 1, true));
+        }
+        let remembered =
+            (0..KEPT_PER_STREAM_MAX as u64 + 2).filter(|s| answers.get(at(*s), 1, at(100)).is_some());
+        assert_eq!(remembered.count(), KEPT_PER_STREAM_MAX, "the oldest forgotten");
+    }
+
+    #[test]
+    fn the_process_holds_no_more_than_its_limit() {
+        let answers = KeptAnswers::default();
+        let piece = (KEPT_BYTES_MAX / KEPT_PER_STREAM_MAX) as u64;
+        for start in 0..(2 * KEPT_PER_STREAM_MAX) as u64 {
+            KeptAnswers::default().keep(
+                at(start * piece),
+                1,
+                at(1 << 40),
+                &chunk(start * piece, piece, true),
+            );
+        }
+        assert!(kept_bytes() <= KEPT_BYTES_MAX);
+        answers.keep(at(0), 1, at(10), &chunk(0, 10, true));
+        assert!(answers.get(at(0), 1, at(10)).is_some(), "the newest is held");
+    }
+}
