@@ -127,12 +127,21 @@ impl Drop for Buffer {
 mod tests {
     use super::*;
 
+    /// The budget is the process's: a test that takes every buffer runs alone, not beside
+    /// one that needs a buffer (tests run on parallel threads).
+    static BUDGET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn alone() -> std::sync::MutexGuard<'static, ()> {
+        BUDGET.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn slices(lengths: &[usize]) -> VecDeque<Bytes> {
         lengths.iter().enumerate().map(|(i, &n)| Bytes::from(vec![i as u8; n])).collect()
     }
 
     #[test]
     fn fill_takes_whole_slices_then_splits_the_one_that_does_not_fit() {
+        let _alone = alone();
         let mut buffer = Buffer::take().expect("a buffer");
         let mut input = slices(&[100, BUFFER_BYTES, 7]);
         let taken = buffer.fill(b"HEAD", &mut input);
@@ -145,6 +154,7 @@ mod tests {
 
     #[test]
     fn a_head_larger_than_its_room_takes_the_rest_from_the_messages() {
+        let _alone = alone();
         let mut buffer = Buffer::take().expect("a buffer");
         let head = vec![b'h'; HEAD_ROOM_BYTES + 10];
         let mut input = slices(&[BUFFER_BYTES]);
@@ -164,6 +174,7 @@ mod tests {
 
     #[test]
     fn buffers_are_reused_and_the_budget_is_never_exceeded() {
+        let _alone = alone();
         let held: Vec<Buffer> = std::iter::from_fn(Buffer::take).take(BUFFERS_MAX + 1).collect();
         assert!(held.len() <= BUFFERS_MAX);
         assert!(BUFFERS_LIVE.load(Ordering::Acquire) <= BUFFERS_MAX);
