@@ -97,11 +97,12 @@ pub fn recover(
             gather(&mut recovered, &mut names, outcome, shard_count);
         }
     }
+    // Before the renewals: a stream kept under its name keeps its TTL window too.
+    restore_lost_files(vfs, &mut recovered, &mut names, root, ends, durable, shard_count);
     let renewed = renewals::load(vfs, (0..shard_count).map(|shard| renewals_path(root, shard)));
     for streams in &mut recovered.shards {
         renewals::apply(&renewed, streams, |stream| incarnation(stream.chain_tail));
     }
-    restore_lost_files(vfs, &mut recovered, &mut names, root, ends, durable, shard_count);
     clean_ends::mark_read(vfs, root)?;
     Ok(recovered)
 }
