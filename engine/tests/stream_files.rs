@@ -226,3 +226,29 @@ fn saved_ends_hold_only_what_was_written_before_them() {
     assert!(report.damage.is_empty(), "{:?}", report.damage);
     assert_eq!(harness.read("s").unwrap(), "again|");
 }
+
+/// A stream kept under its name after its file was lost keeps its TTL window: the reads
+/// that renewed it before the stop count, not only its create record's time.
+#[test]
+fn a_lost_stream_file_kept_under_its_name_keeps_its_ttl_window() {
+    let mut harness = Harness::with_mode(StorageMode::FileDurable, SEGMENT_BYTES);
+    harness.start();
+    let config = ds_engine::StreamConfig { ttl_secs: Some(30), ..plain_config() };
+    harness.create("ttl", config).unwrap();
+    harness.append(append_request("ttl", "x")).unwrap();
+    harness.clock.advance_ms(20_000);
+    assert_eq!(harness.read("ttl").as_deref(), Some("x"), "a read renews the window");
+    harness.shutdown();
+    harness.disk.remove_file(&harness.stream_file("ttl")).unwrap();
+    harness.clock.advance_ms(20_000);
+    harness.start();
+    harness.engine().run_pending();
+    assert_eq!(
+        read_from_start(&harness, "ttl"),
+        Err(ReadError::Damaged),
+        "alive, damaged, within its window"
+    );
+    harness.clock.advance_ms(30_001);
+    harness.engine().run_pending();
+    assert!(harness.engine().open(&support::name("ttl")).is_none(), "and it runs out");
+}
