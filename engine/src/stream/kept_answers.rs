@@ -16,7 +16,8 @@
 //! answers, which join their source's bytes to their own, and memory mode's (slices of the
 //! stream's own memory already) are not kept.
 //!
-//! Limits: a stream remembers at most [`KEPT_PER_STREAM_MAX`] answers and holds them weakly;
+//! Limits: an answer larger than [`KEPT_BYTES_MAX`] / [`KEPT_PER_STREAM_MAX`] (reads above
+//! 6.4 MiB) is not kept; a stream remembers at most [`KEPT_PER_STREAM_MAX`] answers, weakly;
 //! the process holds them, at most [`KEPT_BYTES_MAX`] in all and none kept longer than
 //! [`KEPT_MS_MAX`], dropping the oldest first whenever it keeps another (an idle process
 //! holds what it kept until then). Kept bytes stay charged to the read-copies budget they
@@ -50,7 +51,7 @@ struct Kept {
 }
 
 /// The answers one stream remembers (weakly: the process holds them); made at the first
-/// answer kept, so a stream never read costs a pointer.
+/// answer kept, so a stream never read costs 24 bytes (`Option<KeptAnswers>`).
 #[derive(Default)]
 pub(crate) struct KeptAnswers {
     answers: OnceLock<Box<Mutex<Vec<Weak<Kept>>>>>,
