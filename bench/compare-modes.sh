@@ -7,6 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-5}
 out=${2:-/tmp/ds-compare}
+# A server left running on either port would answer in place of the one started here.
+for port in 4437 4438; do
+  if curl -s -o /dev/null "http://127.0.0.1:$port/"; then
+    echo "something already answers on port $port: stop it first (ss -ltnp | grep :$port)" >&2
+    exit 2
+  fi
+done
 data=$(mktemp -d /tmp/ds-compare-acid.XXXXXX)
 mkdir -p "$out"
 cargo build --release --quiet --bin ds-server --bin ds-bench
@@ -17,7 +24,7 @@ memory=$!
 env "${common[@]}" DS_SERVER__PORT=4438 DS_STORAGE__MODE=acid DS_STORAGE__DATA_DIR="$data" \
   taskset -c 0 ./target/release/ds-server &
 acid=$!
-trap 'kill -INT $memory $acid 2>/dev/null; wait 2>/dev/null; rm -rf "$data"' EXIT
+trap 'kill -INT $memory $acid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$data"' EXIT
 for port in 4437 4438; do
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
 done

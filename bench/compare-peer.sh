@@ -30,6 +30,14 @@ if [ ! -x "$peer" ]; then
   exit 2
 fi
 cargo build --release --quiet --bin ds-server --bin ds-bench
+# A server left running on either port would answer in place of the one started here (one
+# that fails to bind exits at once): refuse to measure a stranger.
+for port in 4441 4442; do
+  if curl -s -o /dev/null "http://127.0.0.1:$port/"; then
+    echo "something already answers on port $port: stop it first (ss -ltnp | grep :$port)" >&2
+    exit 2
+  fi
+done
 ds_data=$(mktemp -d /tmp/ds-compare-peer-a.XXXXXX)
 peer_data=$(mktemp -d /tmp/ds-compare-peer-b.XXXXXX)
 # The catch-up fill is larger than the default stream limit (10 MiB), and the memory budget
@@ -42,9 +50,12 @@ env DS_SERVER__HOST=127.0.0.1 DS_SERVER__PORT=4441 RUST_LOG=warn \
 ds=$!
 taskset -c 0 "$peer" --port 4442 --durability "$peer_mode" --data-dir "$peer_data" >/dev/null 2>&1 &
 electric=$!
-trap 'kill -INT $ds $electric 2>/dev/null; wait $ds $electric 2>/dev/null; rm -rf "$ds_data" "$peer_data"' EXIT
+trap 'kill -INT $ds $electric 2>/dev/null || true; wait $ds $electric 2>/dev/null || true; rm -rf "$ds_data" "$peer_data"' EXIT
 for port in 4441 4442; do
   for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
+done
+for pid in $ds $electric; do
+  kill -0 "$pid" 2>/dev/null || { echo "a server did not start (pid $pid)" >&2; exit 2; }
 done
 taskset -c 1 ./target/release/ds-bench compare --a http://127.0.0.1:4441 --b http://127.0.0.1:4442 \
   --b-prefix / --rounds "${ROUNDS:-3}" "$@" --duration "${SECONDS_PER_RUN:-5}" --warmup 1 --quiet

@@ -23,13 +23,19 @@
 //! holds what it kept until then). Kept bytes stay charged to the read-copies budget they
 //! were copied under (`storage::chain::read::copies`), so kept answers and answers in flight
 //! never hold more than that budget together; a dropped answer is freed once no response is
-//! still sending it.
+//! still sending it. Nothing is kept while reads in flight hold more than half that budget
+//! (many readers of different data: kept answers would leave them too little, and they would
+//! send slices of the log instead of copies). Against the build without kept answers,
+//! alternating rounds, 16 connections: re-reading one 16 MiB stream 1.54×; 16 streams of
+//! 16 MiB, each connection moving on after each pass, 0.97× and 1.18× (without that rule,
+//! 0.88×).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::offset::Offset;
+use crate::storage::chain::read::{copies_held_bytes, COPIES_BYTES_MAX};
 use crate::storage::chunk::Chunk;
 
 /// Most answers one stream remembers: a 16 MiB catch-up in the default 4 MiB reads, and one.
@@ -73,6 +79,12 @@ impl KeptAnswers {
     /// `tail`, if it is made of copies and holds something.
     pub fn keep(&self, from: Offset, bytes_max: usize, tail: Offset, chunk: &Chunk) {
         if !chunk.copied || chunk.messages == 0 || chunk.len() > KEPT_BYTES_MAX / KEPT_PER_STREAM_MAX {
+            return;
+        }
+        // Kept bytes hold their read-copies charge: while reads in flight use more than half
+        // that budget (many readers of different data), keeping would leave them too little,
+        // and they would send slices of the log instead of copies.
+        if copies_held_bytes() > COPIES_BYTES_MAX / 2 {
             return;
         }
         assert!(chunk.next > from && chunk.next <= tail, "a kept answer lies between its start and its tail");
