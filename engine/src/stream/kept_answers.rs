@@ -23,7 +23,8 @@
 //! holds what it kept until then). Kept bytes stay charged to the read-copies budget they
 //! were copied under (`storage::chain::read::copies`), so kept answers and answers in flight
 //! never hold more than that budget together; a dropped answer is freed once no response is
-//! still sending it. Nothing is kept while reads in flight hold more than half that budget
+//! still sending it. Nothing is kept while reads in flight (the charges beside the kept
+//! answers', after those older than [`KEPT_MS_MAX`] are dropped) hold more than half that budget
 //! (many readers of different data: kept answers would leave them too little, and they would
 //! send slices of the log instead of copies). Against the build without kept answers,
 //! alternating rounds, 16 connections: re-reading one 16 MiB stream 1.54×; 16 streams of
@@ -81,10 +82,11 @@ impl KeptAnswers {
         if !chunk.copied || chunk.messages == 0 || chunk.len() > KEPT_BYTES_MAX / KEPT_PER_STREAM_MAX {
             return;
         }
-        // Kept bytes hold their read-copies charge: while reads in flight use more than half
-        // that budget (many readers of different data), keeping would leave them too little,
-        // and they would send slices of the log instead of copies.
-        if copies_held_bytes() > COPIES_BYTES_MAX / 2 {
+        // Kept bytes hold their read-copies charge: while reads in flight (the charges beside
+        // the kept ones) use more than half that budget (many readers of different data),
+        // keeping would leave them too little, and they would send slices of the log.
+        let kept_bytes = drop_expired() as u64;
+        if copies_held_bytes().saturating_sub(kept_bytes) > COPIES_BYTES_MAX / 2 {
             return;
         }
         assert!(chunk.next > from && chunk.next <= tail, "a kept answer lies between its start and its tail");
@@ -128,6 +130,23 @@ fn hold(kept: Arc<Kept>) {
     }
     // Freed outside the lock.
     drop(dropped);
+}
+
+/// Drops the answers kept longer than [`KEPT_MS_MAX`]; the bytes still held.
+fn drop_expired() -> usize {
+    let mut dropped = Vec::new();
+    let mut held = HELD.lock().expect("held answers lock");
+    let too_old = |kept: &Kept| kept.kept_at.elapsed() > Duration::from_millis(KEPT_MS_MAX);
+    while held.answers.front().is_some_and(|oldest| too_old(oldest)) {
+        let oldest = held.answers.pop_front().expect("checked above");
+        held.bytes -= oldest.chunk.len();
+        dropped.push(oldest);
+    }
+    let bytes = held.bytes;
+    drop(held);
+    // Freed outside the lock.
+    drop(dropped);
+    bytes
 }
 
 /// Bytes of kept answers the process holds now.
