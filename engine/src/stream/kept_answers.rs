@@ -114,40 +114,38 @@ struct Held {
 
 static HELD: Mutex<Held> = Mutex::new(Held { answers: VecDeque::new(), bytes: 0 });
 
+impl Held {
+    /// Takes out the oldest answers while they hold more than `bytes_max` or were kept
+    /// longer than [`KEPT_MS_MAX`] (returned, to be freed outside the lock).
+    fn take_oldest(&mut self, bytes_max: usize) -> Vec<Arc<Kept>> {
+        let too_old = |kept: &Kept| kept.kept_at.elapsed() > Duration::from_millis(KEPT_MS_MAX);
+        let mut taken = Vec::new();
+        while self.bytes > bytes_max || self.answers.front().is_some_and(|oldest| too_old(oldest)) {
+            let oldest = self.answers.pop_front().expect("bytes held are in some answer");
+            self.bytes -= oldest.chunk.len();
+            taken.push(oldest);
+        }
+        assert!(self.bytes <= bytes_max, "the process holds no more than its limit");
+        taken
+    }
+}
+
 /// Holds `kept`, dropping the oldest answers past the process's limits.
 fn hold(kept: Arc<Kept>) {
-    let mut dropped = Vec::new();
-    {
-        let mut held = HELD.lock().expect("held answers lock");
-        held.bytes += kept.chunk.len();
-        held.answers.push_back(kept);
-        let too_old = |kept: &Kept| kept.kept_at.elapsed() > Duration::from_millis(KEPT_MS_MAX);
-        while held.bytes > KEPT_BYTES_MAX || held.answers.front().is_some_and(|oldest| too_old(oldest)) {
-            let oldest = held.answers.pop_front().expect("bytes held are in some answer");
-            held.bytes -= oldest.chunk.len();
-            dropped.push(oldest);
-        }
-        assert!(held.bytes <= KEPT_BYTES_MAX, "the process holds no more than its limit");
-    }
+    let mut held = HELD.lock().expect("held answers lock");
+    held.bytes += kept.chunk.len();
+    held.answers.push_back(kept);
+    let dropped = held.take_oldest(KEPT_BYTES_MAX);
+    drop(held);
     // Freed outside the lock.
     drop(dropped);
 }
 
-/// Drops the answers kept longer than [`KEPT_MS_MAX`]; the bytes still held.
-fn drop_expired() -> usize {
-    let mut dropped = Vec::new();
-    let mut held = HELD.lock().expect("held answers lock");
-    let too_old = |kept: &Kept| kept.kept_at.elapsed() > Duration::from_millis(KEPT_MS_MAX);
-    while held.answers.front().is_some_and(|oldest| too_old(oldest)) {
-        let oldest = held.answers.pop_front().expect("checked above");
-        held.bytes -= oldest.chunk.len();
-        dropped.push(oldest);
-    }
-    let bytes = held.bytes;
-    drop(held);
+/// Drops the answers kept longer than [`KEPT_MS_MAX`].
+fn drop_expired() {
+    let dropped = HELD.lock().expect("held answers lock").take_oldest(usize::MAX);
     // Freed outside the lock.
     drop(dropped);
-    bytes
 }
 
 /// Bytes of kept answers the process holds now.
