@@ -15,6 +15,7 @@ use crate::storage::chunk::{Chunk, Message, ReadError};
 use crate::storage::memory::MemLog;
 use crate::storage::{LogStore, LogView};
 use crate::stream::fork::{ForkBase, ForkSource, Unpinned};
+use crate::stream::kept_answers;
 use crate::stream::live::{LiveRegistry, Subscription};
 use crate::stream::{DamageCounter, Published, Stream, StreamData};
 use crate::time::Clock;
@@ -165,6 +166,7 @@ impl StreamHandle {
         if let Some(chunk) = kept.get(from, bytes_max, tail) {
             return Ok(chunk);
         }
+        kept_answers::make_room(bytes_max);
         let chunk = self.read_below(from, tail, bytes_max)?;
         kept.keep(from, bytes_max, tail, &chunk);
         Ok(chunk)
