@@ -89,6 +89,9 @@ pub struct EngineStats {
     /// Bytes of recent catch-up answers kept for the next readers from the same start (part
     /// of the copies above; capped: `stream::kept_answers`).
     pub kept_answer_bytes: u64,
+    /// Catch-up reads answered with a kept answer instead of a read of the log, since the
+    /// start.
+    pub kept_answer_hits: u64,
     /// Pages of mapped files that could not be read (cut short under the process, a device
     /// error) and read as zeros instead, across the process (`storage::vfs::fault_guard`).
     pub map_faults: u64,
@@ -285,6 +288,7 @@ impl Engine {
                 .sum(),
             read_copies_held_bytes: crate::storage::chain::read::copies_held_bytes(),
             kept_answer_bytes: crate::stream::kept_answers::kept_bytes() as u64,
+            kept_answer_hits: crate::stream::kept_answers::hits(),
             map_faults: crate::storage::vfs::fault_guard::faults(),
             maps_unguarded: crate::storage::vfs::fault_guard::unguarded(),
         }

@@ -328,6 +328,13 @@ fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], 
             "Bytes of recent catch-up answers kept for readers that ask for the same start (part of the copies above; at most 32 MiB).",
             engine.kept_answer_bytes,
         );
+        single(
+            out,
+            "ds_kept_answer_hits_total",
+            "counter",
+            "Catch-up reads answered with a kept answer instead of a read of the log.",
+            engine.kept_answer_hits,
+        );
         header(
             out,
             "ds_commit_seconds",
@@ -412,8 +419,12 @@ mod tests {
             records_per_flush: histogram.snapshot(),
             flush_us: histogram.snapshot(),
         };
-        let stats =
-            EngineStats { read_copies_held_bytes: 4096, kept_answer_bytes: 512, ..EngineStats::default() };
+        let stats = EngineStats {
+            read_copies_held_bytes: 4096,
+            kept_answer_bytes: 512,
+            kept_answer_hits: 3,
+            ..EngineStats::default()
+        };
         let shards = [shard];
         let engine = EngineView { stats: &stats, shards: &shards, disk: true, flushes: Some(&flushes) };
         let text = render(&Metrics::default(), FrontGauges::default(), engine);
@@ -426,6 +437,7 @@ mod tests {
         assert!(text.contains("ds_flush_shared 1\n"), "{text}");
         assert!(text.contains("ds_read_copies_held_bytes 4096\n"), "{text}");
         assert!(text.contains("ds_kept_answer_bytes 512\n"), "{text}");
+        assert!(text.contains("ds_kept_answer_hits_total 3\n"), "{text}");
         assert!(
             text.contains("ds_flushes_total 2\n") && text.contains("ds_flush_records_total 40\n"),
             "{text}"

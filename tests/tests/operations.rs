@@ -40,6 +40,8 @@ fn metrics_count_what_the_server_did() {
         assert_eq!(client.post("/v1/stream/m0", "text/plain", b"0123456789").status, 204);
     }
     assert_eq!(client.get("/v1/stream/m0?offset=-1").text().len(), 50);
+    let again = client.get("/v1/stream/m0?offset=-1");
+    assert_eq!(again.text().len(), 50, "the same read again: the kept answer");
     assert_eq!(client.get("/v1/stream/missing?offset=-1").status, 404);
     let mut sse = client.open_stream("/v1/stream/m1?offset=-1&live=sse", &[]);
     sse.read_until("upToDate", Duration::from_secs(5));
@@ -56,7 +58,12 @@ fn metrics_count_what_the_server_did() {
     };
     assert_eq!(sample(&samples, "ds_requests_total{route=\"create\",status=\"201\"}"), 3.0);
     assert_eq!(sample(&samples, "ds_requests_total{route=\"append\",status=\"204\"}"), 5.0);
-    assert_eq!(sample(&samples, "ds_requests_total{route=\"read\",status=\"200\"}"), 1.0);
+    assert_eq!(sample(&samples, "ds_requests_total{route=\"read\",status=\"200\"}"), 2.0);
+    assert_eq!(
+        sample(&samples, "ds_kept_answer_hits_total"),
+        1.0,
+        "the second read was answered from the kept answer"
+    );
     assert_eq!(sample(&samples, "ds_requests_total{route=\"read\",status=\"404\"}"), 1.0);
     assert_eq!(sample(&samples, "ds_append_bytes_total"), 50.0);
     assert!(sample(&samples, "ds_read_bytes_total") >= 50.0);

@@ -34,6 +34,7 @@
 //! 0.88×).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -71,11 +72,15 @@ impl KeptAnswers {
     /// read would give with the published tail at `tail`.
     pub fn get(&self, from: Offset, bytes_max: usize, tail: Offset) -> Option<Chunk> {
         let answers = self.answers.get()?.lock().expect("kept answers lock");
-        answers.iter().filter_map(Weak::upgrade).find_map(|kept| {
+        let found = answers.iter().filter_map(Weak::upgrade).find_map(|kept| {
             let same = kept.from == from && kept.bytes_max == bytes_max;
             let still = kept.chunk.next < kept.tail || kept.chunk.next == tail;
             (same && still).then(|| kept.chunk.clone())
-        })
+        });
+        if found.is_some() {
+            HITS.fetch_add(1, Ordering::Relaxed);
+        }
+        found
     }
 
     /// Keeps `chunk`, a read from `from` of `bytes_max` bytes against the published tail
@@ -115,6 +120,9 @@ struct Held {
 }
 
 static HELD: Mutex<Held> = Mutex::new(Held { answers: VecDeque::new(), bytes: 0 });
+
+/// Reads answered with a kept answer, since the start.
+static HITS: AtomicU64 = AtomicU64::new(0);
 
 impl Held {
     /// Takes out the oldest answers while they hold more than `bytes_max` or were kept
@@ -175,6 +183,11 @@ pub fn kept_bytes() -> usize {
     HELD.lock().expect("held answers lock").bytes
 }
 
+/// Reads answered with a kept answer instead of a read of the log, since the start.
+pub fn hits() -> u64 {
+    HITS.load(Ordering::Relaxed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,7 +216,9 @@ mod tests {
         let (from, tail) = (at(0), at(100));
         let full = chunk(0, 40, true);
         answers.keep(from, 40, tail, &full);
+        let hits_before = hits();
         assert_eq!(answers.get(from, 40, at(500)).map(|c| c.next), Some(full.next), "ended before its tail");
+        assert!(hits() > hits_before, "a hit is counted");
         assert!(answers.get(from, 41, tail).is_none(), "another read size is another answer");
         assert!(answers.get(at(1), 40, tail).is_none(), "another start");
         let to_tail = chunk(50, 50, true);
