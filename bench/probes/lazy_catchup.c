@@ -1,0 +1,117 @@
+// Catch-up answers copied whole before they are sent, against copied piece by piece as the
+// socket takes them.
+//
+// A 256 MiB region stands for the page cache of 16 streams of 16 MiB. Sixteen loopback
+// connections each take answers of 4 MiB, one after another through the region. The sender
+// (pinned to CPU 0, non-blocking sockets, epoll) makes each answer as a read does: `whole`
+// copies all 4 MiB into the answer's own buffer first (one per connection, 64 MiB in all, so
+// by the time the socket takes the last bytes they have left the cache), then writes it as
+// the socket drains; `piece` copies 256 KiB at a time into the connection's own small
+// buffer, just before the socket takes it, so the kernel copies out of a warm cache. A
+// receiver on CPU 1 recv()s everything. Prints MB/s and the sender's CPU seconds per GB.
+// (`PIECE_KIB` sets the piece; 256 by default.) The question: the server's profile of cold
+// catch-up puts 41% of its core in the kernel's copy into the socket against 9% in its own
+// copy of the same bytes — is the kernel's copy slow because its source has gone cold?
+// Measured 2026-11-27: no. whole 2,475-3,032 MB/s at 0.32-0.39 CPU s/GB; piece (256 KiB)
+// 1,895-2,329 MB/s at 0.43-0.52; pieces of 32 KiB, 1 MiB and 4 MiB 2,539-2,577 MB/s at
+// 0.37-0.39, the same as whole. Answers made as the socket drains are not worth building.
+//
+//   gcc -O2 -pthread bench/probes/lazy_catchup.c -o /tmp/lazy_catchup
+//   /tmp/lazy_catchup whole 4711 8; /tmp/lazy_catchup piece 4712 8   # mode port seconds
+#define _GNU_SOURCE
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#define CONNS 16
+#define REGION (256L << 20)
+#define ANSWER (4L << 20)
+static long PIECE = 256L << 10;
+
+static int port, receiving[CONNS];
+static volatile int stop;
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static void pin(int c) { cpu_set_t s; CPU_ZERO(&s); CPU_SET(c, &s); sched_setaffinity(0, sizeof s, &s); }
+
+static void *rx(void *unused) {
+  (void)unused; pin(1);
+  int ep = epoll_create1(0); char *b = malloc(1 << 18);
+  for (int i = 0; i < CONNS; i++) {
+    struct epoll_event e = { .events = EPOLLIN, .data.fd = receiving[i] };
+    epoll_ctl(ep, EPOLL_CTL_ADD, receiving[i], &e);
+  }
+  struct epoll_event ev[CONNS];
+  while (!stop) {
+    int n = epoll_wait(ep, ev, CONNS, 100);
+    for (int i = 0; i < n; i++) while (recv(ev[i].data.fd, b, 1 << 18, MSG_DONTWAIT) > 0) {}
+  }
+  return 0;
+}
+
+struct conn { int fd; long next; /* region offset of the next answer */ long answer_left;
+  char *buf; long buf_len, buf_sent; };
+
+int main(int argc, char **argv) {
+  int piece = argc > 1 && !strcmp(argv[1], "piece");
+  port = argc > 2 ? atoi(argv[2]) : 4711; double seconds = argc > 3 ? atof(argv[3]) : 8;
+  if (getenv("PIECE_KIB")) PIECE = atol(getenv("PIECE_KIB")) << 10;
+  pin(0);
+  char *region = malloc(REGION); memset(region, 'x', REGION);
+  int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(0x7f000001) };
+  if (bind(l, (void *)&a, sizeof a) || listen(l, CONNS)) { perror("listen"); return 1; }
+  struct conn c[CONNS];
+  int ep = epoll_create1(0);
+  for (int i = 0; i < CONNS; i++) {
+    receiving[i] = socket(AF_INET, SOCK_STREAM, 0);
+    connect(receiving[i], (void *)&a, sizeof a);
+    c[i].fd = accept(l, 0, 0);
+    setsockopt(c[i].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    fcntl(c[i].fd, F_SETFL, O_NONBLOCK);
+    c[i].next = (long)i * (REGION / CONNS); c[i].answer_left = 0;
+    c[i].buf = malloc(piece ? PIECE : ANSWER); memset(c[i].buf, 0, piece ? PIECE : ANSWER);
+    c[i].buf_len = c[i].buf_sent = 0;
+    struct epoll_event e = { .events = EPOLLOUT | EPOLLET, .data.u32 = i };
+    epoll_ctl(ep, EPOLL_CTL_ADD, c[i].fd, &e);
+  }
+  pthread_t t; pthread_create(&t, 0, rx, 0);
+  struct rusage r0, r1; getrusage(RUSAGE_THREAD, &r0);
+  double start = now(); long sent = 0;
+  struct epoll_event ev[CONNS];
+  while (now() - start < seconds) {
+    int n = epoll_wait(ep, ev, CONNS, 100);
+    for (int k = 0; k < n; k++) {
+      struct conn *x = &c[ev[k].data.u32];
+      for (;;) {
+        if (x->buf_sent == x->buf_len) {  // make the next piece (or the next whole answer)
+          if (x->answer_left == 0) { x->answer_left = ANSWER; if (x->next + ANSWER > REGION) x->next = 0; }
+          long len = piece ? PIECE : ANSWER;
+          memcpy(x->buf, region + x->next, len);
+          x->next += len; x->answer_left -= len; x->buf_len = len; x->buf_sent = 0;
+        }
+        long w = write(x->fd, x->buf + x->buf_sent, x->buf_len - x->buf_sent);
+        if (w <= 0) break;
+        x->buf_sent += w; sent += w;
+      }
+    }
+  }
+  double took = now() - start;
+  getrusage(RUSAGE_THREAD, &r1);
+  double cpu = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) + (r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) / 1e6 +
+               (r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) + (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e6;
+  stop = 1; pthread_join(t, 0);
+  printf("%s: %.0f MB/s, sender %.3f CPU s per GB (%.0f%% busy)\n", piece ? "piece" : "whole",
+         sent / took / 1e6, cpu / (sent / 1e9), 100 * cpu / took);
+  return 0;
+}
