@@ -93,13 +93,20 @@ pub fn ttl_secs(headers: &HeaderMap) -> Result<Option<u64>, Problem> {
     let Some(text) = single(headers, &STREAM_TTL)? else {
         return Ok(None);
     };
-    let invalid =
-        || Problem::bad_request("invalid-ttl", "Stream-TTL must be whole seconds (digits, no leading zeros)");
-    let secs = canonical_integer(text).ok_or_else(invalid)?;
-    if secs > TTL_SECS_MAX {
-        return Err(invalid());
+    let canonical = canonical_integer(text);
+    if canonical.is_none() && !is_canonical_digits(text) {
+        return Err(Problem::bad_request(
+            "invalid-ttl",
+            "Stream-TTL must be whole seconds (digits, no leading zeros)",
+        ));
     }
-    Ok(Some(secs))
+    match canonical.filter(|secs| *secs <= TTL_SECS_MAX) {
+        Some(secs) => Ok(Some(secs)),
+        None => Err(Problem::bad_request(
+            "invalid-ttl",
+            format!("Stream-TTL must be at most {TTL_SECS_MAX} seconds (100 years)"),
+        )),
+    }
 }
 
 /// `Stream-Expires-At`: an RFC 3339 timestamp.
@@ -161,11 +168,13 @@ pub fn authority<'a>(headers: &'a HeaderMap, uri: &'a hyper::Uri) -> Option<&'a 
 
 /// Digits only, no leading zeros (except `0` itself), fitting a u64.
 fn canonical_integer(text: &str) -> Option<u64> {
+    is_canonical_digits(text).then(|| text.parse().ok()).flatten()
+}
+
+/// Digits only, no leading zeros (whatever their value).
+fn is_canonical_digits(text: &str) -> bool {
     let digits_only = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
-    if !digits_only || (text.len() > 1 && text.starts_with('0')) {
-        return None;
-    }
-    text.parse().ok()
+    digits_only && !(text.len() > 1 && text.starts_with('0'))
 }
 
 /// Digits only, at most 2^53-1.
@@ -219,8 +228,16 @@ mod tests {
         assert_eq!(ttl_secs(&headers(&[("stream-ttl", "3600")])).unwrap(), Some(3600));
         assert_eq!(ttl_secs(&headers(&[("stream-ttl", "0")])).unwrap(), Some(0));
         assert_eq!(ttl_secs(&headers(&[])).unwrap(), None);
-        for bad in ["abc", "-1", "+60", "00060", "60.5", "1e3", "", " 60", "99999999999999999999"] {
-            assert!(ttl_secs(&headers(&[("stream-ttl", bad)])).is_err(), "{bad:?}");
+        for bad in ["abc", "-1", "+60", "00060", "60.5", "1e3", "", " 60"] {
+            let refused = format!("{:?}", ttl_secs(&headers(&[("stream-ttl", bad)])).unwrap_err());
+            assert!(refused.contains("whole seconds"), "{bad:?}: {refused}");
+        }
+        let most = TTL_SECS_MAX.to_string();
+        assert_eq!(ttl_secs(&headers(&[("stream-ttl", &most)])).unwrap(), Some(TTL_SECS_MAX));
+        let past_max = (TTL_SECS_MAX + 1).to_string();
+        for too_long in [past_max.as_str(), "99999999999999999999999"] {
+            let refused = format!("{:?}", ttl_secs(&headers(&[("stream-ttl", too_long)])).unwrap_err());
+            assert!(refused.contains("at most 3153600000 seconds"), "{too_long}: {refused}");
         }
     }
 
