@@ -33,7 +33,7 @@ use crate::storage::files::clean_ends::{self, CleanEnds};
 use crate::storage::files::recovery::{file_bytes, list_stream_files};
 use crate::storage::files::source::FileSource;
 use crate::storage::files::{stream_path, SUFFIX_MAX};
-use crate::storage::manifest::MANIFEST_NAME;
+use crate::storage::manifest::{MANIFEST_COPY_NAME, MANIFEST_NAME};
 use crate::storage::open::stale_window_bytes;
 use crate::storage::open::{shard_dir, LOCK_NAME};
 use crate::storage::vfs::read_only::ReadOnly;
@@ -80,7 +80,11 @@ impl fmt::Display for InspectError {
         match self {
             InspectError::Missing(dir) => write!(f, "{} does not exist", dir.display()),
             InspectError::NotADataDirectory(dir) => {
-                write!(f, "{} is not a ds data directory (it has no {MANIFEST_NAME})", dir.display())
+                write!(
+                    f,
+                    "{} is not a ds data directory (it has no {MANIFEST_NAME} nor {MANIFEST_COPY_NAME})",
+                    dir.display()
+                )
             }
             InspectError::Manifest(error) => write!(f, "{error}"),
             InspectError::Locked(dir) => write!(
@@ -105,7 +109,7 @@ pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, force: bool) -> Result<Store, Inspect
     if !vfs.exists(dir) {
         return Err(InspectError::Missing(dir.to_path_buf()));
     }
-    if !vfs.exists(&dir.join(MANIFEST_NAME)) {
+    if !vfs.exists(&dir.join(MANIFEST_NAME)) && !vfs.exists(&dir.join(MANIFEST_COPY_NAME)) {
         return Err(InspectError::NotADataDirectory(dir.to_path_buf()));
     }
     let manifest = Manifest::read(vfs.as_ref(), dir).map_err(InspectError::Manifest)?;
@@ -170,6 +174,13 @@ impl Store {
 
     pub fn mode(&self) -> StorageMode {
         self.manifest.mode
+    }
+
+    /// What is wrong with the manifest's two files (`MANIFEST`, `MANIFEST-COPY`): each
+    /// file's name and state, where it is damaged, differs or (the manifest itself) is
+    /// missing; the manifest read is the other's.
+    pub fn manifest_problems(&self) -> Vec<(&'static str, String)> {
+        crate::storage::manifest::file_problems(self.vfs.as_ref(), &self.dir, &self.manifest)
     }
 
     pub fn shard_count(&self) -> u32 {

@@ -17,7 +17,7 @@ looks like a torn write at the very end of a log or stream file (a truncation, z
 end) is cut as one, so the stream reads as whole but shorter (in the file modes, when that
 end was a stream's delete record, the deleted stream is back); a stream file (file modes) or
 every trace of a stream (acid: its segment and its shard's checkpoints) lost makes it 404;
-a damaged or missing MANIFEST refuses the start. See the README's "Damage" section.
+a damaged or missing MANIFEST and MANIFEST-COPY both refuse the start. See the README's "Damage" section.
 The file modes after a clean stop (unless the saved file ends, `clean-ends/`, were damaged
 too) tell them apart: a shorter stream or a deleted one back is then a DEFECT, and so is a
 lost stream that answers 404 (it keeps its name as a damaged stream: 500).

@@ -13,8 +13,9 @@
 //! Damage: a flipped byte in the header, the metadata and the payload of a middle record
 //! (acid and file-durable); the first and a middle segment missing, a segment truncated
 //! (acid); a stream file cut mid-record (a torn end: cut, not damage) and flipped mid-file;
-//! a stream file lost after a clean stop (its name kept, damaged); a missing MANIFEST (the
-//! server refuses the directory). Files harmed under the running
+//! a stream file lost after a clean stop (its name kept, damaged); a damaged MANIFEST or
+//! MANIFEST-COPY (written again from the other), both missing (the server refuses the
+//! directory). Files harmed under the running
 //! server are in `under_the_server.rs`.
 
 use std::path::{Path, PathBuf};
@@ -472,11 +473,22 @@ fn a_fork_never_reads_through_a_source_that_came_back_shorter() {
 }
 
 #[test]
-fn a_directory_without_its_manifest_is_refused() {
+fn a_lost_or_damaged_manifest_comes_back_from_its_copy_and_both_lost_is_refused() {
     let setup = SMALL;
     let source = build(&setup);
+    let whole = (0..setup.messages).map(|i| message(i, setup.message_bytes)).collect::<String>();
+    for (lost, kept) in [("MANIFEST", "MANIFEST-COPY"), ("MANIFEST-COPY", "MANIFEST")] {
+        let copy = copy_of(source.path());
+        let held = std::fs::read(copy.path().join(kept)).unwrap();
+        std::fs::write(copy.path().join(lost), b"format=1\nmode=acid\nshards=7\n").unwrap();
+        let server = start(&setup, copy.path());
+        assert_eq!(read_all(&server.client(), "-1", ""), (whole.clone(), false), "{lost} damaged");
+        assert_eq!(std::fs::read(copy.path().join(lost)).unwrap(), held, "{lost} written again");
+        assert!(server.log().contains("manifest file written again"), "{}", server.log());
+    }
     let copy = copy_of(source.path());
     std::fs::remove_file(copy.path().join("MANIFEST")).unwrap();
+    std::fs::remove_file(copy.path().join("MANIFEST-COPY")).unwrap();
     let output = Command::new(binary("ds-server"))
         .env_clear()
         .envs(env_of(&setup, copy.path()))

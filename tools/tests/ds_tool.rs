@@ -267,8 +267,16 @@ fn verify_is_clean_and_finds_each_kind_of_damage() {
     let problems = verdict["problems"].to_string();
     assert!(problems.contains("truncated"), "{problems}");
 
+    let one_copy = copy_of(dir.path());
+    std::fs::remove_file(one_copy.path().join("MANIFEST")).unwrap();
+    let (code, report, stderr) = ds_tool(&["verify", arg(one_copy.path())]);
+    assert_eq!(code, 1, "{report}{stderr}");
+    assert!(report.contains("MANIFEST") && report.contains("missing"), "{report}");
+    assert_eq!(ds_tool(&["info", arg(one_copy.path())]).0, 0, "read from MANIFEST-COPY");
+
     let unlabelled = copy_of(dir.path());
     std::fs::remove_file(unlabelled.path().join("MANIFEST")).unwrap();
+    std::fs::remove_file(unlabelled.path().join("MANIFEST-COPY")).unwrap();
     let (code, _, stderr) = ds_tool(&["verify", arg(unlabelled.path())]);
     assert_eq!(code, 2);
     assert!(stderr.contains("not a ds data directory"), "{stderr}");

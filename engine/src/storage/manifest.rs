@@ -1,8 +1,13 @@
 //! The manifest: what a data directory holds, so it is never opened the wrong way.
 //!
 //! Written durably at first start (`MANIFEST`, text, one `key=value` per line, the last a
-//! crc32 of the others); every later start compares it with its configuration and refuses a
-//! different storage mode or shard count with a message that says what the directory holds.
+//! crc32 of the others), then again as `MANIFEST-COPY`; every later start compares it with
+//! its configuration and refuses a different storage mode or shard count with a message that
+//! says what the directory holds. The copy is there because the manifest is the one file
+//! the whole directory depends on: where one of the two is missing or damaged, the other is
+//! read and the start writes the lost one again (logged), as a file system keeps copies of
+//! its superblock. Only a directory where both are lost is refused (it is never guessed how
+//! its data was written).
 
 use std::io;
 use std::path::Path;
@@ -11,6 +16,10 @@ use crate::storage::vfs::{read_file, write_file_durably, Vfs};
 use crate::storage::StorageMode;
 
 pub const MANIFEST_NAME: &str = "MANIFEST";
+/// The manifest's copy, written after it.
+pub const MANIFEST_COPY_NAME: &str = "MANIFEST-COPY";
+/// A manifest file longer than this is damaged (a manifest is about 80 bytes).
+const MANIFEST_BYTES_MAX: u64 = 4096;
 /// Version of the on-disk format this build reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
 /// The name hash that places streams on shards.
@@ -61,38 +70,31 @@ impl Manifest {
         format!("format={}\nmode={}\nshards={}\nhash={}\n", self.format, self.mode, self.shards, self.hash)
     }
 
-    /// Reads the manifest of `dir`; refuses one of another format or hash.
+    /// Reads the manifest of `dir` (or, where it is missing or damaged, its copy); refuses
+    /// one of another format or hash. Writes nothing.
     pub fn read(vfs: &dyn Vfs, dir: &Path) -> io::Result<Manifest> {
-        let path = dir.join(MANIFEST_NAME);
-        let bytes = read_file(vfs, &path)?;
-        let found = std::str::from_utf8(&bytes).ok().and_then(Manifest::decode).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("{} is not a ds manifest", path.display()))
-        })?;
-        if found.format != FORMAT_VERSION || found.hash != HASH_NAME {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{} holds format {} with hash {}; this build reads format {FORMAT_VERSION} with {HASH_NAME}",
-                    dir.display(),
-                    found.format,
-                    found.hash
-                ),
-            ));
-        }
+        let (main, copy) = (load(vfs, &dir.join(MANIFEST_NAME)), load(vfs, &dir.join(MANIFEST_COPY_NAME)));
+        let found = pick(dir, &main, &copy)?;
+        check_version(dir, &found)?;
         Ok(found)
     }
 
-    /// Reads the manifest of `dir`, writing `expected` if there is none yet; refuses a
-    /// directory whose manifest differs, and one that holds data but no manifest (it is
-    /// never guessed how such data was written).
+    /// Reads the manifest of `dir`, writing `expected` (and its copy) if there is none yet;
+    /// refuses a directory whose manifest differs, and one that holds data but neither the
+    /// manifest nor its copy (it is never guessed how such data was written). Where one of
+    /// the two files is missing, damaged or different, it is written again from the other
+    /// (the manifest wins), once the directory is known to match.
     pub fn check_or_create(vfs: &dyn Vfs, dir: &Path, expected: &Manifest) -> io::Result<Manifest> {
-        let path = dir.join(MANIFEST_NAME);
-        if !vfs.exists(&path) {
+        let (main_path, copy_path) = (dir.join(MANIFEST_NAME), dir.join(MANIFEST_COPY_NAME));
+        let (main, copy) = (load(vfs, &main_path), load(vfs, &copy_path));
+        if matches!((&main, &copy), (Loaded::Missing, Loaded::Missing)) {
             refuse_unlabelled_data(vfs, dir)?;
-            write_file_durably(vfs, &path, expected.encode().as_bytes())?;
+            write_file_durably(vfs, &main_path, expected.encode().as_bytes())?;
+            write_file_durably(vfs, &copy_path, expected.encode().as_bytes())?;
             return Ok(expected.clone());
         }
-        let found = Manifest::read(vfs, dir)?;
+        let found = pick(dir, &main, &copy)?;
+        check_version(dir, &found)?;
         if !same_format(found.mode, expected.mode) || found.shards != expected.shards {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -107,8 +109,107 @@ impl Manifest {
                 ),
             ));
         }
+        for (path, loaded) in [(&main_path, &main), (&copy_path, &copy)] {
+            if !matches!(loaded, Loaded::Intact(held) if *held == found) {
+                if !matches!(loaded, Loaded::Missing) || path == &main_path {
+                    tracing::warn!(path = %path.display(), state = loaded.state(), "manifest file written again from its other copy");
+                }
+                write_file_durably(vfs, path, found.encode().as_bytes())?;
+            }
+        }
         Ok(found)
     }
+}
+
+/// What is wrong with `dir`'s manifest files, beside `found` (the manifest read from them):
+/// each that is damaged or differs, and a missing `MANIFEST`, in words. A missing copy is
+/// not a problem: the directory was written before copies were kept, and its next start
+/// writes one.
+pub fn file_problems(vfs: &dyn Vfs, dir: &Path, found: &Manifest) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    for name in [MANIFEST_NAME, MANIFEST_COPY_NAME] {
+        let loaded = load(vfs, &dir.join(name));
+        let fine = match &loaded {
+            Loaded::Intact(held) => held == found,
+            Loaded::Missing => name == MANIFEST_COPY_NAME,
+            Loaded::Damaged => false,
+        };
+        if !fine {
+            problems.push((
+                name,
+                format!("{} (the next start writes it again from the other copy)", loaded.state()),
+            ));
+        }
+    }
+    problems
+}
+
+/// One of the manifest's two files, as read.
+enum Loaded {
+    Intact(Manifest),
+    /// Unreadable, too long, or not what [`Manifest::encode`] writes.
+    Damaged,
+    Missing,
+}
+
+impl Loaded {
+    fn state(&self) -> &'static str {
+        match self {
+            Loaded::Intact(_) => "different",
+            Loaded::Damaged => "damaged",
+            Loaded::Missing => "missing",
+        }
+    }
+}
+
+/// Reads the manifest file at `path`.
+fn load(vfs: &dyn Vfs, path: &Path) -> Loaded {
+    if !vfs.exists(path) {
+        return Loaded::Missing;
+    }
+    let short_enough = vfs.open(path).and_then(|file| file.size()).is_ok_and(|len| len <= MANIFEST_BYTES_MAX);
+    let text = short_enough.then(|| read_file(vfs, path).ok()).flatten();
+    match text.as_deref().map(std::str::from_utf8) {
+        Some(Ok(text)) => Manifest::decode(text).map_or(Loaded::Damaged, Loaded::Intact),
+        _ => Loaded::Damaged,
+    }
+}
+
+/// The manifest `dir`'s two files hold: the manifest's own where it is intact, else its copy.
+fn pick(dir: &Path, main: &Loaded, copy: &Loaded) -> io::Result<Manifest> {
+    match (main, copy) {
+        (Loaded::Intact(found), _) | (_, Loaded::Intact(found)) => Ok(found.clone()),
+        (Loaded::Missing, Loaded::Missing) => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{} has no {MANIFEST_NAME} (nor {MANIFEST_COPY_NAME})", dir.display()),
+        )),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} holds no intact ds manifest: {MANIFEST_NAME} is {} and {MANIFEST_COPY_NAME} is {}. \
+                 Restore one of them (lines format={FORMAT_VERSION}, mode=..., shards=..., hash={HASH_NAME})",
+                dir.display(),
+                main.state(),
+                copy.state()
+            ),
+        )),
+    }
+}
+
+/// Refuses a manifest of another format or hash.
+fn check_version(dir: &Path, found: &Manifest) -> io::Result<()> {
+    if found.format == FORMAT_VERSION && found.hash == HASH_NAME {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "{} holds format {} with hash {}; this build reads format {FORMAT_VERSION} with {HASH_NAME}",
+            dir.display(),
+            found.format,
+            found.hash
+        ),
+    ))
 }
 
 /// Whether `text` could name a hash: letters, digits and dashes, so that a damaged line
@@ -146,7 +247,7 @@ fn refuse_unlabelled_data(vfs: &dyn Vfs, dir: &Path) -> io::Result<()> {
     Err(io::Error::new(
         io::ErrorKind::InvalidData,
         format!(
-            "{} holds data ({}) but no {MANIFEST_NAME}, so how it was written is not known; {guess}. \
+            "{} holds data ({}) but no {MANIFEST_NAME} (nor {MANIFEST_COPY_NAME}), so how it was written is not known; {guess}. \
              Restore its {MANIFEST_NAME} (lines format={FORMAT_VERSION}, mode=..., shards=..., hash={HASH_NAME}) \
              or point DS_STORAGE__DATA_DIR at an empty directory",
             dir.display(),
@@ -207,5 +308,74 @@ mod tests {
         vfs.create_dir_all(fresh).unwrap();
         vfs.create_new(&fresh.join("LOCK")).unwrap();
         assert!(Manifest::check_or_create(&vfs, fresh, &Manifest::new(StorageMode::Acid, 4)).is_ok());
+    }
+
+    fn write(vfs: &SimVfs, path: &Path, contents: &[u8]) {
+        write_file_durably(vfs, path, contents).unwrap();
+    }
+
+    fn text(vfs: &SimVfs, path: &Path) -> String {
+        String::from_utf8(read_file(vfs, path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn either_file_restores_the_other() {
+        let vfs = SimVfs::new();
+        let dir = Path::new("/data");
+        vfs.create_dir_all(dir).unwrap();
+        let acid4 = Manifest::new(StorageMode::Acid, 4);
+        let (main, copy) = (dir.join(MANIFEST_NAME), dir.join(MANIFEST_COPY_NAME));
+        Manifest::check_or_create(&vfs, dir, &acid4).unwrap();
+        assert_eq!(text(&vfs, &copy), acid4.encode(), "the first start writes both");
+        let damages: [&dyn Fn(&Path); 4] = [
+            &|path| vfs.remove_file(path).unwrap(),
+            &|path| write(&vfs, path, b"format=1\nmode=acid\nshards=4\nhash=xxh3-64\ncheck=00000000\n"),
+            &|path| write(&vfs, path, &[0xff; 80]),
+            &|path| write(&vfs, path, &vec![b'x'; MANIFEST_BYTES_MAX as usize + 1]),
+        ];
+        for damage in damages {
+            for (lost, kept) in [(&main, &copy), (&copy, &main)] {
+                damage(lost);
+                assert_eq!(
+                    Manifest::read(&vfs, dir).unwrap(),
+                    acid4,
+                    "{}: read from the other",
+                    lost.display()
+                );
+                assert!(Manifest::check_or_create(&vfs, dir, &Manifest::new(StorageMode::Acid, 8)).is_err());
+                let unchanged = read_file(&vfs, lost).ok() != Some(acid4.encode().into_bytes());
+                assert!(unchanged, "a refused start writes nothing");
+                assert_eq!(Manifest::check_or_create(&vfs, dir, &acid4).unwrap(), acid4);
+                assert_eq!(text(&vfs, lost), acid4.encode(), "{}: written again", lost.display());
+                assert_eq!(text(&vfs, kept), acid4.encode());
+            }
+        }
+    }
+
+    #[test]
+    fn both_lost_is_refused_and_the_manifest_wins_over_a_different_copy() {
+        let vfs = SimVfs::new();
+        let dir = Path::new("/data");
+        vfs.create_dir_all(&dir.join("shard-000")).unwrap();
+        let acid1 = Manifest::new(StorageMode::Acid, 1);
+        let (main, copy) = (dir.join(MANIFEST_NAME), dir.join(MANIFEST_COPY_NAME));
+        write(&vfs, &main, acid1.encode().as_bytes());
+        write(&vfs, &copy, Manifest::new(StorageMode::FileFast, 1).encode().as_bytes());
+        assert_eq!(Manifest::check_or_create(&vfs, dir, &acid1).unwrap(), acid1);
+        assert_eq!(text(&vfs, &copy), acid1.encode(), "the copy follows the manifest");
+        write(&vfs, &main, b"garbage");
+        write(&vfs, &copy, b"");
+        for error in [
+            Manifest::read(&vfs, dir).unwrap_err(),
+            Manifest::check_or_create(&vfs, dir, &acid1).unwrap_err(),
+        ] {
+            let error = error.to_string();
+            assert!(error.contains("MANIFEST is damaged and MANIFEST-COPY is damaged"), "{error}");
+        }
+        vfs.remove_file(&main).unwrap();
+        vfs.remove_file(&copy).unwrap();
+        let error = Manifest::check_or_create(&vfs, dir, &acid1).unwrap_err().to_string();
+        assert!(error.contains("acid data with 1 shards"), "{error}");
+        assert!(!vfs.exists(&main) && !vfs.exists(&copy), "nothing is written");
     }
 }

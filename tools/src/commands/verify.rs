@@ -1,5 +1,5 @@
 //! `ds-tool verify DIR`: checks every record's checksums and sequence number in every log,
-//! every checkpoint file, and says what recovery would drop. Exit code 0 when all is clean,
+//! every checkpoint file and the manifest's two copies, and says what recovery would drop. Exit code 0 when all is clean,
 //! 1 when anything is damaged.
 //!
 //! acid: what recovery finds (segments that are missing, cut short or not this shard's,
@@ -40,6 +40,9 @@ struct Findings {
 
 pub fn run(store: &Store, format: Format, out: &mut dyn Write) -> Result<Outcome, ToolError> {
     let mut findings = Findings::default();
+    for (file, state) in store.manifest_problems() {
+        findings.problems.push(Problem { log: file.to_string(), position: 0, what: state });
+    }
     if store.mode() == StorageMode::Acid {
         for shard in 0..store.shard_count() {
             verify_shard(store, &store.shard(shard)?, &mut findings);
