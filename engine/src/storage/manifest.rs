@@ -112,7 +112,8 @@ impl Manifest {
         for (path, loaded) in [(&main_path, &main), (&copy_path, &copy)] {
             if !matches!(loaded, Loaded::Intact(held) if *held == found) {
                 if !matches!(loaded, Loaded::Missing) || path == &main_path {
-                    tracing::warn!(path = %path.display(), state = loaded.state(), "manifest file written again from its other copy");
+                    let (path_text, state) = (path.display(), loaded.state());
+                    tracing::warn!(path = %path_text, state, "manifest file written again from its other copy");
                 }
                 write_file_durably(vfs, path, found.encode().as_bytes())?;
             }

@@ -18,9 +18,10 @@
 //!
 //! Limits: an answer larger than [`KEPT_BYTES_MAX`] / [`KEPT_PER_STREAM_MAX`] (reads above
 //! 6.4 MiB) is not kept; a stream remembers at most [`KEPT_PER_STREAM_MAX`] answers, weakly;
-//! the process holds them, at most [`KEPT_BYTES_MAX`] in all and none kept longer than
-//! [`KEPT_MS_MAX`], dropping the oldest first whenever it keeps another (an idle process
-//! holds what it kept until then). Kept bytes stay charged to the read-copies budget they
+//! the process holds them, at most [`KEPT_BYTES_MAX`] in all (each counted with 256 bytes
+//! for what it holds besides its bytes, so a crowd of tiny answers is bounded too) and none
+//! kept longer than [`KEPT_MS_MAX`], dropping the oldest first whenever it keeps another (an
+//! idle process holds what it kept until then). Kept bytes stay charged to the read-copies budget they
 //! were copied under (`storage::chain::read::copies`), so kept answers and answers in flight
 //! never hold more than that budget together; a dropped answer is freed once no response is
 //! still sending it. Reads in flight come first: a read the budget cannot hold drops the
@@ -49,6 +50,10 @@ pub const KEPT_PER_STREAM_MAX: usize = 5;
 pub const KEPT_BYTES_MAX: usize = 32 << 20;
 /// Longest an answer is kept.
 pub const KEPT_MS_MAX: u64 = 10_000;
+/// What a kept answer holds besides its bytes (its record, the answer's slices and their
+/// shared owner), counted against [`KEPT_BYTES_MAX`] with them: tiny answers are never an
+/// uncounted crowd.
+const KEPT_OVERHEAD_BYTES: usize = 256;
 
 /// One kept answer and what it answered.
 struct Kept {
@@ -58,6 +63,13 @@ struct Kept {
     tail: Offset,
     chunk: Chunk,
     kept_at: Instant,
+}
+
+impl Kept {
+    /// Bytes counted for it against [`KEPT_BYTES_MAX`].
+    fn held_bytes(&self) -> usize {
+        self.chunk.len() + KEPT_OVERHEAD_BYTES
+    }
 }
 
 /// The answers one stream remembers (weakly: the process holds them); made at the first
@@ -140,7 +152,7 @@ impl Held {
     /// Takes out the oldest answer, if any.
     fn take_front(&mut self) -> Option<Arc<Kept>> {
         let oldest = self.answers.pop_front()?;
-        self.bytes -= oldest.chunk.len();
+        self.bytes -= oldest.held_bytes();
         Some(oldest)
     }
 }
@@ -148,7 +160,7 @@ impl Held {
 /// Holds `kept`, dropping the oldest answers past the process's limits.
 fn hold(kept: Arc<Kept>) {
     let mut held = HELD.lock().expect("held answers lock");
-    held.bytes += kept.chunk.len();
+    held.bytes += kept.held_bytes();
     held.answers.push_back(kept);
     let dropped = held.take_oldest(KEPT_BYTES_MAX);
     drop(held);
@@ -157,17 +169,28 @@ fn hold(kept: Arc<Kept>) {
 }
 
 /// Makes room in the read-copies budget for a read that may copy `bytes_max` bytes: while
-/// the budget cannot hold it, drops the oldest kept answers (the reads in flight come first;
-/// an answer a response is still sending frees its bytes once sent). Costs one atomic load
-/// while the budget has room.
+/// the budget cannot hold it, drops the oldest kept answers, about as many bytes as it is
+/// short of at each step (the reads in flight come first; an answer a response is still
+/// sending frees its bytes once sent, so a step may free less, and the next drops more).
+/// Costs one atomic load while the budget has room.
 pub fn make_room(bytes_max: usize) {
-    let short = || copies_held_bytes().saturating_add(bytes_max as u64) > COPIES_BYTES_MAX;
-    while short() {
-        let Some(oldest) = HELD.lock().expect("held answers lock").take_front() else {
+    loop {
+        let needed = copies_held_bytes().saturating_add(bytes_max as u64);
+        let Some(short_bytes) = needed.checked_sub(COPIES_BYTES_MAX).filter(|short| *short > 0) else {
             return;
         };
+        let dropped = {
+            let mut held = HELD.lock().expect("held answers lock");
+            if held.answers.is_empty() {
+                return;
+            }
+            let keep_bytes = held.bytes.saturating_sub(usize::try_from(short_bytes).unwrap_or(usize::MAX));
+            let dropped = held.take_oldest(keep_bytes);
+            assert!(!dropped.is_empty(), "a step drops at least one answer");
+            dropped
+        };
         // Freed outside the lock.
-        drop(oldest);
+        drop(dropped);
     }
 }
 
@@ -178,7 +201,8 @@ fn drop_expired() {
     drop(dropped);
 }
 
-/// Bytes of kept answers the process holds now.
+/// Bytes of kept answers the process holds now (each counted with what it holds besides
+/// its bytes).
 pub fn kept_bytes() -> usize {
     HELD.lock().expect("held answers lock").bytes
 }
@@ -269,5 +293,23 @@ mod tests {
         make_room(COPIES_BYTES_MAX as usize + 1);
         assert!(answers.get(at(0), 1, at(10)).is_none(), "a read the budget cannot hold drops them");
         assert_eq!(kept_bytes(), 0);
+    }
+
+    #[test]
+    fn tiny_answers_are_counted_with_what_they_hold_besides_their_bytes() {
+        let _serial = serial();
+        let crowd = KEPT_BYTES_MAX / KEPT_OVERHEAD_BYTES + 10;
+        let first = KeptAnswers::default();
+        first.keep(at(0), 1, at(10), &chunk(0, 1, true));
+        let others: Vec<KeptAnswers> = (0..crowd).map(|_| KeptAnswers::default()).collect();
+        for answers in &others {
+            answers.keep(at(0), 1, at(10), &chunk(0, 1, true));
+        }
+        assert!(
+            first.get(at(0), 1, at(10)).is_none(),
+            "1-byte answers past the limit's count drop the oldest"
+        );
+        assert!(others[crowd - 1].get(at(0), 1, at(10)).is_some(), "the newest is held");
+        assert!(kept_bytes() <= KEPT_BYTES_MAX);
     }
 }
