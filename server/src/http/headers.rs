@@ -93,14 +93,13 @@ pub fn ttl_secs(headers: &HeaderMap) -> Result<Option<u64>, Problem> {
     let Some(text) = single(headers, &STREAM_TTL)? else {
         return Ok(None);
     };
-    let canonical = canonical_integer(text);
-    if canonical.is_none() && !is_canonical_digits(text) {
+    if !is_canonical_digits(text) {
         return Err(Problem::bad_request(
             "invalid-ttl",
             "Stream-TTL must be whole seconds (digits, no leading zeros)",
         ));
     }
-    match canonical.filter(|secs| *secs <= TTL_SECS_MAX) {
+    match text.parse::<u64>().ok().filter(|secs| *secs <= TTL_SECS_MAX) {
         Some(secs) => Ok(Some(secs)),
         None => Err(Problem::bad_request(
             "invalid-ttl",
@@ -166,12 +165,7 @@ pub fn authority<'a>(headers: &'a HeaderMap, uri: &'a hyper::Uri) -> Option<&'a 
     }
 }
 
-/// Digits only, no leading zeros (except `0` itself), fitting a u64.
-fn canonical_integer(text: &str) -> Option<u64> {
-    is_canonical_digits(text).then(|| text.parse().ok()).flatten()
-}
-
-/// Digits only, no leading zeros (whatever their value).
+/// Digits only, no leading zeros (except `0` itself), whatever their value.
 fn is_canonical_digits(text: &str) -> bool {
     let digits_only = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
     digits_only && !(text.len() > 1 && text.starts_with('0'))
