@@ -12,7 +12,7 @@
 use std::io;
 use std::path::Path;
 
-use crate::storage::vfs::{read_file, write_file_durably, Vfs};
+use crate::storage::vfs::{read_exact_at, write_file_durably, Vfs};
 use crate::storage::StorageMode;
 
 pub const MANIFEST_NAME: &str = "MANIFEST";
@@ -168,10 +168,16 @@ fn load(vfs: &dyn Vfs, path: &Path) -> Loaded {
     if !vfs.exists(path) {
         return Loaded::Missing;
     }
-    let short_enough = vfs.open(path).and_then(|file| file.size()).is_ok_and(|len| len <= MANIFEST_BYTES_MAX);
-    let text = short_enough.then(|| read_file(vfs, path).ok()).flatten();
-    match text.as_deref().map(std::str::from_utf8) {
-        Some(Ok(text)) => Manifest::decode(text).map_or(Loaded::Damaged, Loaded::Intact),
+    let bytes = vfs.open(path).and_then(|file| {
+        let len = file.size()?;
+        let mut bytes = vec![0; usize::try_from(len.min(MANIFEST_BYTES_MAX + 1)).expect("a few KiB")];
+        read_exact_at(file.as_ref(), 0, &mut bytes)?;
+        Ok(bytes)
+    });
+    match bytes.as_deref().map(std::str::from_utf8) {
+        Ok(Ok(text)) if text.len() as u64 <= MANIFEST_BYTES_MAX => {
+            Manifest::decode(text).map_or(Loaded::Damaged, Loaded::Intact)
+        }
         _ => Loaded::Damaged,
     }
 }
@@ -267,6 +273,7 @@ fn same_format(found: StorageMode, expected: StorageMode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::vfs::read_file;
     use crate::storage::vfs::sim::SimVfs;
 
     #[test]
