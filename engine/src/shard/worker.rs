@@ -16,7 +16,8 @@
 //! With nothing queued the worker parks on the doorbell its shards share, until an op
 //! arrives or the earliest of their expiries (or idle work) is due. Every
 //! [`FULL_TURN_MS`] each of its shards takes a step even without work, for what shards do
-//! when idle (compaction's survey, readers' renewals). A shard that was asked to stop, or
+//! when idle (compaction's survey, readers' renewals); the process's aged kept catch-up
+//! answers are dropped then too. A shard that was asked to stop, or
 //! whose commit failed, is finished and leaves; the worker ends with its last shard.
 
 use std::sync::Arc;
@@ -56,6 +57,7 @@ impl Worker {
             let full = now_ms >= self.full_turn_due_ms;
             if full {
                 self.full_turn_due_ms = now_ms + FULL_TURN_MS;
+                crate::stream::kept_answers::drop_expired();
             }
             let worked = self.turn(full, now_ms).worked;
             self.retire_done();

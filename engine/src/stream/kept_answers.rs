@@ -20,8 +20,9 @@
 //! 6.4 MiB) is not kept; a stream remembers at most [`KEPT_PER_STREAM_MAX`] answers, weakly;
 //! the process holds them, at most [`KEPT_BYTES_MAX`] and [`KEPT_ANSWERS_MAX`] answers in
 //! all (so a crowd of tiny answers is bounded too) and none kept longer than
-//! [`KEPT_MS_MAX`], dropping the oldest first whenever it keeps another (an idle process
-//! holds what it kept until then). Kept bytes stay charged to the read-copies budget they
+//! [`KEPT_MS_MAX`], dropping the oldest first whenever it keeps another, and the aged ones
+//! at every shard worker's full turn ([`drop_expired`], once a second), so an idle process
+//! lets go of them too. Kept bytes stay charged to the read-copies budget they
 //! were copied under (`storage::chain::read::copies`), so kept answers and answers in flight
 //! never hold more than that budget together; a dropped answer is freed once no response is
 //! still sending it. Reads in flight come first: a read the budget cannot hold drops the
@@ -197,8 +198,9 @@ pub fn make_room(bytes_max: usize) {
     }
 }
 
-/// Drops the answers kept longer than [`KEPT_MS_MAX`].
-fn drop_expired() {
+/// Drops the answers kept longer than [`KEPT_MS_MAX`]: at each keep, and from the shard
+/// workers' full turn, so an idle process does not hold them until its next read.
+pub(crate) fn drop_expired() {
     let dropped = HELD.lock().expect("held answers lock").take_oldest(usize::MAX);
     // Freed outside the lock.
     drop(dropped);
@@ -295,6 +297,36 @@ mod tests {
         make_room(COPIES_BYTES_MAX as usize + 1);
         assert!(answers.get(at(0), 1, at(10)).is_none(), "a read the budget cannot hold drops them");
         assert_eq!(kept_bytes(), 0);
+    }
+
+    #[test]
+    fn aged_answers_are_dropped_without_another_keep() {
+        let _serial = serial();
+        let answers = KeptAnswers::default();
+        answers.keep(at(0), 1, at(10), &chunk(0, 10, true));
+        drop_expired();
+        assert!(answers.get(at(0), 1, at(10)).is_some(), "a young answer stays");
+        let Some(kept_at) = Instant::now().checked_sub(Duration::from_millis(KEPT_MS_MAX + 1)) else {
+            return;
+        };
+        let aged =
+            Arc::new(Kept { from: at(20), bytes_max: 1, tail: at(30), chunk: chunk(20, 10, true), kept_at });
+        answers
+            .answers
+            .get()
+            .expect("made at the first keep")
+            .lock()
+            .expect("lock")
+            .push(Arc::downgrade(&aged));
+        {
+            let mut held = HELD.lock().expect("held answers lock");
+            held.bytes += aged.chunk.len();
+            held.answers.push_front(aged);
+        }
+        assert!(answers.get(at(20), 1, at(30)).is_some(), "held until something drops it");
+        drop_expired();
+        assert!(answers.get(at(20), 1, at(30)).is_none(), "an aged answer is dropped");
+        assert!(answers.get(at(0), 1, at(10)).is_some(), "a young one stays");
     }
 
     #[test]
