@@ -266,12 +266,17 @@ fn verify_is_clean_and_finds_each_kind_of_damage() {
     let verdict = json_of_exit(&["verify", arg(truncated.path()), "--json"], 1);
     let problems = verdict["problems"].to_string();
     assert!(problems.contains("truncated"), "{problems}");
+    for problem in verdict["problems"].as_array().unwrap() {
+        let in_a_segment = problem["log"].as_str().unwrap().ends_with(".wal");
+        assert_eq!(problem["position"].is_u64(), in_a_segment, "a position only in a log: {problems}");
+    }
 
     let one_copy = copy_of(dir.path());
     std::fs::remove_file(one_copy.path().join("MANIFEST")).unwrap();
     let (code, report, stderr) = ds_tool(&["verify", arg(one_copy.path())]);
     assert_eq!(code, 1, "{report}{stderr}");
-    assert!(report.contains("MANIFEST") && report.contains("missing"), "{report}");
+    assert!(report.contains("MANIFEST: ") && report.contains("missing"), "{report}");
+    assert!(!report.contains(" at 0"), "a whole file's problem names no position: {report}");
     assert_eq!(ds_tool(&["info", arg(one_copy.path())]).0, 0, "read from MANIFEST-COPY");
 
     let unlabelled = copy_of(dir.path());

@@ -22,10 +22,10 @@ use super::records::relative;
 use crate::output::Format;
 use crate::{Outcome, ToolError};
 
-/// One thing found wrong.
+/// One thing found wrong: in a log at a byte position, or in a file or stream as a whole.
 struct Problem {
     log: String,
-    position: u64,
+    position: Option<u64>,
     what: String,
 }
 
@@ -41,7 +41,7 @@ struct Findings {
 pub fn run(store: &Store, format: Format, out: &mut dyn Write) -> Result<Outcome, ToolError> {
     let mut findings = Findings::default();
     for (file, state) in store.manifest_problems() {
-        findings.problems.push(Problem { log: file.to_string(), position: 0, what: state });
+        findings.problems.push(Problem { log: file.to_string(), position: None, what: state });
     }
     if store.mode() == StorageMode::Acid {
         for shard in 0..store.shard_count() {
@@ -64,7 +64,7 @@ fn verify_shard(store: &Store, log: &ShardLog, findings: &mut Findings) {
         if let Err(why) = readable {
             findings.problems.push(Problem {
                 log: relative(store, path),
-                position: 0,
+                position: None,
                 what: format!("unreadable checkpoint: {why}"),
             });
         }
@@ -75,7 +75,7 @@ fn verify_shard(store: &Store, log: &ShardLog, findings: &mut Findings) {
         let what = damage.reason.clone();
         findings.problems.push(Problem {
             log: relative(store, &damage.file),
-            position: damage.position,
+            position: Some(damage.position),
             what,
         });
     }
@@ -84,13 +84,13 @@ fn verify_shard(store: &Store, log: &ShardLog, findings: &mut Findings) {
         if let Some(damage) = &stream.damage {
             let what =
                 format!("stream {} is damaged at offset {}: {}", stream.name, damage.at, damage.reason);
-            findings.problems.push(Problem { log: format!("shard-{:03}", log.shard), position: 0, what });
+            findings.problems.push(Problem { log: format!("shard-{:03}", log.shard), position: None, what });
         } else if !log.holds_last_record_of(stream) {
             let what = format!(
                 "stream {}: the checkpoint names its last record at {:#x}, which is not there",
                 stream.name, stream.chain_tail
             );
-            findings.problems.push(Problem { log: format!("shard-{:03}", log.shard), position: 0, what });
+            findings.problems.push(Problem { log: format!("shard-{:03}", log.shard), position: None, what });
         }
     }
     if let Some(torn) = analysis.torn() {
@@ -129,7 +129,7 @@ fn scan_checkpointed(store: &Store, log: &ShardLog, findings: &mut Findings) {
             let what = format!("bad record: {error} (before the checkpoint: reads of it fail)");
             findings.problems.push(Problem {
                 log: relative(store, &segment.path),
-                position: scan.position(),
+                position: Some(scan.position()),
                 what,
             });
             match next_header(&bytes, scan.position() as usize + 1) {
@@ -147,15 +147,19 @@ fn verify_files(store: &Store, findings: &mut Findings) -> std::io::Result<()> {
         findings.records += file.analysis.records;
         let name = relative(store, &path);
         for (position, what) in &file.analysis.damage {
-            findings.problems.push(Problem { log: name.clone(), position: *position, what: what.clone() });
+            findings.problems.push(Problem {
+                log: name.clone(),
+                position: Some(*position),
+                what: what.clone(),
+            });
         }
         if let Some(damage) = file.analysis.snapshot.as_ref().and_then(|s| s.damage.as_ref()) {
             let what = format!("stream damaged at offset {}: {}", damage.at, damage.reason);
-            findings.problems.push(Problem { log: name.clone(), position: 0, what });
+            findings.problems.push(Problem { log: name.clone(), position: None, what });
         }
         let Some(why) = &file.analysis.failure else { continue };
         let position = file.analysis.valid_end;
-        findings.problems.push(Problem { log: name.clone(), position, what: why.clone() });
+        findings.problems.push(Problem { log: name.clone(), position: Some(position), what: why.clone() });
         findings.would_drop.push(match &file.analysis.snapshot {
             Some(_) => format!("{name}: the {} bytes after {position}", file.bytes.len() as u64 - position),
             None => format!("{name}: the whole file (moved to dropped/)"),
@@ -163,7 +167,7 @@ fn verify_files(store: &Store, findings: &mut Findings) -> std::io::Result<()> {
     }
     for (path, stream) in store.lost_stream_files() {
         let what = format!("stream {stream:?}: its file, there at the last clean stop, is lost");
-        findings.problems.push(Problem { log: relative(store, &path), position: 0, what });
+        findings.problems.push(Problem { log: relative(store, &path), position: None, what });
     }
     Ok(())
 }
@@ -193,7 +197,7 @@ fn verify_fork_references(store: &Store, findings: &mut Findings) -> std::io::Re
             }
             Some(_) => continue,
         };
-        findings.problems.push(Problem { log: "forks".into(), position: 0, what });
+        findings.problems.push(Problem { log: "forks".into(), position: None, what });
     }
     Ok(())
 }
@@ -217,7 +221,10 @@ fn report(findings: &Findings, format: Format, out: &mut dyn Write) -> std::io::
         return writeln!(out);
     }
     for problem in &findings.problems {
-        writeln!(out, "{} at {}: {}", problem.log, problem.position, problem.what)?;
+        match problem.position {
+            Some(position) => writeln!(out, "{} at {position}: {}", problem.log, problem.what)?,
+            None => writeln!(out, "{}: {}", problem.log, problem.what)?,
+        }
     }
     for drop in &findings.would_drop {
         writeln!(out, "recovery would drop: {drop}")?;
