@@ -7,13 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-5}
 out=${2:-/tmp/ds-compare}
-# A server left running on either port would answer in place of the one started here.
-for port in 4437 4438; do
-  if curl -s -o /dev/null "http://127.0.0.1:$port/"; then
-    echo "something already answers on port $port: stop it first (ss -ltnp | grep :$port)" >&2
-    exit 2
-  fi
-done
+source bench/ports.sh
+ports_free_or_exit 4437 4438
 data=$(mktemp -d /tmp/ds-compare-acid.XXXXXX)
 mkdir -p "$out"
 cargo build --release --quiet --bin ds-server --bin ds-bench
@@ -25,9 +20,7 @@ env "${common[@]}" DS_SERVER__PORT=4438 DS_STORAGE__MODE=acid DS_STORAGE__DATA_D
   taskset -c 0 ./target/release/ds-server &
 acid=$!
 trap 'kill -INT $memory $acid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$data"' EXIT
-for port in 4437 4438; do
-  for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-done
+await_ports 4437 4438
 run() {
   local name=$1; shift
   taskset -c 1 ./target/release/ds-bench compare --a http://127.0.0.1:4437 --b http://127.0.0.1:4438 \

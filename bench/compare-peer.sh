@@ -30,14 +30,8 @@ if [ ! -x "$peer" ]; then
   exit 2
 fi
 cargo build --release --quiet --bin ds-server --bin ds-bench
-# A server left running on either port would answer in place of the one started here (one
-# that fails to bind exits at once): refuse to measure a stranger.
-for port in 4441 4442; do
-  if curl -s -o /dev/null "http://127.0.0.1:$port/"; then
-    echo "something already answers on port $port: stop it first (ss -ltnp | grep :$port)" >&2
-    exit 2
-  fi
-done
+source bench/ports.sh
+ports_free_or_exit 4441 4442
 ds_data=$(mktemp -d /tmp/ds-compare-peer-a.XXXXXX)
 peer_data=$(mktemp -d /tmp/ds-compare-peer-b.XXXXXX)
 # The catch-up fill is larger than the default stream limit (10 MiB), and the memory budget
@@ -51,9 +45,7 @@ ds=$!
 taskset -c 0 "$peer" --port 4442 --durability "$peer_mode" --data-dir "$peer_data" >/dev/null 2>&1 &
 electric=$!
 trap 'kill -INT $ds $electric 2>/dev/null || true; wait $ds $electric 2>/dev/null || true; rm -rf "$ds_data" "$peer_data"' EXIT
-for port in 4441 4442; do
-  for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
-done
+await_ports 4441 4442
 for pid in $ds $electric; do
   kill -0 "$pid" 2>/dev/null || { echo "a server did not start (pid $pid)" >&2; exit 2; }
 done
