@@ -86,6 +86,9 @@ pub struct EngineStats {
     /// Bytes catch-up reads' copies of small records hold now, across the process (disk
     /// modes; capped: `storage::chain::read::copies`).
     pub read_copies_held_bytes: u64,
+    /// Catch-up reads that found that cap reached and sent their small records as slices of
+    /// the log instead of one copy, since the start.
+    pub read_copies_refused: u64,
     /// Bytes of recent catch-up answers kept for the next readers from the same start (part
     /// of the copies above; capped: `stream::kept_answers`).
     pub kept_answer_bytes: u64,
@@ -287,6 +290,7 @@ impl Engine {
                 .map(|s| s.counters.damage.damaged_streams.load(Ordering::Relaxed))
                 .sum(),
             read_copies_held_bytes: crate::storage::chain::read::copies_held_bytes(),
+            read_copies_refused: crate::storage::chain::read::copies_refused(),
             kept_answer_bytes: crate::stream::kept_answers::kept_bytes() as u64,
             kept_answer_hits: crate::stream::kept_answers::hits(),
             map_faults: crate::storage::vfs::fault_guard::faults(),

@@ -323,6 +323,13 @@ fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], 
         );
         single(
             out,
+            "ds_read_copies_refused_total",
+            "counter",
+            "Catch-up reads that found the copies cap reached and sent their small records as slices of the log.",
+            engine.read_copies_refused,
+        );
+        single(
+            out,
             "ds_kept_answer_bytes",
             "gauge",
             "Bytes of recent catch-up answers kept for readers that ask for the same start (part of the copies above; at most 32 MiB).",

@@ -272,6 +272,9 @@ fn catch_up_readers_that_never_read_hold_at_most_the_copies_budget() {
     let memory = server.anonymous_resident_bytes().saturating_sub(memory_before);
     eprintln!("{READERS} readers that never read: copies charge {held} bytes, memory grew {memory} bytes");
     assert!(held > 0 && held <= 64 << 20, "copies are charged to their budget: {held} bytes");
+    let refused = server.metric("ds_read_copies_refused_total");
+    let copied_max = (64 << 20) / (MESSAGE_BYTES * MESSAGES) as u64;
+    assert!(refused >= READERS as u64 - copied_max, "the rest send slices, and are counted: {refused}");
     assert!(memory < HELD_MAX, "{READERS} stalled answers of 16 MB hold {memory} bytes");
     // Each still gets its whole answer, copied or sliced.
     for reader in readers {

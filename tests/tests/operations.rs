@@ -64,6 +64,7 @@ fn metrics_count_what_the_server_did() {
         1.0,
         "the second read was answered from the kept answer"
     );
+    assert_eq!(sample(&samples, "ds_read_copies_refused_total"), 0.0, "two small reads fit the copies cap");
     assert_eq!(sample(&samples, "ds_requests_total{route=\"read\",status=\"404\"}"), 1.0);
     assert_eq!(sample(&samples, "ds_append_bytes_total"), 50.0);
     assert!(sample(&samples, "ds_read_bytes_total") >= 50.0);

@@ -10,6 +10,7 @@
 //! answer, costing no memory of its own. So a crowd of clients that never read their answers
 //! holds at most the budget, and no read ever waits or fails for it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -22,9 +23,18 @@ pub const COPIES_BYTES_MAX: u64 = 64 << 20;
 /// The budget of every read's copies in the process (it counts no streams).
 static COPIES: ByteBudget = ByteBudget::new(COPIES_BYTES_MAX, 0);
 
+/// Reads that found the budget spent and sent their small records as slices, since the start.
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+
 /// Bytes reads' copies hold now, across the process (charged for the most each may copy).
 pub fn copies_held_bytes() -> u64 {
     COPIES.used()
+}
+
+/// Reads that found the budget spent, since the start (their small records went out as
+/// slices of the log, which costs more to send than one copy).
+pub fn copies_refused() -> u64 {
+    REFUSED.load(Ordering::Relaxed)
 }
 
 /// Bytes charged to a budget, given back when dropped.
@@ -88,7 +98,10 @@ impl Copies {
         if matches!(self.charge, Charged::NotYet) {
             self.charge = match Charge::try_new(self.budget, self.bytes_max) {
                 Some(charge) => Charged::Yes(Arc::new(charge)),
-                None => Charged::Refused,
+                None => {
+                    REFUSED.fetch_add(1, Ordering::Relaxed);
+                    Charged::Refused
+                }
             };
         }
         matches!(self.charge, Charged::Yes(_))

@@ -27,7 +27,7 @@ mod careful;
 mod copies;
 mod one_pass;
 
-pub use copies::{copies_held_bytes, COPIES_BYTES_MAX};
+pub use copies::{copies_held_bytes, copies_refused, COPIES_BYTES_MAX};
 
 use answer::Answer;
 use bytes::{Bytes, BytesMut};
