@@ -417,6 +417,10 @@ fn spawn_workers(workers: Vec<Worker>) -> Result<Vec<JoinHandle<()>>, EngineErro
 impl Drop for EngineInner {
     fn drop(&mut self) {
         self.stop_and_join();
+        // Forks' streams hold their sources' shards: cut those links so the shards go.
+        for shard in &self.shards {
+            shard.directory.clear();
+        }
     }
 }
 

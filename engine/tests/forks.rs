@@ -181,3 +181,25 @@ fn a_fork_whose_source_came_back_shorter_never_reads_the_sources_new_appends() {
         assert_eq!((own.as_str(), error), ("own", None), "{mode:?}: the fork's own messages are served");
     }
 }
+
+/// A stopped engine lets go of its storage, cleanly stopped or not: a fork's stream holds
+/// its source's shard and each shard holds its streams, so the stop must cut those links
+/// (else every stopped engine's logs, maps and streams stayed in memory for good).
+#[test]
+fn a_stopped_engine_lets_go_of_its_storage_forks_and_all() {
+    for mode in [StorageMode::Acid, StorageMode::FileDurable, StorageMode::FileFast] {
+        for abruptly in [false, true] {
+            let mut harness = Harness::with_mode(mode, SEGMENT_BYTES);
+            harness.create("source", plain_config()).unwrap();
+            harness.append(append_request("source", "inherited")).unwrap();
+            harness.fork("fork", "source", None).unwrap();
+            harness.fork("grandchild", "fork", None).unwrap();
+            assert!(harness.storage_held(), "{mode:?}: the running engine holds its storage");
+            match abruptly {
+                true => harness.stop_abruptly(),
+                false => harness.shutdown(),
+            }
+            assert!(!harness.storage_held(), "{mode:?}, abruptly {abruptly}: still held after the stop");
+        }
+    }
+}

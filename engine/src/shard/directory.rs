@@ -33,6 +33,15 @@ impl Directory {
         }
     }
 
+    /// Lets go of every stream, at the engine's end: a fork's stream holds its source's
+    /// shard, and each shard holds its directory, so without this cut a stopped engine's
+    /// shards (their logs, maps and streams) would hold one another forever.
+    pub fn clear(&self) {
+        let streams = std::mem::take(&mut *self.streams.write().expect("directory lock"));
+        // Dropped outside the lock: a fork's drop reaches its source's shard.
+        drop(streams);
+    }
+
     /// Applies a committed batch's creates and deletes.
     pub fn apply(&self, overlay: &mut Overlay) {
         if overlay.changes.is_empty() {

@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
@@ -37,6 +37,8 @@ pub struct Harness {
     pub clock: Clock,
     pub segment_bytes: u64,
     engine: Option<Engine>,
+    /// The storage the last engine was given (to tell whether a stopped one let go of it).
+    storage: Weak<dyn Vfs>,
 }
 
 pub fn name(text: &str) -> StreamName {
@@ -77,8 +79,14 @@ impl Harness {
 
     /// A one-shard engine of `mode` on a new simulated disk.
     pub fn with_mode(mode: StorageMode, segment_bytes: u64) -> Harness {
-        let mut harness =
-            Harness { mode, disk: SimVfs::new(), clock: Clock::manual(T0), segment_bytes, engine: None };
+        let mut harness = Harness {
+            mode,
+            disk: SimVfs::new(),
+            clock: Clock::manual(T0),
+            segment_bytes,
+            engine: None,
+            storage: Weak::<SimVfs>::new(),
+        };
         harness.start();
         harness
     }
@@ -105,7 +113,9 @@ impl Harness {
 
     /// Starts (recovers) the engine on the disk as it is; returns the recovery report.
     pub fn start(&mut self) -> RecoveryReport {
-        let engine = Engine::start(self.config()).unwrap_or_else(|error| panic!("recovery failed: {error}"));
+        let config = self.config();
+        self.storage = Arc::downgrade(&config.vfs.0);
+        let engine = Engine::start(config).unwrap_or_else(|error| panic!("recovery failed: {error}"));
         let report = engine.recovery_reports()[0].clone();
         self.engine = Some(engine);
         report
@@ -130,6 +140,12 @@ impl Harness {
     pub fn lose_power(&mut self, seed: u64) {
         self.stop_abruptly();
         self.disk = self.disk.crash(&mut ds_engine::testing::SimRng::new(seed));
+    }
+
+    /// Whether anything still holds the storage the last engine was given: after a stop,
+    /// only a leak does.
+    pub fn storage_held(&self) -> bool {
+        self.storage.strong_count() > 0
     }
 
     /// Stops cleanly (final checkpoint).
