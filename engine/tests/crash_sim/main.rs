@@ -20,7 +20,7 @@
 //!   only after every earlier operation of its stream (the stream matches one of the states
 //!   the unacknowledged operations pass through, byte for byte).
 //!
-//! `DS_SIM_SEEDS=n` runs seeds `0..n` (default 48); `DS_SIM_SEED=s` runs seed `s` alone, which
+//! `DS_SIM_SEEDS=n` runs seeds `0..n` (default 128); `DS_SIM_SEED=s` runs seed `s` alone, which
 //! is how a failure printed by this test is reproduced.
 
 mod model;
@@ -47,7 +47,7 @@ const STREAM_BYTES_MAX: u64 = 8 * 1024;
 /// Small segments, so runs rotate, checkpoint and remove segments often.
 const SEGMENT_BYTES: u64 = 32 * 1024;
 const ROUNDS: usize = 60;
-const SEEDS_DEFAULT: u64 = 48;
+const SEEDS_DEFAULT: u64 = 128;
 /// Most disk operations a failing round lets through before the disk stops.
 const FAIL_AFTER_MAX: u64 = 60;
 /// Batches every shard runs after a round or a restart, so that cascades (which hop from
