@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::process;
 use crate::report::Report;
-use crate::server_metrics::FlushCounters;
+use crate::server_metrics::ServerCounters;
 use crate::stats::Latencies;
 use crate::target::Target;
 
@@ -207,11 +207,11 @@ pub struct ServerProbe {
     pid: Option<u32>,
     cpu_at_start: tokio::task::JoinHandle<Option<f64>>,
     target: Target,
-    flushes_at_start: tokio::task::JoinHandle<Option<FlushCounters>>,
+    counters_at_start: tokio::task::JoinHandle<ServerCounters>,
 }
 
 impl ServerProbe {
-    /// Samples the server's CPU time (and its flush counters) when the measured phase begins.
+    /// Samples the server's CPU time (and its own counters) when the measured phase begins.
     pub fn start(settings: &Settings, clock: Clock) -> ServerProbe {
         let pid = settings.server_pid;
         let cpu_at_start = tokio::spawn(async move {
@@ -220,19 +220,18 @@ impl ServerProbe {
         });
         let target = settings.target.clone();
         let probed = target.clone();
-        let flushes_at_start = tokio::spawn(async move {
+        let counters_at_start = tokio::spawn(async move {
             tokio::time::sleep_until(clock.measure_from.into()).await;
-            FlushCounters::fetch(&probed).await
+            ServerCounters::fetch(&probed).await
         });
-        ServerProbe { pid, cpu_at_start, target, flushes_at_start }
+        ServerProbe { pid, cpu_at_start, target, counters_at_start }
     }
 
-    /// Adds the server's device flushes over the measured phase (a ds server in acid mode),
+    /// Adds the server's device flushes and read counters over the measured phase (a ds server),
     /// its CPU seconds and share of one core, and its peak and current resident memory.
     pub async fn finish(self, clock: &Clock, report: &mut Report) {
-        let flushes_before = self.flushes_at_start.await.ok().flatten();
-        if let (Some(before), Some(after)) = (flushes_before, FlushCounters::fetch(&self.target).await) {
-            before.report(&after, clock.measured_secs(), report);
+        if let Ok(before) = self.counters_at_start.await {
+            before.report(&ServerCounters::fetch(&self.target).await, clock.measured_secs(), report);
         }
         let Some(pid) = self.pid else { return };
         let before = self.cpu_at_start.await.ok().flatten();

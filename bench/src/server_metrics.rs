@@ -1,10 +1,14 @@
 //! The server's own counters, read from its `/metrics` around the measured phase: how many
 //! device flushes made the run's writes durable, what each covered and how long each took,
 //! and how many records each shard commit carried (each commit is a write-back of its own:
-//! the figure that says what a run's device work costs per record).
+//! the figure that says what a run's device work costs per record); and, for a phase that
+//! read, how many catch-up reads a kept answer served and how many found the copies cap
+//! reached and went out as slices of the log (what explains a catch-up figure better than
+//! one A/B ratio on a noisy machine).
 //!
-//! Only a ds server in acid mode exposes them (`ds_flushes_total` and friends); against any
-//! other server, or a mode without flushes, the figures are simply left out.
+//! Only a ds server exposes them (`ds_flushes_total` in acid mode, the read counters in the
+//! disk modes); against any other server, or a mode without them, the figures are simply
+//! left out.
 
 use hyper::Method;
 
@@ -22,24 +26,92 @@ pub struct FlushCounters {
     pub flush_seconds: f64,
 }
 
-impl FlushCounters {
-    /// Reads them from the server's `/metrics` (`None` when it has none).
-    pub async fn fetch(target: &Target) -> Option<FlushCounters> {
-        let mut connection = Connection::open(target).await.ok()?;
-        let reply = connection.send(Method::GET, "/metrics", &[], bytes::Bytes::new()).await.ok()?;
-        if reply.status != 200 {
-            return None;
-        }
-        FlushCounters::parse(std::str::from_utf8(&reply.body).ok()?)
+/// The read path's counters at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReadCounters {
+    pub read_bytes: f64,
+    /// Catch-up reads answered with a kept answer.
+    pub kept_hits: f64,
+    /// Catch-up reads that found the copies cap reached (sent as slices of the log).
+    pub copies_refused: f64,
+}
+
+/// Every counter of one scrape.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ServerCounters {
+    pub flushes: Option<FlushCounters>,
+    pub reads: Option<ReadCounters>,
+}
+
+impl ServerCounters {
+    /// Reads them from the server's `/metrics` (nothing when it has none).
+    pub async fn fetch(target: &Target) -> ServerCounters {
+        let text = scrape(target).await.unwrap_or_default();
+        ServerCounters::parse(&text)
     }
 
     /// The counters in a Prometheus text exposition.
+    pub fn parse(text: &str) -> ServerCounters {
+        ServerCounters { flushes: FlushCounters::parse(text), reads: ReadCounters::parse(text) }
+    }
+
+    /// Adds what changed between `self` (the start) and `after`, over `seconds`.
+    pub fn report(&self, after: &ServerCounters, seconds: f64, report: &mut Report) {
+        if let (Some(before), Some(after)) = (self.flushes, after.flushes) {
+            before.report(&after, seconds, report);
+        }
+        if let (Some(before), Some(after)) = (self.reads, after.reads) {
+            before.report(&after, report);
+        }
+    }
+}
+
+/// The server's `/metrics` text (`None` when it has none).
+async fn scrape(target: &Target) -> Option<String> {
+    let mut connection = Connection::open(target).await.ok()?;
+    let reply = connection.send(Method::GET, "/metrics", &[], bytes::Bytes::new()).await.ok()?;
+    if reply.status != 200 {
+        return None;
+    }
+    String::from_utf8(reply.body.to_vec()).ok()
+}
+
+/// The value of the unlabelled sample `name` in a Prometheus text exposition.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+}
+
+impl ReadCounters {
+    /// The counters in a Prometheus text exposition (`None` from a server without them).
+    pub fn parse(text: &str) -> Option<ReadCounters> {
+        Some(ReadCounters {
+            read_bytes: sample(text, "ds_read_bytes_total")?,
+            kept_hits: sample(text, "ds_kept_answer_hits_total")?,
+            copies_refused: sample(text, "ds_read_copies_refused_total")?,
+        })
+    }
+
+    /// Adds the reads a kept answer served and those sent as slices, between `self` (the
+    /// start) and `after`, when the phase read anything (so every round of a reading
+    /// scenario has both figures, zeros included, and a writing one neither).
+    pub fn report(&self, after: &ReadCounters, report: &mut Report) {
+        if after.read_bytes <= self.read_bytes {
+            return;
+        }
+        report.add("server_kept_answer_hits", after.kept_hits - self.kept_hits, "").add(
+            "server_reads_sliced",
+            after.copies_refused - self.copies_refused,
+            "",
+        );
+    }
+}
+
+impl FlushCounters {
+    /// The counters in a Prometheus text exposition.
     pub fn parse(text: &str) -> Option<FlushCounters> {
-        let value = |name: &str| {
-            text.lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-                .and_then(|value| value.trim().parse::<f64>().ok())
-        };
+        let value = |name: &str| sample(text, name);
         Some(FlushCounters {
             flushes: value("ds_flushes_total")?,
             commits: value("ds_flush_commits_total").unwrap_or(0.0),
@@ -94,5 +166,21 @@ mod tests {
         let mut report = Report::new("append");
         uncounted.unwrap().report(&FlushCounters { commits: 0.0, ..after }, 2.0, &mut report);
         assert_eq!(report.get("records_per_commit"), None, "no commits counted, no figure");
+    }
+
+    #[test]
+    fn read_counters_are_reported_for_a_phase_that_read() {
+        let text = "ds_read_bytes_total 100\nds_kept_answer_hits_total 3\nds_read_copies_refused_total 1\n";
+        let before = ServerCounters::parse(text);
+        assert_eq!(before.flushes, None, "memory or file modes: no flushes");
+        let reads = before.reads.unwrap();
+        let mut report = Report::new("read");
+        reads.report(&ReadCounters { read_bytes: 900.0, kept_hits: 10.0, copies_refused: 1.0 }, &mut report);
+        assert_eq!(report.get("server_kept_answer_hits").and_then(|v| v.as_f64()), Some(7.0));
+        assert_eq!(report.get("server_reads_sliced").and_then(|v| v.as_f64()), Some(0.0), "zeros too");
+        let mut report = Report::new("append");
+        reads.report(&reads, &mut report);
+        assert_eq!(report.get("server_kept_answer_hits"), None, "a phase that read nothing");
+        assert_eq!(ServerCounters::parse("x 1\n"), ServerCounters::default(), "another server");
     }
 }

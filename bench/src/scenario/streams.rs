@@ -16,7 +16,7 @@ use crate::http::Connection;
 use crate::process;
 use crate::report::Report;
 use crate::run::Settings;
-use crate::server_metrics::FlushCounters;
+use crate::server_metrics::ServerCounters;
 use crate::stats::Latencies;
 use crate::target::Target;
 
@@ -35,7 +35,7 @@ pub async fn run(settings: &Settings, options: &StreamsOptions) -> Result<Report
     let prefix = format!("streams-{}", super::unique_suffix());
     let memory_before = settings.server_pid.and_then(process::resident_bytes);
     let cpu_before = settings.server_pid.and_then(process::cpu_seconds);
-    let flushes_before = FlushCounters::fetch(target).await;
+    let counters_before = ServerCounters::fetch(target).await;
     let next = Arc::new(AtomicUsize::new(0));
     let body = Bytes::from(vec![b'x'; options.bytes]);
     let started = Instant::now();
@@ -66,9 +66,7 @@ pub async fn run(settings: &Settings, options: &StreamsOptions) -> Result<Report
         .add("creations_per_sec", options.count as f64 / elapsed, "/s")
         .add("latency_p50_us", summary.p50_us, "µs")
         .add("latency_p99_us", summary.p99_us, "µs");
-    if let (Some(before), Some(after)) = (flushes_before, FlushCounters::fetch(target).await) {
-        before.report(&after, elapsed, &mut report);
-    }
+    counters_before.report(&ServerCounters::fetch(target).await, elapsed, &mut report);
     if let Some(pid) = settings.server_pid {
         let memory_after = process::resident_bytes(pid);
         if let (Some(before), Some(after)) = (memory_before, memory_after) {
