@@ -47,7 +47,7 @@ use crate::storage::StorageMode;
 
 pub use crate::meta::StreamSnapshot;
 pub use crate::storage::files::recovery::FileEntry;
-pub use crate::storage::manifest::{Manifest, FORMAT_VERSION};
+pub use crate::storage::manifest::{FileProblem, Manifest, FORMAT_VERSION};
 pub use crate::storage::record::codec::{flag_names, Header as RecordHeader, Kind as RecordKind};
 pub use crate::storage::record::scan::{next_header, RecordScan, ScanEnd, Scanned};
 pub use crate::storage::wal::segment::Segment;
@@ -56,6 +56,8 @@ pub use crate::storage::wal::segment::Segment;
 pub struct Store {
     pub dir: PathBuf,
     pub manifest: Manifest,
+    /// What was wrong with the manifest's two files when the store was opened.
+    manifest_problems: Vec<FileProblem>,
     vfs: Arc<dyn Vfs>,
     /// Where each stream file ended at the last clean stop (file modes), if saved.
     clean_ends: CleanEnds,
@@ -109,10 +111,12 @@ pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, force: bool) -> Result<Store, Inspect
     if !vfs.exists(dir) {
         return Err(InspectError::Missing(dir.to_path_buf()));
     }
-    if !vfs.exists(&dir.join(MANIFEST_NAME)) && !vfs.exists(&dir.join(MANIFEST_COPY_NAME)) {
-        return Err(InspectError::NotADataDirectory(dir.to_path_buf()));
-    }
-    let manifest = Manifest::read(vfs.as_ref(), dir).map_err(InspectError::Manifest)?;
+    let (manifest, manifest_problems) =
+        Manifest::read(vfs.as_ref(), dir).map_err(|error| match error.kind() {
+            // Neither file is there.
+            io::ErrorKind::NotFound => InspectError::NotADataDirectory(dir.to_path_buf()),
+            _ => InspectError::Manifest(error),
+        })?;
     // A server always holds the lock file; a directory without one (restored or copied
     // without it) has no server to wait for.
     let lock_path = dir.join(LOCK_NAME);
@@ -126,7 +130,15 @@ pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, force: bool) -> Result<Store, Inspect
         _ => clean_ends::load(vfs.as_ref(), dir),
     };
     let torn_window_bytes = stale_window_bytes(Limits::default().record_bytes_max());
-    Ok(Store { dir: dir.to_path_buf(), manifest, vfs, clean_ends, torn_window_bytes, _lock: lock })
+    Ok(Store {
+        dir: dir.to_path_buf(),
+        manifest,
+        manifest_problems,
+        vfs,
+        clean_ends,
+        torn_window_bytes,
+        _lock: lock,
+    })
 }
 
 /// One acid shard's log, analyzed.
@@ -179,8 +191,8 @@ impl Store {
     /// What is wrong with the manifest's two files (`MANIFEST`, `MANIFEST-COPY`): each
     /// file's name and state, where it is damaged, differs or (the manifest itself) is
     /// missing; the manifest read is the other's.
-    pub fn manifest_problems(&self) -> Vec<(&'static str, String)> {
-        crate::storage::manifest::file_problems(self.vfs.as_ref(), &self.dir, &self.manifest)
+    pub fn manifest_problems(&self) -> &[FileProblem] {
+        &self.manifest_problems
     }
 
     pub fn shard_count(&self) -> u32 {

@@ -71,12 +71,14 @@ impl Manifest {
     }
 
     /// Reads the manifest of `dir` (or, where it is missing or damaged, its copy); refuses
-    /// one of another format or hash. Writes nothing.
-    pub fn read(vfs: &dyn Vfs, dir: &Path) -> io::Result<Manifest> {
+    /// one of another format or hash. Writes nothing. Also says what is wrong with the two
+    /// files ([`file_problems`]), from the same reads.
+    pub fn read(vfs: &dyn Vfs, dir: &Path) -> io::Result<(Manifest, Vec<FileProblem>)> {
         let (main, copy) = (load(vfs, &dir.join(MANIFEST_NAME)), load(vfs, &dir.join(MANIFEST_COPY_NAME)));
         let found = pick(dir, &main, &copy)?;
         check_version(dir, &found)?;
-        Ok(found)
+        let problems = file_problems(&found, [(MANIFEST_NAME, &main), (MANIFEST_COPY_NAME, &copy)]);
+        Ok((found, problems))
     }
 
     /// Reads the manifest of `dir`, writing `expected` (and its copy) if there is none yet;
@@ -122,15 +124,17 @@ impl Manifest {
     }
 }
 
-/// What is wrong with `dir`'s manifest files, beside `found` (the manifest read from them):
-/// each that is damaged or differs, and a missing `MANIFEST`, in words. A missing copy is
-/// not a problem: the directory was written before copies were kept, and its next start
-/// writes one.
-pub fn file_problems(vfs: &dyn Vfs, dir: &Path, found: &Manifest) -> Vec<(&'static str, String)> {
+/// One manifest file's name and, in words, what is wrong with it.
+pub type FileProblem = (&'static str, String);
+
+/// What is wrong with the manifest's two files (name, as read), beside `found` (the manifest
+/// read from them): each that is damaged or differs, and a missing `MANIFEST`, in words. A
+/// missing copy is not a problem: the directory was written before copies were kept, and
+/// its next start writes one.
+fn file_problems(found: &Manifest, files: [(&'static str, &Loaded); 2]) -> Vec<FileProblem> {
     let mut problems = Vec::new();
-    for name in [MANIFEST_NAME, MANIFEST_COPY_NAME] {
-        let loaded = load(vfs, &dir.join(name));
-        let fine = match &loaded {
+    for (name, loaded) in files {
+        let fine = match loaded {
             Loaded::Intact(held) => held == found,
             Loaded::Missing => name == MANIFEST_COPY_NAME,
             Loaded::Damaged => false,
@@ -345,7 +349,7 @@ mod tests {
             for (lost, kept) in [(&main, &copy), (&copy, &main)] {
                 damage(lost);
                 assert_eq!(
-                    Manifest::read(&vfs, dir).unwrap(),
+                    Manifest::read(&vfs, dir).unwrap().0,
                     acid4,
                     "{}: read from the other",
                     lost.display()

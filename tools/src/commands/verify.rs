@@ -41,7 +41,7 @@ struct Findings {
 pub fn run(store: &Store, format: Format, out: &mut dyn Write) -> Result<Outcome, ToolError> {
     let mut findings = Findings::default();
     for (file, state) in store.manifest_problems() {
-        findings.problems.push(Problem { log: file.to_string(), position: None, what: state });
+        findings.problems.push(Problem { log: file.to_string(), position: None, what: state.clone() });
     }
     if store.mode() == StorageMode::Acid {
         for shard in 0..store.shard_count() {
