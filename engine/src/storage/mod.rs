@@ -14,7 +14,8 @@
 //!   records linked backwards by skip links, and reading a stream along them), `replay`
 //!   (how records rebuild a stream's durable state), `chunk` (what a read returns),
 //!   `vfs/` (every file operation, real, read-only or simulated), `flush` (the device
-//!   flush that makes a commit durable, shared by the logs of one file system).
+//!   flush that makes a commit durable, shared by the logs of one file system),
+//!   `flush_file` (the file that flush syncs, kept in an inode-table block of its own).
 //! - `maintenance`: the optional interface of a log that is checkpointed and compacted.
 //! - The data directory: `mode` (the storage modes), `manifest` (its identity), `open`
 //!   (lock, manifest, recovery, one opened shard per shard thread), `renewals` (TTL windows
@@ -25,6 +26,7 @@ pub mod chain;
 pub mod chunk;
 pub mod files;
 pub mod flush;
+mod flush_file;
 pub mod maintenance;
 pub mod manifest;
 pub mod memory;

@@ -22,9 +22,10 @@ use crate::storage::files::handles::Handles;
 use crate::storage::files::source::FileStore;
 use crate::storage::files::writer::FileWriter;
 use crate::storage::flush::FlushGroup;
+use crate::storage::flush_file;
 use crate::storage::record::codec::{HEADER_BYTES, META_BYTES_MAX, RECORD_ALIGN};
 use crate::storage::root_watch::RootWatch;
-use crate::storage::vfs::{create_dir_durably, Vfs, VfsFile};
+use crate::storage::vfs::{create_dir_durably, Vfs};
 use crate::storage::wal::housekeeper::{Housekeeper, Task};
 use crate::storage::wal::ledger::Ledger;
 use crate::storage::wal::recovery::{self, Recovered, RecoverySettings};
@@ -279,10 +280,6 @@ struct FlushGroups {
     per_file: Option<Arc<FlushGroup>>,
 }
 
-/// The file a shared group's flushes `fdatasync` (`flush`), in the directory of the first
-/// shard on its file system: empty, never written.
-const FLUSH_FILE_NAME: &str = "FLUSH";
-
 impl FlushGroups {
     /// The group of the shard in `dir`, on the file system `domain` names (`None`: per file).
     fn for_domain(
@@ -294,7 +291,7 @@ impl FlushGroups {
         let group = match domain {
             Some(domain) => match self.shared.entry(domain) {
                 Entry::Occupied(group) => group.into_mut(),
-                Entry::Vacant(slot) => slot.insert(FlushGroup::shared(open_flush_file(vfs, dir)?)),
+                Entry::Vacant(slot) => slot.insert(FlushGroup::shared(flush_file::open(vfs, dir)?)),
             },
             None => self.per_file.get_or_insert_with(FlushGroup::per_file),
         };
@@ -304,14 +301,4 @@ impl FlushGroups {
     fn all(self) -> Vec<Arc<FlushGroup>> {
         self.shared.into_values().chain(self.per_file).collect()
     }
-}
-
-/// Opens `dir`'s flush file, creating it when absent (a crash may lose a new one: it holds
-/// nothing, and the next start makes it again).
-fn open_flush_file(vfs: &dyn Vfs, dir: &Path) -> std::io::Result<Arc<dyn VfsFile>> {
-    let path = dir.join(FLUSH_FILE_NAME);
-    if vfs.exists(&path) {
-        return vfs.open(&path);
-    }
-    vfs.create_new(&path)
 }

@@ -17,10 +17,14 @@ use std::path::Path;
 const EXT4_SUPER_MAGIC: i64 = 0xEF53;
 const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
 
+/// The smallest inode ext4 makes (bytes): a block of its inode table holds at most its
+/// block size over this many inodes.
+const EXT4_INODE_BYTES_MIN: u64 = 128;
+
 /// The device of `path` when it is on ext4 (not `data=journal`) or XFS.
 pub fn flush_domain(path: &Path) -> Option<u64> {
     let device = std::fs::metadata(path).ok()?.dev();
-    match file_system_magic(path)? {
+    match file_system_magic(path)?.0 {
         XFS_SUPER_MAGIC => Some(device),
         EXT4_SUPER_MAGIC => {
             let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
@@ -30,7 +34,19 @@ pub fn flush_domain(path: &Path) -> Option<u64> {
     }
 }
 
-fn file_system_magic(path: &Path) -> Option<i64> {
+/// On ext4, the most inodes one block of the inode table under `path` can hold (its block
+/// size over the smallest inode); `None` on other file systems.
+pub fn inode_table_span(path: &Path) -> Option<u64> {
+    match file_system_magic(path)? {
+        (EXT4_SUPER_MAGIC, block_bytes) if block_bytes >= EXT4_INODE_BYTES_MIN => {
+            Some(block_bytes / EXT4_INODE_BYTES_MIN)
+        }
+        _ => None,
+    }
+}
+
+/// The file system's magic number and block size.
+fn file_system_magic(path: &Path) -> Option<(i64, u64)> {
     let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     let mut stats = std::mem::MaybeUninit::<libc::statfs>::uninit();
     // SAFETY: `path` is NUL-terminated and `stats` a buffer of the right type, read only
@@ -40,9 +56,9 @@ fn file_system_magic(path: &Path) -> Option<i64> {
     }
     // SAFETY: filled by the successful call above.
     let stats = unsafe { stats.assume_init() };
-    // `f_type`'s width differs between targets.
+    // `f_type`'s and `f_bsize`'s widths differ between targets.
     #[allow(clippy::unnecessary_cast)]
-    Some(stats.f_type as i64)
+    Some((stats.f_type as i64, stats.f_bsize as u64))
 }
 
 /// Whether the file system on `device` is mounted with `data=journal`, from the text of

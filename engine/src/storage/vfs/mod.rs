@@ -9,7 +9,8 @@
 //! - `real`: `std::fs`, `pwritev`, `fdatasync`, memmap2, fs2 locks.
 //! - `sim`: an in-memory disk with an explicit durable state and a seeded crash.
 //! - `read_only`: any of them, refusing every change (offline inspection).
-//! - `domain`: which real file systems let one device flush cover every file.
+//! - `domain`: which real file systems let one device flush cover every file, and how
+//!   their inode tables are laid out.
 //! - `fault_guard`: a page of a real map that cannot be read reads as zeros (which no
 //!   checksum passes) instead of killing the process with SIGBUS.
 
@@ -67,6 +68,17 @@ pub trait Vfs: Send + Sync + 'static {
     /// `data=journal`, XFS); `None` where each file needs its own `sync_data`
     /// (`storage::flush`).
     fn flush_domain(&self, _path: &Path) -> Option<u64> {
+        None
+    }
+    /// On a file system whose flushes also write the inode-table block of the flushed file
+    /// when another inode in it changed (ext4 without a journal), the most inodes one such
+    /// block can hold under `path`; `None` where that does not matter or cannot be told
+    /// (`storage::flush_file`).
+    fn inode_table_span(&self, _path: &Path) -> Option<u64> {
+        None
+    }
+    /// The inode number of `path` (`None` where files have none, or it cannot be read).
+    fn inode_number(&self, _path: &Path) -> Option<u64> {
         None
     }
 }

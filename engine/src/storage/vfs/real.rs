@@ -87,6 +87,14 @@ impl Vfs for RealVfs {
         super::domain::flush_domain(path)
     }
 
+    fn inode_table_span(&self, path: &Path) -> Option<u64> {
+        super::domain::inode_table_span(path)
+    }
+
+    fn inode_number(&self, path: &Path) -> Option<u64> {
+        std::fs::symlink_metadata(path).ok().map(|metadata| metadata.ino())
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
