@@ -37,7 +37,7 @@ const PLAIN_NAME: &str = "FLUSH";
 /// The pool's directory, beside the plain file.
 const POOL_DIR_NAME: &str = "flush";
 /// How many runs' worth of files one start may add to the pool while it looks for a run.
-const POOL_SPANS_MAX: u64 = 4;
+const POOL_SPANS_MAX: u64 = 8;
 
 /// A file of the pool: its number (its name) and its inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,7 +120,7 @@ fn member_name(number: u32) -> String {
     format!("{number:04}")
 }
 
-/// The pool's files: every entry whose name is a number, with its inode.
+/// The pool's files: every entry whose name is a number, with its inode, by number.
 fn read_pool(vfs: &dyn Vfs, pool_dir: &Path) -> io::Result<Vec<Member>> {
     let mut pool = Vec::new();
     for name in vfs.list(pool_dir)? {
@@ -130,6 +130,7 @@ fn read_pool(vfs: &dyn Vfs, pool_dir: &Path) -> io::Result<Vec<Member>> {
         };
         pool.push(Member { number, inode: inode_of(vfs, &pool_dir.join(&name))? });
     }
+    pool.sort_by_key(|member| member.number);
     Ok(pool)
 }
 
@@ -285,21 +286,34 @@ mod tests {
         let dir = scratch("flush-file");
         let vfs = RealVfs;
         std::fs::write(dir.join(PLAIN_NAME), b"").unwrap(); // left by an earlier version
-        drop(open(&vfs, &dir).unwrap());
-        match vfs.inode_table_span(&dir) {
-            Some(span) => {
-                let pool_dir = dir.join(POOL_DIR_NAME);
-                let pool = read_pool(&vfs, &pool_dir).unwrap();
-                assert_eq!(pool.len() as u64, span, "only the owned run's files stay");
-                let run = owned_run(&pool, span).expect("the pool owns a run");
-                assert_owned(&pool, span, run);
-                assert!(!dir.join(PLAIN_NAME).exists());
-                // The next start finds the same run and makes nothing.
-                drop(open(&vfs, &dir).unwrap());
-                assert_eq!(read_pool(&vfs, &pool_dir).unwrap().len(), pool.len());
+        let Some(span) = vfs.inode_table_span(&dir) else {
+            drop(open(&vfs, &dir).unwrap());
+            assert!(dir.join(PLAIN_NAME).exists());
+            return std::fs::remove_dir_all(&dir).unwrap();
+        };
+        // Other tests of this run create files at the same time and may take inodes between
+        // the pool's; a start then falls back to the plain file (and removes the pool), and
+        // the next one tries again.
+        let pool_dir = dir.join(POOL_DIR_NAME);
+        let placed = (0..5).find_map(|_| {
+            drop(open(&vfs, &dir).unwrap());
+            let pool = read_pool(&vfs, &pool_dir).unwrap();
+            match pool.is_empty() {
+                true => {
+                    assert!(dir.join(PLAIN_NAME).exists(), "a start without a run uses the plain file");
+                    None
+                }
+                false => Some(pool),
             }
-            None => assert!(dir.join(PLAIN_NAME).exists()),
-        }
+        });
+        let pool = placed.expect("the pool owns a run in one of five starts");
+        assert_eq!(pool.len() as u64, span, "only the owned run's files stay");
+        let run = owned_run(&pool, span).expect("the pool owns a run");
+        assert_owned(&pool, span, run);
+        assert!(!dir.join(PLAIN_NAME).exists());
+        // The next start finds the same run and makes nothing.
+        drop(open(&vfs, &dir).unwrap());
+        assert_eq!(read_pool(&vfs, &pool_dir).unwrap(), pool);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
