@@ -18,9 +18,11 @@
 //! file can ever get an inode in that block, and none of the pool's is ever written. Each
 //! start reads the pool and, where it owns no such run yet, adds files one at a time (ext4
 //! hands out the lowest free inode of a group) until it does, at most
-//! [`POOL_SPANS_MAX`] runs' worth; files of the pool outside the run are then removed. If
-//! no run forms (another process taking inodes between ours), the pool is removed and the
-//! plain file serves, with a warning. Elsewhere — other file systems, the simulated disk —
+//! [`POOL_SPANS_MAX`] runs' worth (the holes of a busy file system's inode table fill
+//! first); files of the pool outside the run are then removed. If no run forms (another
+//! process taking inodes between ours), the pool is removed, and if the pool cannot be made
+//! at all (no inodes left, say) it is left alone: either way the plain file serves, with a
+//! warning, and the next start tries again. Elsewhere — other file systems, the simulated disk —
 //! the flush file is the plain `FLUSH`, as before. None of this touches durability: any
 //! file's `fdatasync` on the file system flushes the device's cache; the pool only decides
 //! whether that call also waits for a metadata write.
@@ -36,8 +38,10 @@ use crate::storage::vfs::{Vfs, VfsFile};
 const PLAIN_NAME: &str = "FLUSH";
 /// The pool's directory, beside the plain file.
 const POOL_DIR_NAME: &str = "flush";
-/// How many runs' worth of files one start may add to the pool while it looks for a run.
-const POOL_SPANS_MAX: u64 = 8;
+/// How many runs' worth of files one start may add to the pool while it looks for a run:
+/// enough to fill the holes a busy file system leaves in a group's inodes first (each new
+/// file takes the lowest free one), at a few tens of microseconds a file, once.
+const POOL_SPANS_MAX: u64 = 32;
 
 /// A file of the pool: its number (its name) and its inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,29 +55,45 @@ struct Member {
 /// again).
 pub fn open(vfs: &dyn Vfs, dir: &Path) -> io::Result<Arc<dyn VfsFile>> {
     let plain = dir.join(PLAIN_NAME);
-    let Some(span) = vfs.inode_table_span(dir) else {
-        return open_or_create(vfs, &plain);
-    };
-    let pool_dir = dir.join(POOL_DIR_NAME);
-    vfs.create_dir_all(&pool_dir)?;
-    let mut pool = read_pool(vfs, &pool_dir)?;
-    let run = place(&mut pool, span, |number| create_member(vfs, &pool_dir, number))?;
-    let Some(run) = run else {
-        tracing::warn!(
-            dir = %pool_dir.display(),
-            "the flush file could not get an inode-table block of its own (other files took \
-             inodes between the pool's); each flush may first write that block"
-        );
-        remove_members(vfs, &pool_dir, &pool, |_| true)?;
-        return open_or_create(vfs, &plain);
-    };
-    remove_members(vfs, &pool_dir, &pool, |member| run_of(member.inode, span) != run)?;
-    if vfs.exists(&plain) {
-        vfs.remove_file(&plain)?;
+    if let Some(span) = vfs.inode_table_span(dir) {
+        let pool_dir = dir.join(POOL_DIR_NAME);
+        match open_pooled(vfs, &pool_dir, span) {
+            Ok(Some(file)) => {
+                if vfs.exists(&plain) {
+                    vfs.remove_file(&plain)?;
+                }
+                return Ok(file);
+            }
+            Ok(None) => tracing::warn!(
+                dir = %pool_dir.display(),
+                "the flush file could not get an inode-table block of its own (other files took \
+                 inodes between the pool's); each flush may first write that block"
+            ),
+            // The pool only saves work: a file system out of inodes, say, still gets flushed.
+            Err(error) => tracing::warn!(
+                dir = %pool_dir.display(),
+                %error,
+                "the flush file's pool could not be made; each flush may first write the plain \
+                 flush file's inode-table block"
+            ),
+        }
     }
+    open_or_create(vfs, &plain)
+}
+
+/// The flush file from the pool in `pool_dir`, grown until it owns a run of `span` inodes;
+/// `None` (and the pool removed) if no run formed.
+fn open_pooled(vfs: &dyn Vfs, pool_dir: &Path, span: u64) -> io::Result<Option<Arc<dyn VfsFile>>> {
+    vfs.create_dir_all(pool_dir)?;
+    let mut pool = read_pool(vfs, pool_dir)?;
+    let Some(run) = place(&mut pool, span, |number| create_member(vfs, pool_dir, number))? else {
+        remove_members(vfs, pool_dir, &pool, |_| true)?;
+        return Ok(None);
+    };
+    remove_members(vfs, pool_dir, &pool, |member| run_of(member.inode, span) != run)?;
     let flush = pool.iter().filter(|member| run_of(member.inode, span) == run).min_by_key(|m| m.inode);
     let flush = flush.expect("an owned run has members");
-    vfs.open(&pool_dir.join(member_name(flush.number)))
+    vfs.open(&pool_dir.join(member_name(flush.number))).map(Some)
 }
 
 /// Grows `pool` with `create` (given the next free number) until it owns a whole run of
@@ -85,29 +105,32 @@ fn place(
     mut create: impl FnMut(u32) -> io::Result<Member>,
 ) -> io::Result<Option<u64>> {
     assert!(span > 0);
-    let mut created = 0;
-    loop {
-        if let Some(run) = owned_run(pool, span) {
+    let mut runs = runs_of(pool, span);
+    if let Some(run) = runs.iter().find(|(_, inodes)| inodes.len() as u64 == span).map(|(run, _)| *run) {
+        return Ok(Some(run));
+    }
+    let number_first = pool.iter().map(|member| member.number + 1).max().unwrap_or(0);
+    let creations_max = u32::try_from(span * POOL_SPANS_MAX).expect("a pool's files are numbered by u32");
+    for number in number_first..number_first + creations_max {
+        let member = create(number)?;
+        pool.push(member);
+        let run = run_of(member.inode, span);
+        let inodes = runs.entry(run).or_default();
+        inodes.insert(member.inode);
+        if inodes.len() as u64 == span {
             return Ok(Some(run));
         }
-        if created == span * POOL_SPANS_MAX {
-            return Ok(None);
-        }
-        let number = pool.iter().map(|member| member.number + 1).max().unwrap_or(0);
-        pool.push(create(number)?);
-        created += 1;
     }
+    Ok(None)
 }
 
-/// The lowest run (of `span` inodes, aligned) whose every inode is a member of `pool`.
-fn owned_run(pool: &[Member], span: u64) -> Option<u64> {
+/// The inodes of `pool`, by the run of `span` they fall in.
+fn runs_of(pool: &[Member], span: u64) -> BTreeMap<u64, BTreeSet<u64>> {
     let mut runs: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
     for member in pool {
         runs.entry(run_of(member.inode, span)).or_default().insert(member.inode);
     }
-    let (run, inodes) = runs.into_iter().find(|(_, inodes)| inodes.len() as u64 == span)?;
-    assert!(inodes.iter().all(|&inode| run_of(inode, span) == run));
-    Some(run)
+    runs
 }
 
 /// The aligned run of `span` inodes that `inode` falls in (ext4 numbers inodes from 1; a
@@ -168,16 +191,24 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// An inode table as ext4 hands it out: the lowest free inode first.
+    /// An inode table as ext4 hands it out: the lowest free inode first (nothing is freed
+    /// while a pool is placed, so the lowest free one only moves up).
     struct Table {
         used: BTreeSet<u64>,
+        lowest_free: u64,
     }
 
     impl Table {
+        fn new(used: BTreeSet<u64>) -> Table {
+            Table { used, lowest_free: 1 }
+        }
+
         fn take(&mut self) -> u64 {
-            let inode = (1..).find(|inode| !self.used.contains(inode)).unwrap();
-            self.used.insert(inode);
-            inode
+            while self.used.contains(&self.lowest_free) {
+                self.lowest_free += 1;
+            }
+            self.used.insert(self.lowest_free);
+            self.lowest_free
         }
     }
 
@@ -201,6 +232,10 @@ mod tests {
         (run.unwrap(), created)
     }
 
+    fn owned_run(pool: &[Member], span: u64) -> Option<u64> {
+        runs_of(pool, span).into_iter().find(|(_, inodes)| inodes.len() as u64 == span).map(|(run, _)| run)
+    }
+
     fn assert_owned(pool: &[Member], span: u64, run: u64) {
         let inodes: BTreeSet<u64> = pool.iter().map(|member| member.inode).collect();
         for inode in run * span + 1..=(run + 1) * span {
@@ -214,7 +249,7 @@ mod tests {
         for hole in [7, 20, 21, 90] {
             used.remove(&hole);
         }
-        let mut table = Table { used };
+        let mut table = Table::new(used);
         let mut pool = Vec::new();
         let (run, created) = place_in(&mut table, &mut pool, 16, |_| 0);
         // Inodes 7, 20, 21, 90 and 101..=112 are taken before the run 113..=128 is whole.
@@ -233,7 +268,7 @@ mod tests {
 
     #[test]
     fn a_pool_that_lost_a_file_grows_again() {
-        let mut table = Table { used: (1..=40).filter(|inode| *inode != 35).collect() };
+        let mut table = Table::new((1..=40).filter(|inode| *inode != 35).collect());
         // The pool once owned 33..=40; 35 was removed (by hand) and is free again.
         let mut pool: Vec<Member> = [33, 34, 36, 37, 38, 39, 40]
             .iter()
@@ -248,7 +283,7 @@ mod tests {
 
     #[test]
     fn another_process_taking_inodes_between_ours_leaves_no_run_and_a_bounded_pool() {
-        let mut table = Table { used: BTreeSet::new() };
+        let mut table = Table::new(BTreeSet::new());
         let mut pool = Vec::new();
         let (run, created) = place_in(&mut table, &mut pool, 8, |_| 1);
         assert_eq!(run, None);
@@ -267,7 +302,7 @@ mod tests {
         ) {
             let span = 1u64 << span_log2;
             let holes = (1..=used.iter().max().copied().unwrap_or(0)).filter(|i| !used.contains(i)).count() as u64;
-            let mut table = Table { used };
+            let mut table = Table::new(used);
             let mut pool = Vec::new();
             let foreign = |number: u32| foreign_every.map_or(0, |every| u32::from(number.is_multiple_of(every)));
             let (run, created) = place_in(&mut table, &mut pool, span, foreign);
@@ -314,6 +349,18 @@ mod tests {
         // The next start finds the same run and makes nothing.
         drop(open(&vfs, &dir).unwrap());
         assert_eq!(read_pool(&vfs, &pool_dir).unwrap(), pool);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_pool_that_cannot_be_made_leaves_the_plain_flush_file() {
+        use crate::storage::vfs::real::{scratch, RealVfs};
+        let dir = scratch("flush-file-blocked");
+        // Where the pool's directory should be, a file: creating the pool fails.
+        std::fs::write(dir.join(POOL_DIR_NAME), b"not a directory").unwrap();
+        let file = open(&RealVfs, &dir).unwrap();
+        assert!(file.is_at(&dir.join(PLAIN_NAME)).unwrap());
+        assert_eq!(std::fs::read(dir.join(POOL_DIR_NAME)).unwrap(), b"not a directory");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
