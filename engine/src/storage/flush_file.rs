@@ -59,8 +59,11 @@ pub fn open(vfs: &dyn Vfs, dir: &Path) -> io::Result<Arc<dyn VfsFile>> {
         let pool_dir = dir.join(POOL_DIR_NAME);
         match open_pooled(vfs, &pool_dir, span) {
             Ok(Some(file)) => {
+                // The plain file of an earlier start: nothing depends on it any more.
                 if vfs.exists(&plain) {
-                    vfs.remove_file(&plain)?;
+                    if let Err(error) = vfs.remove_file(&plain) {
+                        tracing::warn!(path = %plain.display(), %error, "cannot remove the unused flush file");
+                    }
                 }
                 return Ok(file);
             }
