@@ -70,9 +70,9 @@ pub trait Vfs: Send + Sync + 'static {
     fn flush_domain(&self, _path: &Path) -> Option<u64> {
         None
     }
-    /// On a file system whose flushes also write the inode-table block of the flushed file
-    /// when another inode in it changed (ext4 without a journal), the most inodes one such
-    /// block can hold under `path`; `None` where that does not matter or cannot be told
+    /// On ext4 (where, without a journal, a flush also writes the inode-table block of the
+    /// flushed file when another inode in it changed), the most inodes one such block can
+    /// hold under `path`; `None` elsewhere, or where it cannot be told
     /// (`storage::flush_file`).
     fn inode_table_span(&self, _path: &Path) -> Option<u64> {
         None
