@@ -112,9 +112,14 @@ fn place(
     if let Some(run) = runs.iter().find(|(_, inodes)| inodes.len() as u64 == span).map(|(run, _)| *run) {
         return Ok(Some(run));
     }
-    let number_first = pool.iter().map(|member| member.number + 1).max().unwrap_or(0);
-    let creations_max = u32::try_from(span * POOL_SPANS_MAX).expect("a pool's files are numbered by u32");
-    for number in number_first..number_first + creations_max {
+    let out_of_numbers = || io::Error::other("the flush pool's numbers ran out");
+    let number_first = match pool.iter().map(|member| member.number).max() {
+        Some(last) => last.checked_add(1).ok_or_else(out_of_numbers)?,
+        None => 0,
+    };
+    let creations_max = u32::try_from(span * POOL_SPANS_MAX).map_err(|_| out_of_numbers())?;
+    let number_end = number_first.checked_add(creations_max).ok_or_else(out_of_numbers)?;
+    for number in number_first..number_end {
         let member = create(number)?;
         pool.push(member);
         let run = run_of(member.inode, span);
@@ -146,12 +151,13 @@ fn member_name(number: u32) -> String {
     format!("{number:04}")
 }
 
-/// The pool's files: every entry whose name is a number, with its inode, by number.
+/// The pool's files: every entry named as the pool names its files, with its inode, by
+/// number.
 fn read_pool(vfs: &dyn Vfs, pool_dir: &Path) -> io::Result<Vec<Member>> {
     let mut pool = Vec::new();
     for name in vfs.list(pool_dir)? {
-        let Some(number) = name.bytes().all(|b| b.is_ascii_digit()).then(|| name.parse().ok()).flatten()
-        else {
+        // Only the names the pool gives (`0047`, not `47`, `+47` or `00047`).
+        let Some(number) = name.parse::<u32>().ok().filter(|&number| member_name(number) == name) else {
             continue;
         };
         pool.push(Member { number, inode: inode_of(vfs, &pool_dir.join(&name))? });
@@ -352,6 +358,21 @@ mod tests {
         // The next start finds the same run and makes nothing.
         drop(open(&vfs, &dir).unwrap());
         assert_eq!(read_pool(&vfs, &pool_dir).unwrap(), pool);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_the_names_the_pool_gives_are_the_pools() {
+        use crate::storage::vfs::real::{scratch, RealVfs};
+        let dir = scratch("flush-file-names");
+        for name in ["0047", "47", "+047", "00047", "12345", "x1", "4294967295"] {
+            std::fs::write(dir.join(name), b"").unwrap();
+        }
+        let numbers: Vec<u32> = read_pool(&RealVfs, &dir).unwrap().iter().map(|m| m.number).collect();
+        assert_eq!(numbers, [47, 12345, 4294967295]);
+        // The last possible number leaves no room to grow: an error, not an overflow.
+        let mut pool = read_pool(&RealVfs, &dir).unwrap();
+        assert!(place(&mut pool, 1 << 20, |_| unreachable!()).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
