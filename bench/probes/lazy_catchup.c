@@ -19,75 +19,34 @@
 //   gcc -O2 -pthread bench/probes/lazy_catchup.c -o /tmp/lazy_catchup
 //   /tmp/lazy_catchup whole 4711 8; /tmp/lazy_catchup piece 4712 8   # mode port seconds
 #define _GNU_SOURCE
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
-#include <fcntl.h>
 
-#define CONNS 16
+#include "loopback.h"
+
 #define REGION (256L << 20)
 #define ANSWER (4L << 20)
 static long PIECE = 256L << 10;
-
-static int port, receiving[CONNS];
-static volatile int stop;
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
-static void pin(int c) { cpu_set_t s; CPU_ZERO(&s); CPU_SET(c, &s); sched_setaffinity(0, sizeof s, &s); }
-
-static void *rx(void *unused) {
-  (void)unused; pin(1);
-  int ep = epoll_create1(0); char *b = malloc(1 << 18);
-  for (int i = 0; i < CONNS; i++) {
-    struct epoll_event e = { .events = EPOLLIN, .data.fd = receiving[i] };
-    epoll_ctl(ep, EPOLL_CTL_ADD, receiving[i], &e);
-  }
-  struct epoll_event ev[CONNS];
-  while (!stop) {
-    int n = epoll_wait(ep, ev, CONNS, 100);
-    for (int i = 0; i < n; i++) while (recv(ev[i].data.fd, b, 1 << 18, MSG_DONTWAIT) > 0) {}
-  }
-  return 0;
-}
 
 struct conn { int fd; long next; /* region offset of the next answer */ long answer_left;
   char *buf; long buf_len, buf_sent; };
 
 int main(int argc, char **argv) {
   int piece = argc > 1 && !strcmp(argv[1], "piece");
-  port = argc > 2 ? atoi(argv[2]) : 4711; double seconds = argc > 3 ? atof(argv[3]) : 8;
+  int port = argc > 2 ? atoi(argv[2]) : 4711; double seconds = argc > 3 ? atof(argv[3]) : 8;
   if (getenv("PIECE_KIB")) PIECE = atol(getenv("PIECE_KIB")) << 10;
   pin(0);
   char *region = malloc(REGION); memset(region, 'x', REGION);
-  int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(0x7f000001) };
-  if (bind(l, (void *)&a, sizeof a) || listen(l, CONNS)) { perror("listen"); return 1; }
   struct conn c[CONNS];
-  int ep = epoll_create1(0);
+  int sending[CONNS], ep = epoll_create1(0);
+  if (connect_pairs(port, sending, ep)) return 1;
   for (int i = 0; i < CONNS; i++) {
-    receiving[i] = socket(AF_INET, SOCK_STREAM, 0);
-    connect(receiving[i], (void *)&a, sizeof a);
-    c[i].fd = accept(l, 0, 0);
-    setsockopt(c[i].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    fcntl(c[i].fd, F_SETFL, O_NONBLOCK);
+    c[i].fd = sending[i];
     c[i].next = (long)i * (REGION / CONNS); c[i].answer_left = 0;
     c[i].buf = malloc(piece ? PIECE : ANSWER); memset(c[i].buf, 0, piece ? PIECE : ANSWER);
     c[i].buf_len = c[i].buf_sent = 0;
-    struct epoll_event e = { .events = EPOLLOUT | EPOLLET, .data.u32 = i };
-    epoll_ctl(ep, EPOLL_CTL_ADD, c[i].fd, &e);
   }
   pthread_t t; pthread_create(&t, 0, rx, 0);
-  struct rusage r0, r1; getrusage(RUSAGE_THREAD, &r0);
-  double start = now(); long sent = 0;
+  double cpu_at_start = thread_cpu_seconds(), start = now(); long sent = 0;
   struct epoll_event ev[CONNS];
   while (now() - start < seconds) {
     int n = epoll_wait(ep, ev, CONNS, 100);
@@ -106,10 +65,7 @@ int main(int argc, char **argv) {
       }
     }
   }
-  double took = now() - start;
-  getrusage(RUSAGE_THREAD, &r1);
-  double cpu = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) + (r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) / 1e6 +
-               (r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) + (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e6;
+  double took = now() - start, cpu = thread_cpu_seconds() - cpu_at_start;
   stop = 1; pthread_join(t, 0);
   printf("%s: %.0f MB/s, sender %.3f CPU s per GB (%.0f%% busy)\n", piece ? "piece" : "whole",
          sent / took / 1e6, cpu / (sent / 1e9), 100 * cpu / took);

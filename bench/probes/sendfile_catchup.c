@@ -27,24 +27,13 @@
 //   /tmp/sendfile_catchup copy 4721 8 /tmp; /tmp/sendfile_catchup run 4722 8 /tmp
 //   (mode: copy, sendfile, sendfile-nocheck or run; port; seconds; directory for the file)
 #define _GNU_SOURCE
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/sendfile.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
-#define CONNS 16
+#include "loopback.h"
+
 #define HEADER 64L
 #define PAYLOAD 4096L
 #define STRIDE (HEADER + PAYLOAD)
@@ -54,26 +43,6 @@
 
 enum mode { COPY, SENDFILE, SENDFILE_NOCHECK, RUN };
 static long stride = STRIDE, header = HEADER;
-static int port, receiving[CONNS];
-static volatile int stop;
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
-static void pin(int c) { cpu_set_t s; CPU_ZERO(&s); CPU_SET(c, &s); sched_setaffinity(0, sizeof s, &s); }
-
-static void *rx(void *unused) {
-  (void)unused; pin(1);
-  int ep = epoll_create1(0); char *b = malloc(1 << 18);
-  for (int i = 0; i < CONNS; i++) {
-    struct epoll_event e = { .events = EPOLLIN, .data.fd = receiving[i] };
-    epoll_ctl(ep, EPOLL_CTL_ADD, receiving[i], &e);
-  }
-  struct epoll_event ev[CONNS];
-  while (!stop) {
-    int n = epoll_wait(ep, ev, CONNS, 100);
-    for (int i = 0; i < n; i++) while (recv(ev[i].data.fd, b, 1 << 18, MSG_DONTWAIT) > 0) {}
-  }
-  return 0;
-}
-
 // The stand-in for the crc: one read of every byte, at memory speed.
 static uint64_t check(const char *p, long len) {
   const uint64_t *w = (const uint64_t *)p; uint64_t a = 0, b = 0, c = 0, d = 0;
@@ -128,7 +97,7 @@ int main(int argc, char **argv) {
               : argc > 1 && !strcmp(argv[1], "sendfile-nocheck") ? SENDFILE_NOCHECK
               : argc > 1 && !strcmp(argv[1], "run") ? RUN : COPY;
   if (m == RUN) { stride = PAYLOAD; header = 0; }
-  port = argc > 2 ? atoi(argv[2]) : 4721; double seconds = argc > 3 ? atof(argv[3]) : 8;
+  int port = argc > 2 ? atoi(argv[2]) : 4721; double seconds = argc > 3 ? atof(argv[3]) : 8;
   char path[256]; snprintf(path, sizeof path, "%s/sendfile_catchup.%d", argc > 4 ? argv[4] : "/tmp", getpid());
   pin(0);
   int file = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
@@ -136,27 +105,17 @@ int main(int argc, char **argv) {
   unlink(path);
   char *map = mmap(0, FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
   memset(map, 'x', FILE_BYTES);  // every page in the page cache, as a warm log
-  int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(0x7f000001) };
-  if (bind(l, (void *)&a, sizeof a) || listen(l, CONNS)) { perror("listen"); return 1; }
   struct conn c[CONNS];
-  int ep = epoll_create1(0);
+  int sending[CONNS], ep = epoll_create1(0);
+  if (connect_pairs(port, sending, ep)) return 1;
   for (int i = 0; i < CONNS; i++) {
-    receiving[i] = socket(AF_INET, SOCK_STREAM, 0);
-    connect(receiving[i], (void *)&a, sizeof a);
-    c[i].fd = accept(l, 0, 0);
-    setsockopt(c[i].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    fcntl(c[i].fd, F_SETFL, O_NONBLOCK);
+    c[i].fd = sending[i];
     c[i].next_record = 0; c[i].buf = m == COPY ? malloc(RECORDS_PER_ANSWER * PAYLOAD) : 0;
     if (c[i].buf) memset(c[i].buf, 0, RECORDS_PER_ANSWER * PAYLOAD);
     c[i].buf_len = c[i].buf_sent = 0;
-    struct epoll_event e = { .events = EPOLLOUT | EPOLLET, .data.u32 = i };
-    epoll_ctl(ep, EPOLL_CTL_ADD, c[i].fd, &e);
   }
   pthread_t t; pthread_create(&t, 0, rx, 0);
-  struct rusage r0, r1; getrusage(RUSAGE_THREAD, &r0);
-  double start = now(); long sent = 0;
+  double cpu_at_start = thread_cpu_seconds(), start = now(); long sent = 0;
   struct epoll_event ev[CONNS];
   while (now() - start < seconds) {
     int n = epoll_wait(ep, ev, CONNS, 100);
@@ -170,10 +129,7 @@ int main(int argc, char **argv) {
       }
     }
   }
-  double took = now() - start;
-  getrusage(RUSAGE_THREAD, &r1);
-  double cpu = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) + (r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) / 1e6 +
-               (r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) + (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e6;
+  double took = now() - start, cpu = thread_cpu_seconds() - cpu_at_start;
   stop = 1; pthread_join(t, 0);
   printf("%s: %.0f MB/s, sender %.3f CPU s per GB (%.0f%% busy) [%llu]\n", argv[1] ? argv[1] : "copy",
          sent / took / 1e6, cpu / (sent / 1e9), 100 * cpu / took, (unsigned long long)(sink & 1));
