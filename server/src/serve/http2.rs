@@ -74,17 +74,16 @@ pub fn opens_http2(first: &[u8]) -> bool {
 /// Reads a plain connection's first bytes into `unread` until they tell HTTP/2's preface
 /// from anything else ([`opens_http2`]), within the head read timeout (and unless the server
 /// is stopping).
-pub async fn sniff(app: &App, socket: &TcpStream, unread: &mut Vec<u8>) -> io::Result<()> {
+pub async fn sniff(app: &App, socket: &mut TcpStream, unread: &mut Vec<u8>) -> io::Result<()> {
     let deadline = Instant::now() + app.idle_timeout;
     while unread.len() < PREFACE_HEAD.len() && PREFACE_HEAD.starts_with(unread) {
         tokio::select! {
-            ready = socket.readable() => ready?,
+            read = super::read_some(socket, unread) => read?,
             () = tokio::time::sleep_until(deadline) => {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "no request in time"));
             }
             () = app.shutdown.wait() => return Err(io::Error::other("shutting down")),
         }
-        super::read_ready(socket, unread)?;
     }
     Ok(())
 }

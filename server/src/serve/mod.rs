@@ -34,7 +34,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
@@ -147,13 +147,13 @@ async fn connection(
 /// the bytes already read): HTTP/2 if it opens with the preface, else HTTP/1.1.
 pub async fn serve_plain(
     app: &Arc<App>,
-    socket: TcpStream,
+    mut socket: TcpStream,
     peer: SocketAddr,
     watcher: Watcher,
     mut unread: Vec<u8>,
 ) {
     if app.http2 {
-        if let Err(error) = http2::sniff(app, &socket, &mut unread).await {
+        if let Err(error) = http2::sniff(app, &mut socket, &mut unread).await {
             tracing::debug!(%error, %peer, "connection ended before its first request");
             return;
         }
@@ -247,19 +247,23 @@ fn guarded<I: AsyncRead + AsyncWrite>(app: &App, io: I) -> StallGuard<Coalesced<
 /// stack (most heads are a few hundred bytes).
 const READ_BYTES: usize = 4096;
 
-/// Appends what `socket` has ready (up to [`READ_BYTES`]) to `unread`; the end of the stream
-/// is an error, as a request was still to come.
-fn read_ready(socket: &TcpStream, unread: &mut Vec<u8>) -> std::io::Result<()> {
-    let mut chunk = [0u8; READ_BYTES];
-    match socket.try_read(&mut chunk) {
-        Ok(0) => Err(std::io::ErrorKind::UnexpectedEof.into()),
-        Ok(read) => {
-            unread.extend_from_slice(&chunk[..read]);
-            Ok(())
+/// Waits for bytes from `socket` and appends what it has (up to [`READ_BYTES`], read on the
+/// stack) to `unread`; the end of the stream is an error, as a request was still to come.
+/// Read through tokio's `poll_read`, which takes a short read as proof that the socket is
+/// drained: the next wait parks at once, where a `try_read` after a readiness wait would
+/// first ask the socket again and get `EAGAIN` (one more `recvfrom` per request).
+async fn read_some(socket: &mut TcpStream, unread: &mut Vec<u8>) -> std::io::Result<()> {
+    std::future::poll_fn(|cx| {
+        let mut chunk = [0u8; READ_BYTES];
+        let mut filled = ReadBuf::new(&mut chunk);
+        std::task::ready!(std::pin::Pin::new(&mut *socket).poll_read(cx, &mut filled))?;
+        if filled.filled().is_empty() {
+            return std::task::Poll::Ready(Err(std::io::ErrorKind::UnexpectedEof.into()));
         }
-        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
-        Err(error) => Err(error),
-    }
+        unread.extend_from_slice(filled.filled());
+        std::task::Poll::Ready(Ok(()))
+    })
+    .await
 }
 
 /// Logs how a hyper connection ended (and counts it when it was an error).

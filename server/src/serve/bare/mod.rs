@@ -98,7 +98,7 @@ pub async fn serve(parking: Arc<Parking>, mut conn: Conn, mut events: Option<Box
                 Err(error) => return ended(&app, conn.peer, &error),
             }
         }
-        let (request, close) = match Box::pin(next_head(&app, &conn.socket, &mut conn.unread)).await {
+        let (request, close) = match Box::pin(next_head(&app, &mut conn.socket, &mut conn.unread)).await {
             Ok(Some(bare)) => bare,
             Ok(None) => return Box::pin(hand_to_hyper(&app, conn)).await,
             Err(error) => {
@@ -140,7 +140,7 @@ fn ended(app: &App, peer: SocketAddr, error: &io::Error) {
 /// `None` when the connection goes to hyper, with `unread` holding every byte not served.
 async fn next_head(
     app: &App,
-    socket: &TcpStream,
+    socket: &mut TcpStream,
     unread: &mut Vec<u8>,
 ) -> io::Result<Option<(Box<Request<RequestBody>>, bool)>> {
     let deadline = Instant::now() + app.idle_timeout;
@@ -159,16 +159,15 @@ async fn next_head(
                 }
             }
         }
+        // Read on the stack and keep only what arrived: the buffer a connection holds is
+        // the size of its head, and only until the head is parsed.
         tokio::select! {
-            ready = std::future::poll_fn(|cx| socket.poll_read_ready(cx)) => ready?,
+            read = super::read_some(socket, unread) => read?,
             () = tokio::time::sleep_until(deadline) => {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "no request head in time"));
             }
             () = app.shutdown.wait() => return Err(io::Error::other("shutting down")),
         }
-        // Read on the stack and keep only what arrived: the buffer a connection holds is
-        // the size of its head, and only until the head is parsed.
-        super::read_ready(socket, unread)?;
     }
 }
 
