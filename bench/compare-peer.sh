@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ds-server (A, port 4441) against electric's durable-streams 0.1.5 (B, port 4442), one
-# ds-bench scenario run in turns (A, B, A, B, …) and reported as medians with the ratio A/B:
+# ds-bench scenario run in turns (A, B, A, B, …) and reported as medians with the ratio A/B
+# (and the lowest and highest ratio of one round, so the noise shows):
 # the side-by-side measurement the performance issues ask for. Both servers are pinned to
 # CPU 0 (only the one under load is busy), ds-bench to CPU 1; the access log is off; both
 # data directories are temporary and removed, both servers stopped by their own PIDs.
@@ -19,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 3 ]; then
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 mode=$1 peer_mode=$2

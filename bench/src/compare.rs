@@ -1,6 +1,8 @@
 //! Compare mode: one scenario run against two servers in turns (A, B, A, B, …), so drift of
 //! a noisy machine hits both alike. Each figure is shown as the median of its runs on A and
-//! on B, with the ratio A/B.
+//! on B, with the ratio A/B, and the lowest and highest ratio of one round's two runs (A's
+//! i-th run against B's i-th): where those disagree (0.93 and 1.13, say), the machine's noise
+//! is as large as the difference, and the median ratio alone would hide it.
 
 use serde_json::{json, Value};
 
@@ -40,23 +42,38 @@ impl Comparison {
             .collect()
     }
 
+    /// The ratio A/B of figure `name` in each round (A's i-th run against B's i-th), for the
+    /// rounds where both runs have it and B's is not zero.
+    pub fn round_ratios(&self, name: &str) -> Vec<f64> {
+        self.runs_a
+            .iter()
+            .zip(&self.runs_b)
+            .filter_map(|(a, b)| {
+                let (a, b) = (a.get(name)?.as_f64()?, b.get(name)?.as_f64()?);
+                (b != 0.0).then(|| a / b)
+            })
+            .collect()
+    }
+
     pub fn table(&self) -> String {
         let scenario = self.runs_a.first().map_or("", |r| r.scenario.as_str());
         let figures = self.figures();
         let width = figures.iter().map(|(name, _, _)| name.len()).max().unwrap_or(0).max(6);
         let mut out = format!(
-            "{scenario}: median of {} runs each; A = {}, B = {}\n  {:<width$}  {:>14}  {:>14}  {:>7}\n",
+            "{scenario}: median of {} runs each; A = {}, B = {}\n  {:<width$}  {:>14}  {:>14}  {:>7}  {:>11}\n",
             self.runs_a.len(),
             self.a,
             self.b,
             "figure",
             "A",
             "B",
-            "A/B"
+            "A/B",
+            "rounds"
         );
         for (name, a, b) in figures {
             let ratio = if b == 0.0 { "-".to_string() } else { format!("{:.2}", a / b) };
-            out.push_str(&format!("  {name:<width$}  {a:>14.1}  {b:>14.1}  {ratio:>7}\n"));
+            let rounds = spread(&self.round_ratios(&name));
+            out.push_str(&format!("  {name:<width$}  {a:>14.1}  {b:>14.1}  {ratio:>7}  {rounds:>11}\n"));
         }
         out
     }
@@ -65,7 +82,10 @@ impl Comparison {
         let figures: Vec<Value> = self
             .figures()
             .into_iter()
-            .map(|(name, a, b)| json!({"figure": name, "a": a, "b": b, "ratio": if b == 0.0 { Value::Null } else { json!(a / b) }}))
+            .map(|(name, a, b)| {
+                let ratio = if b == 0.0 { Value::Null } else { json!(a / b) };
+                json!({"figure": name, "a": a, "b": b, "ratio": ratio, "round_ratios": self.round_ratios(&name)})
+            })
             .collect();
         json!({
             "a": self.a,
@@ -74,6 +94,17 @@ impl Comparison {
             "runs_a": self.runs_a.iter().map(Report::to_json).collect::<Vec<_>>(),
             "runs_b": self.runs_b.iter().map(Report::to_json).collect::<Vec<_>>(),
         })
+    }
+}
+
+/// The lowest and highest of `ratios` (`0.93-1.13`; one value alone; `-` for none).
+fn spread(ratios: &[f64]) -> String {
+    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    match ratios.len() {
+        0 => "-".to_string(),
+        1 => format!("{low:.2}"),
+        _ => format!("{low:.2}-{high:.2}"),
     }
 }
 
@@ -116,5 +147,29 @@ mod tests {
         assert!(table.contains("2.20"), "{table}");
         assert!(table.lines().find(|l| l.contains("appends_errors")).unwrap().trim_end().ends_with('-'));
         assert_eq!(comparison.to_json()["figures"][0]["ratio"], 2.2);
+    }
+
+    #[test]
+    fn each_round_s_ratio_shows_the_noise_behind_the_median() {
+        let mut comparison = Comparison::new("http://a", "http://b");
+        for (a, b) in [(93.0, 100.0), (113.0, 100.0), (100.0, 100.0)] {
+            comparison.add_a(report(a, 0));
+            comparison.add_b(report(b, 0));
+        }
+        assert_eq!(comparison.round_ratios("appends_per_sec"), vec![0.93, 1.13, 1.0]);
+        let table = comparison.table();
+        let line = table.lines().find(|l| l.contains("appends_per_sec")).unwrap();
+        assert!(line.contains("1.00") && line.trim_end().ends_with("0.93-1.13"), "{line}");
+        let errors = table.lines().find(|l| l.contains("appends_errors")).unwrap();
+        let last_two: Vec<&str> = errors.split_whitespace().rev().take(2).collect();
+        assert_eq!(last_two, ["-", "-"], "no ratio where B is zero: {errors}");
+        assert_eq!(comparison.to_json()["figures"][0]["round_ratios"][1], 1.13);
+    }
+
+    #[test]
+    fn a_spread_of_one_round_or_none() {
+        assert_eq!(spread(&[]), "-");
+        assert_eq!(spread(&[1.234]), "1.23");
+        assert_eq!(spread(&[1.1, 0.9]), "0.90-1.10");
     }
 }
