@@ -133,13 +133,19 @@ mod tests {
         report
     }
 
-    #[test]
-    fn medians_and_ratios_per_figure() {
+    /// A comparison of one round per pair: (appends/s on A, on B), no errors.
+    fn rounds(pairs: &[(f64, f64)]) -> Comparison {
         let mut comparison = Comparison::new("http://a", "http://b");
-        for (a, b) in [(100.0, 50.0), (120.0, 40.0), (110.0, 60.0)] {
+        for &(a, b) in pairs {
             comparison.add_a(report(a, 0));
             comparison.add_b(report(b, 0));
         }
+        comparison
+    }
+
+    #[test]
+    fn medians_and_ratios_per_figure() {
+        let comparison = rounds(&[(100.0, 50.0), (120.0, 40.0), (110.0, 60.0)]);
         let figures = comparison.figures();
         assert_eq!(figures[0], ("appends_per_sec".to_string(), 110.0, 50.0));
         assert_eq!(figures.len(), 2, "text figures are left out");
@@ -151,11 +157,7 @@ mod tests {
 
     #[test]
     fn each_round_s_ratio_shows_the_noise_behind_the_median() {
-        let mut comparison = Comparison::new("http://a", "http://b");
-        for (a, b) in [(93.0, 100.0), (113.0, 100.0), (100.0, 100.0)] {
-            comparison.add_a(report(a, 0));
-            comparison.add_b(report(b, 0));
-        }
+        let comparison = rounds(&[(93.0, 100.0), (113.0, 100.0), (100.0, 100.0)]);
         assert_eq!(comparison.round_ratios("appends_per_sec"), vec![0.93, 1.13, 1.0]);
         let table = comparison.table();
         let line = table.lines().find(|l| l.contains("appends_per_sec")).unwrap();
