@@ -128,8 +128,6 @@ pub trait VfsFile: Send + Sync {
     }
     /// A read-only view of the first `len` bytes that also shows later writes.
     fn map(&self, len: u64) -> io::Result<Arc<dyn FileMap>>;
-    /// Gives back the space of `len` bytes at `position` (reads as zeros after); may be a no-op.
-    fn punch_hole(&self, position: u64, len: u64) -> io::Result<()>;
 }
 
 /// A read-only view of a file's first bytes.

@@ -259,22 +259,6 @@ impl VfsFile for RealFile {
         let whole = Bytes::from_owner(MapRange { map: Arc::clone(&map), start: 0, end: len });
         Ok(Arc::new(RealMap { map, whole }))
     }
-
-    fn punch_hole(&self, position: u64, len: u64) -> io::Result<()> {
-        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-        // SAFETY: plain syscall on an owned descriptor.
-        let result = unsafe {
-            libc::fallocate(self.file.as_raw_fd(), mode, position as libc::off_t, len as libc::off_t)
-        };
-        if result == 0 {
-            return Ok(());
-        }
-        let error = io::Error::last_os_error();
-        match error.raw_os_error() {
-            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
-            _ => Err(error),
-        }
-    }
 }
 
 impl RealFile {
@@ -381,7 +365,6 @@ mod tests {
         super::super::read_exact_at(file.as_ref(), 1000, &mut back).unwrap();
         assert_eq!(back, many.concat(), "more parts than one pwritev takes");
         file.sync_data().unwrap();
-        file.punch_hole(0, 4096).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 

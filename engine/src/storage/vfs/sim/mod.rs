@@ -457,11 +457,6 @@ impl VfsFile for SimFile {
         drop(self.vfs.operate()?);
         Ok(Arc::new(SimMap { data: Arc::clone(&self.data), len: len as usize }))
     }
-
-    fn punch_hole(&self, position: u64, len: u64) -> io::Result<()> {
-        let zeros = vec![0; len as usize];
-        self.write_all_at(position, &[&zeros])
-    }
 }
 
 impl FileMap for SimMap {
