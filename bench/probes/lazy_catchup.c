@@ -30,13 +30,33 @@ static long PIECE = 256L << 10;
 struct conn { int fd; long next; /* region offset of the next answer */ long answer_left;
   char *buf; long buf_len, buf_sent; };
 
+static struct conn c[CONNS];
+static char *region;
+static int piece;
+
+// Connection i's turn: make the next piece (or the next whole answer) whenever the last is
+// sent, write until the socket would block; the bytes written.
+static long drain(int i) {
+  struct conn *x = &c[i]; long sent = 0;
+  for (;;) {
+    if (x->buf_sent == x->buf_len) {
+      if (x->answer_left == 0) { x->answer_left = ANSWER; if (x->next + ANSWER > REGION) x->next = 0; }
+      long len = piece ? PIECE : ANSWER;
+      memcpy(x->buf, region + x->next, len);
+      x->next += len; x->answer_left -= len; x->buf_len = len; x->buf_sent = 0;
+    }
+    long w = write(x->fd, x->buf + x->buf_sent, x->buf_len - x->buf_sent);
+    if (w <= 0) return sent;
+    x->buf_sent += w; sent += w;
+  }
+}
+
 int main(int argc, char **argv) {
-  int piece = argc > 1 && !strcmp(argv[1], "piece");
+  piece = argc > 1 && !strcmp(argv[1], "piece");
   int port = argc > 2 ? atoi(argv[2]) : 4711; double seconds = argc > 3 ? atof(argv[3]) : 8;
   if (getenv("PIECE_KIB")) PIECE = atol(getenv("PIECE_KIB")) << 10;
   pin(0);
-  char *region = malloc(REGION); memset(region, 'x', REGION);
-  struct conn c[CONNS];
+  region = malloc(REGION); memset(region, 'x', REGION);
   int sending[CONNS], ep = epoll_create1(0);
   if (connect_pairs(port, sending, ep)) return 1;
   for (int i = 0; i < CONNS; i++) {
@@ -45,29 +65,6 @@ int main(int argc, char **argv) {
     c[i].buf = malloc(piece ? PIECE : ANSWER); memset(c[i].buf, 0, piece ? PIECE : ANSWER);
     c[i].buf_len = c[i].buf_sent = 0;
   }
-  pthread_t t; pthread_create(&t, 0, rx, 0);
-  double cpu_at_start = thread_cpu_seconds(), start = now(); long sent = 0;
-  struct epoll_event ev[CONNS];
-  while (now() - start < seconds) {
-    int n = epoll_wait(ep, ev, CONNS, 100);
-    for (int k = 0; k < n; k++) {
-      struct conn *x = &c[ev[k].data.u32];
-      for (;;) {
-        if (x->buf_sent == x->buf_len) {  // make the next piece (or the next whole answer)
-          if (x->answer_left == 0) { x->answer_left = ANSWER; if (x->next + ANSWER > REGION) x->next = 0; }
-          long len = piece ? PIECE : ANSWER;
-          memcpy(x->buf, region + x->next, len);
-          x->next += len; x->answer_left -= len; x->buf_len = len; x->buf_sent = 0;
-        }
-        long w = write(x->fd, x->buf + x->buf_sent, x->buf_len - x->buf_sent);
-        if (w <= 0) break;
-        x->buf_sent += w; sent += w;
-      }
-    }
-  }
-  double took = now() - start, cpu = thread_cpu_seconds() - cpu_at_start;
-  stop = 1; pthread_join(t, 0);
-  printf("%s: %.0f MB/s, sender %.3f CPU s per GB (%.0f%% busy)\n", piece ? "piece" : "whole",
-         sent / took / 1e6, cpu / (sent / 1e9), 100 * cpu / took);
+  send_for(ep, seconds, drain, piece ? "piece" : "whole");
   return 0;
 }

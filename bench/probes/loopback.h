@@ -65,4 +65,22 @@ static double thread_cpu_seconds(void) {
   struct rusage r; getrusage(RUSAGE_THREAD, &r);
   return r.ru_utime.tv_sec + r.ru_utime.tv_usec / 1e6 + r.ru_stime.tv_sec + r.ru_stime.tv_usec / 1e6;
 }
+
+// Sends for `seconds` while `rx` receives on CPU 1: whenever connection i (its index is the
+// epoll data, as `connect_pairs` registers it) can take more, `drain(i)` sends until the
+// socket would block and returns the bytes it sent. Prints `label`, MB/s, the sender's CPU
+// seconds per GB and how busy it was.
+static void send_for(int ep, double seconds, long (*drain)(int conn), const char *label) {
+  pthread_t t; pthread_create(&t, 0, rx, 0);
+  double cpu_at_start = thread_cpu_seconds(), start = now(); long sent = 0;
+  struct epoll_event ev[CONNS];
+  while (now() - start < seconds) {
+    int n = epoll_wait(ep, ev, CONNS, 100);
+    for (int k = 0; k < n; k++) sent += drain(ev[k].data.u32);
+  }
+  double took = now() - start, cpu = thread_cpu_seconds() - cpu_at_start;
+  stop = 1; pthread_join(t, 0);
+  printf("%s: %.0f MB/s, sender %.3f CPU s per GB (%.0f%% busy)\n", label, sent / took / 1e6,
+         cpu / (sent / 1e9), 100 * cpu / took);
+}
 #endif

@@ -56,7 +56,7 @@ struct conn {
   char *buf; long buf_len, buf_sent;              // copy: the answer
 };
 
-static uint64_t sink;
+static volatile uint64_t sink;  // volatile: the check is made, never optimised away
 static long record_at(int i, long n) { return ((long)i * RECORDS_PER_CONN + n % RECORDS_PER_CONN) * stride + header; }
 
 // Makes connection i's next answer (check, and for copy, the copy).
@@ -92,20 +92,36 @@ static long send_some(struct conn *x, int i, int file, enum mode m) {
   return w;
 }
 
+static struct conn c[CONNS];
+static char *map;
+static enum mode m;
+static int file;
+
+// Connection i's turn: make the next answer whenever the last is sent, send until the socket
+// would block; the bytes sent.
+static long drain(int i) {
+  struct conn *x = &c[i]; long sent = 0;
+  for (;;) {
+    if (x->buf_sent == x->buf_len) make_answer(x, i, map, m);
+    long w = send_some(x, i, file, m);
+    if (w == 0) return sent;
+    sent += w;
+  }
+}
+
 int main(int argc, char **argv) {
-  enum mode m = argc > 1 && !strcmp(argv[1], "sendfile") ? SENDFILE
-              : argc > 1 && !strcmp(argv[1], "sendfile-nocheck") ? SENDFILE_NOCHECK
-              : argc > 1 && !strcmp(argv[1], "run") ? RUN : COPY;
+  m = argc > 1 && !strcmp(argv[1], "sendfile") ? SENDFILE
+    : argc > 1 && !strcmp(argv[1], "sendfile-nocheck") ? SENDFILE_NOCHECK
+    : argc > 1 && !strcmp(argv[1], "run") ? RUN : COPY;
   if (m == RUN) { stride = PAYLOAD; header = 0; }
   int port = argc > 2 ? atoi(argv[2]) : 4721; double seconds = argc > 3 ? atof(argv[3]) : 8;
   char path[256]; snprintf(path, sizeof path, "%s/sendfile_catchup.%d", argc > 4 ? argv[4] : "/tmp", getpid());
   pin(0);
-  int file = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  file = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (file < 0 || ftruncate(file, FILE_BYTES)) { perror("file"); return 1; }
   unlink(path);
-  char *map = mmap(0, FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
+  map = mmap(0, FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
   memset(map, 'x', FILE_BYTES);  // every page in the page cache, as a warm log
-  struct conn c[CONNS];
   int sending[CONNS], ep = epoll_create1(0);
   if (connect_pairs(port, sending, ep)) return 1;
   for (int i = 0; i < CONNS; i++) {
@@ -114,24 +130,6 @@ int main(int argc, char **argv) {
     if (c[i].buf) memset(c[i].buf, 0, RECORDS_PER_ANSWER * PAYLOAD);
     c[i].buf_len = c[i].buf_sent = 0;
   }
-  pthread_t t; pthread_create(&t, 0, rx, 0);
-  double cpu_at_start = thread_cpu_seconds(), start = now(); long sent = 0;
-  struct epoll_event ev[CONNS];
-  while (now() - start < seconds) {
-    int n = epoll_wait(ep, ev, CONNS, 100);
-    for (int k = 0; k < n; k++) {
-      int i = ev[k].data.u32; struct conn *x = &c[i];
-      for (;;) {
-        if (x->buf_sent == x->buf_len) make_answer(x, i, map, m);
-        long w = send_some(x, i, file, m);
-        if (w == 0) break;
-        sent += w;
-      }
-    }
-  }
-  double took = now() - start, cpu = thread_cpu_seconds() - cpu_at_start;
-  stop = 1; pthread_join(t, 0);
-  printf("%s: %.0f MB/s, sender %.3f CPU s per GB (%.0f%% busy) [%llu]\n", argv[1] ? argv[1] : "copy",
-         sent / took / 1e6, cpu / (sent / 1e9), 100 * cpu / took, (unsigned long long)(sink & 1));
+  send_for(ep, seconds, drain, argv[1] ? argv[1] : "copy");
   return 0;
 }
