@@ -6,9 +6,12 @@
 //! lot of its stream with room, or starts one. A lot holds the stream's one subscription for
 //! all its readers and visits every reader when the tail advances, when a parked client
 //! sends something or hangs up (each socket's read readiness wakes the lot), and when the
-//! earliest idle deadline passes. A visit writes the reader's next frame with one
-//! non-blocking write (the frame is chunk-framed once per lot and shared); a reader stays
-//! parked only if the socket took all of it. Any other turn — a full socket, the end of the
+//! earliest idle deadline passes. A visit of every reader (a sweep) takes at most
+//! [`VISITS_PER_POLL_MAX`] readers per poll and goes on after the runtime's other tasks and
+//! its I/O driver, so a large lot never holds its thread for a whole sweep (about 10 ms at
+//! 1,000 readers, during which every other request on that thread would wait). A visit
+//! writes the reader's next frame with one non-blocking write (the frame is chunk-framed
+//! once per lot and shared); a reader stays parked only if the socket took all of it. Any other turn — a full socket, the end of the
 //! answer (closing, deletion, damage, idle close, shutdown) — hands the reader back to a task
 //! of its own (`super::serve`, resuming with what the socket did not take), which writes with
 //! the stall timeout and parks it again when it catches up. A client gone is dropped on the
@@ -35,9 +38,14 @@ use super::Conn;
 use crate::live::sse_reader::{SseReader, SseStream, Step, StepClock, TailWatch};
 use crate::per_stream::{Member, PerStream};
 
-/// Most readers in one lot: a visit of every reader of a lot is one task's turn, so
-/// larger fan-outs spread over several lots (and the runtime's threads).
+/// Most readers in one lot: larger fan-outs spread over several lots (and the runtime's
+/// threads).
 pub const LOT_READERS_MAX: usize = 1024;
+/// Most readers one poll of a lot visits; a sweep of more goes on in the lot's next poll,
+/// after the runtime's other ready tasks. A visit that writes costs about 10 µs of kernel
+/// time, so a sweep of a full lot in one poll would hold its worker thread for some 10 ms
+/// and every request queued on that thread would wait for it.
+const VISITS_PER_POLL_MAX: usize = 128;
 
 /// The lots of every stream with parked readers (one per accept loop).
 #[derive(Default)]
@@ -117,6 +125,7 @@ impl Parking {
             tail,
             idle: None,
             readers: Vec::new(),
+            sweep: Sweep::default(),
             last_chunk: None,
         };
         tokio::spawn(lot);
@@ -134,8 +143,23 @@ struct Lot {
     /// Fires at the earliest idle deadline of the readers (made when first needed).
     idle: Option<(Instant, Pin<Box<Sleep>>)>,
     readers: Vec<Parked>,
+    /// The sweep under way: every reader is visited once per sweep, over one or more polls.
+    sweep: Sweep,
     /// The last frame chunk-framed here and its chunk, for readers at the same place.
     last_chunk: Option<(Bytes, Bytes)>,
+}
+
+/// How far a sweep of the readers has come, and what it found so far.
+#[derive(Default)]
+struct Sweep {
+    /// The next reader to visit (those before it were visited in this sweep).
+    next: usize,
+    /// The tail advanced since the sweep began: another sweep follows.
+    fired: bool,
+    /// Some reader has more to send at once.
+    more: bool,
+    /// The earliest idle deadline of the readers visited.
+    earliest: Option<Instant>,
 }
 
 /// How a reader leaves its lot.
@@ -162,20 +186,26 @@ impl Future for Lot {
         let lot = self.get_mut();
         loop {
             lot.take_arrivals(cx);
-            let fired = lot.tail.fired(cx);
-            let (more, earliest) = lot.visit_all(cx);
+            lot.sweep.fired |= lot.tail.fired(cx);
+            let swept = lot.visit_some(cx);
             if lot.readers.is_empty() {
+                lot.sweep = Sweep::default();
                 if lot.close_if_empty() {
                     return Poll::Ready(());
                 }
                 continue;
             }
+            let Some(Sweep { fired, more, earliest, .. }) = swept else {
+                // The sweep goes on after the runtime's other tasks.
+                defer_to_others(cx);
+                return Poll::Pending;
+            };
             if fired {
                 continue;
             }
             if more {
                 // Readers behind by more than a frame: another turn, after the others'.
-                cx.waker().wake_by_ref();
+                defer_to_others(cx);
                 return Poll::Pending;
             }
             if !lot.idle_fired(earliest, cx) {
@@ -200,21 +230,27 @@ impl Lot {
         }
     }
 
-    /// Visits every reader once; whether some have more to send at once, and the earliest
-    /// idle deadline of those that stay.
-    fn visit_all(&mut self, cx: &mut Context<'_>) -> (bool, Option<Instant>) {
+    /// Goes on with the sweep: visits up to [`VISITS_PER_POLL_MAX`] readers, each at the
+    /// tail as it is now. The finished sweep's findings once every reader was visited (the
+    /// next sweep then starts afresh), `None` while readers are left for the next poll.
+    fn visit_some(&mut self, cx: &mut Context<'_>) -> Option<Sweep> {
         let tail = self.tail.tail();
         let clock = StepClock::now();
-        let (mut more, mut earliest) = (false, None::<Instant>);
-        let mut index = 0;
-        while index < self.readers.len() {
+        let mut visits = 0;
+        while self.sweep.next < self.readers.len() {
+            if visits == VISITS_PER_POLL_MAX {
+                return None;
+            }
+            visits += 1;
+            let index = self.sweep.next;
             match self.visit(index, tail, clock, cx) {
-                Visit::Stay { more: behind } => {
-                    more |= behind;
+                Visit::Stay { more } => {
+                    self.sweep.more |= more;
                     let deadline = self.readers[index].reader.idle_deadline(&self.stream);
-                    earliest = earliest.into_iter().chain(deadline).min();
-                    index += 1;
+                    self.sweep.earliest = self.sweep.earliest.into_iter().chain(deadline).min();
+                    self.sweep.next += 1;
                 }
+                // The last reader (not visited yet in this sweep) takes its place.
                 Visit::Leave(leave) => {
                     let parked = self.readers.swap_remove(index);
                     self.leave(parked, leave);
@@ -224,7 +260,7 @@ impl Lot {
         if self.readers.capacity() > 2 * self.readers.len() + 64 {
             self.readers.shrink_to(self.readers.len() + self.readers.len() / 2);
         }
-        (more, earliest)
+        Some(std::mem::take(&mut self.sweep))
     }
 
     /// One reader's turn: hang-up, then news, then the idle close.
@@ -307,6 +343,15 @@ impl Drop for Lot {
         let parked = self.readers.len() as i64;
         self.stream.app.metrics.sse_parked.fetch_sub(parked, Ordering::Relaxed);
     }
+}
+
+/// Has the runtime wake the polled task once it has run its other ready tasks and polled its
+/// I/O driver (`tokio::task::yield_now`'s deferred wake): a plain self-wake would run the
+/// task again before the driver notices other connections' requests.
+fn defer_to_others(cx: &mut Context<'_>) {
+    let mut yielding = std::pin::pin!(tokio::task::yield_now());
+    let pending = yielding.as_mut().poll(cx).is_pending();
+    debug_assert!(pending, "a first poll of yield_now defers the wake");
 }
 
 /// `frame` as one chunk of a chunked body; the chunk of the last frame is kept and shared
