@@ -1,8 +1,9 @@
 //! Caught-up SSE readers of the bare front are parked: their connections leave their tasks
 //! for a lot of the stream's readers (`server/src/serve/bare/park.rs`). Parked readers get
 //! every event, a client that hangs up while parked is let go without waiting for an event,
-//! a connection carries on after its parked answer ends (with a request sent afterwards or
-//! pipelined behind it), and more readers than one lot holds are served by several.
+//! (also one of many that hangs up while its lot sweeps for an event), a connection carries
+//! on after its parked answer ends (with a request sent afterwards or pipelined behind it),
+//! and more readers than one lot holds are served by several.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -126,6 +127,32 @@ fn a_parked_reader_that_hangs_up_is_let_go_without_an_event() {
     assert_eq!(client.post(path, "text/plain", b"still here").status, 204);
     for reader in &mut readers {
         reader.read_until("still here");
+    }
+}
+
+#[test]
+fn readers_that_hang_up_while_a_large_lot_sweeps_are_let_go_without_an_event() {
+    let server = Server::start(&[]);
+    let client = server.client();
+    let path = "/v1/stream/parked-sweep";
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    // One lot, and many more readers than one poll of it visits (128): a sweep for an event
+    // takes several polls, and some milliseconds.
+    let mut readers: Vec<Raw> = (0..1000).map(|_| Raw::send(address(&server), &sse_request(path))).collect();
+    for reader in &mut readers {
+        reader.read_until("upToDate");
+    }
+    wait_for_metric(&client, "ds_sse_parked_readers", 1000);
+    // Readers hang up as soon as the event reached them, while the lot may still be
+    // sweeping (leaving readers are swapped out of the lot mid-sweep); each is let go before
+    // any other event, and every other reader got the event.
+    assert_eq!(client.post(path, "text/plain", b"swept").status, 204);
+    for mut reader in readers.drain(..10) {
+        reader.read_until("swept");
+    }
+    wait_for_metric(&client, "ds_sse_parked_readers", 990);
+    for reader in &mut readers {
+        reader.read_until("swept");
     }
 }
 

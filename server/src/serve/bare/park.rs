@@ -11,8 +11,9 @@
 //! its I/O driver, so a large lot never holds its thread for a whole sweep (about 10 ms at
 //! 1,000 readers, during which every other request on that thread would wait). A visit
 //! writes the reader's next frame with one non-blocking write (the frame is chunk-framed
-//! once per lot and shared); a reader stays parked only if the socket took all of it. Any other turn — a full socket, the end of the
-//! answer (closing, deletion, damage, idle close, shutdown) — hands the reader back to a task
+//! once per lot and shared); a reader stays parked only if the socket took all of it. Any
+//! other turn — a full socket, the end of the answer (closing, deletion, damage, idle
+//! close, shutdown) — hands the reader back to a task
 //! of its own (`super::serve`, resuming with what the socket did not take), which writes with
 //! the stall timeout and parks it again when it catches up. A client gone is dropped on the
 //! spot. A lot ends when its last reader leaves.
@@ -24,9 +25,9 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use ds_engine::LiveTail;
@@ -117,6 +118,7 @@ impl Parking {
         inboxes.push(Arc::clone(&inbox));
         drop(inboxes);
         let tail = TailWatch::new(&stream.handle);
+        let sockets = Arc::new(SocketWake::default());
         let lot = Lot {
             parking: Arc::clone(self),
             stream,
@@ -126,6 +128,8 @@ impl Parking {
             idle: None,
             readers: Vec::new(),
             sweep: Sweep::default(),
+            socket_waker: Waker::from(Arc::clone(&sockets)),
+            sockets,
             last_chunk: None,
         };
         tokio::spawn(lot);
@@ -145,6 +149,9 @@ struct Lot {
     readers: Vec<Parked>,
     /// The sweep under way: every reader is visited once per sweep, over one or more polls.
     sweep: Sweep,
+    /// What the readers' sockets wake (`socket_waker`): the lot's task, noting that they did.
+    sockets: Arc<SocketWake>,
+    socket_waker: Waker,
     /// The last frame chunk-framed here and its chunk, for readers at the same place.
     last_chunk: Option<(Bytes, Bytes)>,
 }
@@ -160,6 +167,40 @@ struct Sweep {
     more: bool,
     /// The earliest idle deadline of the readers visited.
     earliest: Option<Instant>,
+    /// The sweep took more than one poll.
+    spread: bool,
+}
+
+/// The waker a lot gives its readers' sockets: it wakes the lot's task and notes that a
+/// socket did (a hang-up, or bytes the client sent), so that a sweep spread over several
+/// polls looks again at the readers it had visited before that happened.
+#[derive(Default)]
+struct SocketWake {
+    task: Mutex<Option<Waker>>,
+    woke: AtomicBool,
+}
+
+impl SocketWake {
+    /// Wakes `task` from now on.
+    fn wake_task(&self, task: &Waker) {
+        let mut current = self.task.lock().expect("socket wake lock");
+        if !current.as_ref().is_some_and(|current| current.will_wake(task)) {
+            *current = Some(task.clone());
+        }
+    }
+}
+
+impl Wake for SocketWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woke.store(true, Ordering::Release);
+        if let Some(task) = self.task.lock().expect("socket wake lock").as_ref() {
+            task.wake_by_ref();
+        }
+    }
 }
 
 /// How a reader leaves its lot.
@@ -184,10 +225,11 @@ impl Future for Lot {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let lot = self.get_mut();
+        lot.sockets.wake_task(cx.waker());
         loop {
             lot.take_arrivals(cx);
             lot.sweep.fired |= lot.tail.fired(cx);
-            let swept = lot.visit_some(cx);
+            let swept = lot.visit_some();
             if lot.readers.is_empty() {
                 lot.sweep = Sweep::default();
                 if lot.close_if_empty() {
@@ -233,17 +275,24 @@ impl Lot {
     /// Goes on with the sweep: visits up to [`VISITS_PER_POLL_MAX`] readers, each at the
     /// tail as it is now. The finished sweep's findings once every reader was visited (the
     /// next sweep then starts afresh), `None` while readers are left for the next poll.
-    fn visit_some(&mut self, cx: &mut Context<'_>) -> Option<Sweep> {
+    fn visit_some(&mut self) -> Option<Sweep> {
         let tail = self.tail.tail();
         let clock = StepClock::now();
+        if self.sweep.next == 0 {
+            // Every reader is still to be visited: no socket's wake-up is owed a look.
+            self.sockets.woke.store(false, Ordering::Release);
+        }
+        let socket_waker = self.socket_waker.clone();
+        let mut cx = Context::from_waker(&socket_waker);
         let mut visits = 0;
         while self.sweep.next < self.readers.len() {
             if visits == VISITS_PER_POLL_MAX {
+                self.sweep.spread = true;
                 return None;
             }
             visits += 1;
             let index = self.sweep.next;
-            match self.visit(index, tail, clock, cx) {
+            match self.visit(index, tail, clock, &mut cx) {
                 Visit::Stay { more } => {
                     self.sweep.more |= more;
                     let deadline = self.readers[index].reader.idle_deadline(&self.stream);
@@ -260,6 +309,9 @@ impl Lot {
         if self.readers.capacity() > 2 * self.readers.len() + 64 {
             self.readers.shrink_to(self.readers.len() + self.readers.len() / 2);
         }
+        // A socket woke the lot while the sweep was spread over polls: a reader visited
+        // before that may have hung up, so another sweep follows.
+        self.sweep.fired |= self.sweep.spread && self.sockets.woke.load(Ordering::Acquire);
         Some(std::mem::take(&mut self.sweep))
     }
 
@@ -342,6 +394,8 @@ impl Drop for Lot {
     fn drop(&mut self) {
         let parked = self.readers.len() as i64;
         self.stream.app.metrics.sse_parked.fetch_sub(parked, Ordering::Relaxed);
+        // A socket that still holds the lot's waker no longer keeps the task alive.
+        self.sockets.task.lock().expect("socket wake lock").take();
     }
 }
 
