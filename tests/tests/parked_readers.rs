@@ -79,17 +79,24 @@ fn sse_request(path: &str) -> String {
     format!("GET {path}?offset=-1&live=sse HTTP/1.1\r\nHost: ds\r\n\r\n")
 }
 
+/// Creates the stream at `path` and `count` SSE readers of it, each caught up and parked.
+fn parked_readers(server: &Server, path: &str, count: usize) -> Vec<Raw> {
+    let client = server.client();
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    let mut readers: Vec<Raw> = (0..count).map(|_| Raw::send(address(server), &sse_request(path))).collect();
+    for reader in &mut readers {
+        reader.read_until("upToDate");
+    }
+    wait_for_metric(&client, "ds_sse_parked_readers", count as i64);
+    readers
+}
+
 #[test]
 fn caught_up_readers_are_parked_and_get_every_event() {
     let server = Server::start(&[]);
     let client = server.client();
     let path = "/v1/stream/parked";
-    assert_eq!(client.put(path, "text/plain", b"").status, 201);
-    let mut readers: Vec<Raw> = (0..40).map(|_| Raw::send(address(&server), &sse_request(path))).collect();
-    for reader in &mut readers {
-        reader.read_until("upToDate");
-    }
-    wait_for_metric(&client, "ds_sse_parked_readers", 40);
+    let mut readers = parked_readers(&server, path, 40);
     for i in 0..20 {
         assert_eq!(client.post(path, "text/plain", format!("event-{i:02}").as_bytes()).status, 204);
     }
@@ -109,12 +116,7 @@ fn a_parked_reader_that_hangs_up_is_let_go_without_an_event() {
     let server = Server::start(&[]);
     let client = server.client();
     let path = "/v1/stream/parked-gone";
-    assert_eq!(client.put(path, "text/plain", b"").status, 201);
-    let mut readers: Vec<Raw> = (0..3).map(|_| Raw::send(address(&server), &sse_request(path))).collect();
-    for reader in &mut readers {
-        reader.read_until("upToDate");
-    }
-    wait_for_metric(&client, "ds_sse_parked_readers", 3);
+    let mut readers = parked_readers(&server, path, 3);
     // The readers and the metrics request itself (each of the client's requests has its own
     // connection; an earlier one may still be counted for a moment after its answer, so the
     // count is waited for, not read once).
@@ -135,14 +137,9 @@ fn readers_that_hang_up_while_a_large_lot_sweeps_are_let_go_without_an_event() {
     let server = Server::start(&[]);
     let client = server.client();
     let path = "/v1/stream/parked-sweep";
-    assert_eq!(client.put(path, "text/plain", b"").status, 201);
     // One lot, and many more readers than one poll of it visits (128): a sweep for an event
     // takes several polls, and some milliseconds.
-    let mut readers: Vec<Raw> = (0..1000).map(|_| Raw::send(address(&server), &sse_request(path))).collect();
-    for reader in &mut readers {
-        reader.read_until("upToDate");
-    }
-    wait_for_metric(&client, "ds_sse_parked_readers", 1000);
+    let mut readers = parked_readers(&server, path, 1000);
     // Readers hang up as soon as the event reached them, while the lot may still be
     // sweeping (leaving readers are swapped out of the lot mid-sweep); each is let go before
     // any other event, and every other reader got the event.
@@ -197,13 +194,8 @@ fn readers_beyond_one_lot_are_all_served() {
     let server = Server::start(&[]);
     let client = server.client();
     let path = "/v1/stream/parked-many";
-    assert_eq!(client.put(path, "text/plain", b"").status, 201);
     // One lot holds 1,024 readers.
-    let mut readers: Vec<Raw> = (0..1100).map(|_| Raw::send(address(&server), &sse_request(path))).collect();
-    for reader in &mut readers {
-        reader.read_until("upToDate");
-    }
-    wait_for_metric(&client, "ds_sse_parked_readers", 1100);
+    let mut readers = parked_readers(&server, path, 1100);
     for i in 0..3 {
         assert_eq!(client.post(path, "text/plain", format!("wide-{i}").as_bytes()).status, 204);
     }
