@@ -1,7 +1,7 @@
 //! Caught-up SSE readers of the bare front are parked: their connections leave their tasks
 //! for a lot of the stream's readers (`server/src/serve/bare/park.rs`). Parked readers get
-//! every event, a client that hangs up while parked is let go without waiting for an event,
-//! (also one of many that hangs up while its lot sweeps for an event), a connection carries
+//! every event, a client that hangs up while parked is let go without waiting for an event
+//! (also one of many that hang up while their lot sweeps for an event), a connection carries
 //! on after its parked answer ends (with a request sent afterwards or pipelined behind it),
 //! and more readers than one lot holds are served by several.
 
