@@ -47,6 +47,8 @@ pub const LOT_READERS_MAX: usize = 1024;
 /// time, so a sweep of a full lot in one poll would hold its worker thread for some 10 ms
 /// and every request queued on that thread would wait for it.
 const VISITS_PER_POLL_MAX: usize = 128;
+/// Most times a lot arms its tail wait afresh in one look when advances keep firing it.
+const REARMS_MAX: usize = 4;
 
 /// The lots of every stream with parked readers (one per accept loop).
 #[derive(Default)]
@@ -161,7 +163,7 @@ struct Lot {
 struct Sweep {
     /// The next reader to visit (those before it were visited in this sweep).
     next: usize,
-    /// The tail advanced since the sweep began: another sweep follows.
+    /// The tail advanced after the sweep visited readers: another sweep follows.
     fired: bool,
     /// Some reader has more to send at once.
     more: bool,
@@ -228,7 +230,7 @@ impl Future for Lot {
         lot.sockets.wake_task(cx.waker());
         loop {
             lot.take_arrivals(cx);
-            lot.sweep.fired |= lot.tail.fired(cx);
+            lot.sweep.fired |= lot.tail_advanced(cx);
             let swept = lot.visit_some();
             if lot.readers.is_empty() {
                 lot.sweep = Sweep::default();
@@ -270,6 +272,24 @@ impl Lot {
         if !arrivals.waker.as_ref().is_some_and(|waker| waker.will_wake(cx.waker())) {
             arrivals.waker = Some(cx.waker().clone());
         }
+    }
+
+    /// Whether the tail advanced in a way the sweep under way has to go back for, with the
+    /// wait for the next advance armed before the sweep reads the tail (so an advance after
+    /// that read wakes the lot again). A sweep that has not visited anyone yet reads the
+    /// new tail itself; one that has must start again for the readers it visited.
+    fn tail_advanced(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.tail.fired(cx) {
+            return false; // Not fired: the wait was armed, and still is.
+        }
+        // The fired wait is spent: arm a new one (another advance may fire it at once).
+        for _ in 0..REARMS_MAX {
+            if !self.tail.fired(cx) {
+                return self.sweep.next > 0;
+            }
+        }
+        // Still firing: left unarmed, so another sweep (whose first look arms it) follows.
+        true
     }
 
     /// Goes on with the sweep: visits up to [`VISITS_PER_POLL_MAX`] readers, each at the
