@@ -130,7 +130,6 @@ impl Parking {
             idle: None,
             readers: Vec::new(),
             sweep: Sweep::default(),
-            socket_waker: Waker::from(Arc::clone(&sockets)),
             sockets,
             last_chunk: None,
         };
@@ -151,9 +150,8 @@ struct Lot {
     readers: Vec<Parked>,
     /// The sweep under way: every reader is visited once per sweep, over one or more polls.
     sweep: Sweep,
-    /// What the readers' sockets wake (`socket_waker`): the lot's task, noting that they did.
+    /// What the readers' sockets wake: the lot's task, noting that they did.
     sockets: Arc<SocketWake>,
-    socket_waker: Waker,
     /// The last frame chunk-framed here and its chunk, for readers at the same place.
     last_chunk: Option<(Bytes, Bytes)>,
 }
@@ -163,8 +161,9 @@ struct Lot {
 struct Sweep {
     /// The next reader to visit (those before it were visited in this sweep).
     next: usize,
-    /// The tail advanced after the sweep visited readers: another sweep follows.
-    fired: bool,
+    /// Another sweep follows: the tail advanced, or a socket woke the lot, after this sweep
+    /// had visited readers.
+    again: bool,
     /// Some reader has more to send at once.
     more: bool,
     /// The earliest idle deadline of the readers visited.
@@ -230,7 +229,7 @@ impl Future for Lot {
         lot.sockets.wake_task(cx.waker());
         loop {
             lot.take_arrivals(cx);
-            lot.sweep.fired |= lot.tail_advanced(cx);
+            lot.sweep.again |= lot.tail_advanced(cx);
             let swept = lot.visit_some();
             if lot.readers.is_empty() {
                 lot.sweep = Sweep::default();
@@ -239,12 +238,12 @@ impl Future for Lot {
                 }
                 continue;
             }
-            let Some(Sweep { fired, more, earliest, .. }) = swept else {
+            let Some(Sweep { again, more, earliest, .. }) = swept else {
                 // The sweep goes on after the runtime's other tasks.
                 defer_to_others(cx);
                 return Poll::Pending;
             };
-            if fired {
+            if again {
                 continue;
             }
             if more {
@@ -302,7 +301,7 @@ impl Lot {
             // Every reader is still to be visited: no socket's wake-up is owed a look.
             self.sockets.woke.store(false, Ordering::Release);
         }
-        let socket_waker = self.socket_waker.clone();
+        let socket_waker = Waker::from(Arc::clone(&self.sockets));
         let mut cx = Context::from_waker(&socket_waker);
         let mut visits = 0;
         while self.sweep.next < self.readers.len() {
@@ -331,7 +330,7 @@ impl Lot {
         }
         // A socket woke the lot while the sweep was spread over polls: a reader visited
         // before that may have hung up, so another sweep follows.
-        self.sweep.fired |= self.sweep.spread && self.sockets.woke.load(Ordering::Acquire);
+        self.sweep.again |= self.sweep.spread && self.sockets.woke.load(Ordering::Acquire);
         Some(std::mem::take(&mut self.sweep))
     }
 
