@@ -19,10 +19,15 @@
 //! start reads the pool and, where it owns no such run yet, adds files one at a time (ext4
 //! hands out the lowest free inode of a group) until it does, at most
 //! [`POOL_SPANS_MAX`] runs' worth (the holes of a busy file system's inode table fill
-//! first); files of the pool outside the run are then removed. If no run forms (another
-//! process taking inodes between ours), the pool is removed, and if the pool cannot be made
-//! at all (no inodes left, say) it is left alone: either way the plain file serves, with a
-//! warning, and the next start tries again. Elsewhere — other file systems, the simulated disk —
+//! first); files of the pool outside the run are then removed. Another process creating
+//! files at the same moment (a second server starting beside this one) takes inodes between
+//! ours and spoils every run: then the start tries again, up to [`RETRIES_MAX`] times (and
+//! at most [`RETRY_PAUSES_MAX`] of pauses), each after a pause of random length and with at
+//! most [`RETRY_SPANS_MAX`] runs' worth of files, so that two starts that spoiled each
+//! other's runs retry at different moments. If no run
+//! forms even so, the pool is removed, and if the pool cannot be made at all (no inodes
+//! left, say) it is left alone: either way the plain file serves, with a warning, and the
+//! next start tries again. Elsewhere — other file systems, the simulated disk —
 //! the flush file is the plain `FLUSH`, as before. None of this touches durability: any
 //! file's `fdatasync` on the file system flushes the device's cache; the pool only decides
 //! whether that call also waits for a metadata write.
@@ -31,6 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::storage::vfs::{Vfs, VfsFile};
 
@@ -42,6 +48,19 @@ const POOL_DIR_NAME: &str = "flush";
 /// enough to fill the holes a busy file system leaves in a group's inodes first (each new
 /// file takes the lowest free one), at a few tens of microseconds a file, once.
 const POOL_SPANS_MAX: u64 = 32;
+/// Tries after the first when no run formed. Two servers started together spoiled each
+/// other's runs in 14 of 16 starts before there were retries (both gave up after the same
+/// number of files).
+const RETRIES_MAX: u32 = 8;
+/// Runs' worth of files one retry may add: with no other process creating files meanwhile,
+/// a run forms within two (the first try filled the holes).
+const RETRY_SPANS_MAX: u64 = 2;
+/// How many retries' worth of time a pause before a retry may last at most: two processes
+/// that retry together then seldom overlap (making a file took 0.2-1 ms on this VM, so a
+/// retry lasts tens of milliseconds).
+const RETRY_PAUSE_RETRIES_MAX: u32 = 8;
+/// Longest all the pauses of one start may add up to.
+const RETRY_PAUSES_MAX: Duration = Duration::from_secs(1);
 
 /// A file of the pool: its number (its name) and its inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +108,8 @@ pub fn open(vfs: &dyn Vfs, dir: &Path) -> io::Result<Arc<dyn VfsFile>> {
 fn open_pooled(vfs: &dyn Vfs, pool_dir: &Path, span: u64) -> io::Result<Option<Arc<dyn VfsFile>>> {
     vfs.create_dir_all(pool_dir)?;
     let mut pool = read_pool(vfs, pool_dir)?;
-    let Some(run) = place(&mut pool, span, |number| create_member(vfs, pool_dir, number))? else {
+    let create = |number| create_member(vfs, pool_dir, number);
+    let Some(run) = place_retrying(&mut pool, span, create, std::thread::sleep)? else {
         remove_members(vfs, pool_dir, &pool, |_| true)?;
         return Ok(None);
     };
@@ -99,12 +119,51 @@ fn open_pooled(vfs: &dyn Vfs, pool_dir: &Path, span: u64) -> io::Result<Option<A
     vfs.open(&pool_dir.join(member_name(flush.number))).map(Some)
 }
 
+/// [`place`], then, while no run formed, up to [`RETRIES_MAX`] smaller tries, each after
+/// `pause` for a [`retry_pause`]; the run's index, or `None` if none formed.
+fn place_retrying(
+    pool: &mut Vec<Member>,
+    span: u64,
+    mut create: impl FnMut(u32) -> io::Result<Member>,
+    mut pause: impl FnMut(Duration),
+) -> io::Result<Option<u64>> {
+    let (started, made_before) = (Instant::now(), pool.len());
+    let mut run = place(pool, span, POOL_SPANS_MAX, &mut create)?;
+    // What one file took, from the first try: a retry's length follows from it.
+    let per_file = started.elapsed() / u32::try_from(pool.len() - made_before).unwrap_or(u32::MAX).max(1);
+    let retry_length = per_file.saturating_mul(u32::try_from(RETRY_SPANS_MAX * span).unwrap_or(u32::MAX));
+    let mut paused = Duration::ZERO;
+    for retry in 0..RETRIES_MAX {
+        if run.is_some() || paused >= RETRY_PAUSES_MAX {
+            break;
+        }
+        let wait = retry_pause(retry, retry_length).min(RETRY_PAUSES_MAX - paused);
+        pause(wait);
+        paused += wait;
+        run = place(pool, span, RETRY_SPANS_MAX, &mut create)?;
+    }
+    Ok(run)
+}
+
+/// A pause of 1 ms up to [`RETRY_PAUSE_RETRIES_MAX`] times `retry_length` (at least 8 ms),
+/// drawn from the process, the retry and the clock, so that processes that retry together
+/// pause for different times.
+fn retry_pause(retry: u32, retry_length: Duration) -> Duration {
+    let range_us = retry_length.saturating_mul(RETRY_PAUSE_RETRIES_MAX).as_micros().max(8_000) as u64;
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.as_nanos());
+    let seed = [u64::from(std::process::id()), u64::from(retry), nanos as u64];
+    let draw = xxhash_rust::xxh3::xxh3_64(&seed.map(u64::to_le_bytes).concat());
+    Duration::from_micros(1_000 + draw % range_us)
+}
+
 /// Grows `pool` with `create` (given the next free number) until it owns a whole run of
-/// `span` inodes, adding at most [`POOL_SPANS_MAX`] × `span` files; the run's index, or
-/// `None` if none formed.
+/// `span` inodes, adding at most `spans_max` × `span` files; the run's index, or `None` if
+/// none formed.
 fn place(
     pool: &mut Vec<Member>,
     span: u64,
+    spans_max: u64,
     mut create: impl FnMut(u32) -> io::Result<Member>,
 ) -> io::Result<Option<u64>> {
     assert!(span > 0);
@@ -117,7 +176,7 @@ fn place(
         Some(last) => last.checked_add(1).ok_or_else(out_of_numbers)?,
         None => 0,
     };
-    let creations_max = u32::try_from(span * POOL_SPANS_MAX).map_err(|_| out_of_numbers())?;
+    let creations_max = u32::try_from(span * spans_max).map_err(|_| out_of_numbers())?;
     let number_end = number_first.checked_add(creations_max).ok_or_else(out_of_numbers)?;
     for number in number_first..number_end {
         let member = create(number)?;
@@ -230,7 +289,7 @@ mod tests {
         foreign: impl Fn(u32) -> u32,
     ) -> (Option<u64>, u32) {
         let mut created = 0;
-        let run = place(pool, span, |number| {
+        let run = place(pool, span, POOL_SPANS_MAX, |number| {
             created += 1;
             let member = Member { number, inode: table.take() };
             for _ in 0..foreign(number) {
@@ -271,7 +330,7 @@ mod tests {
     fn a_pool_that_owns_a_run_makes_nothing_more() {
         let mut pool: Vec<Member> = (0..8).map(|i| Member { number: i, inode: 33 + u64::from(i) }).collect();
         pool.push(Member { number: 8, inode: 3 });
-        let run = place(&mut pool, 8, |_| panic!("nothing to make")).unwrap();
+        let run = place(&mut pool, 8, POOL_SPANS_MAX, |_| panic!("nothing to make")).unwrap();
         assert_eq!(run, Some(4));
     }
 
@@ -297,6 +356,65 @@ mod tests {
         let (run, created) = place_in(&mut table, &mut pool, 8, |_| 1);
         assert_eq!(run, None);
         assert_eq!(u64::from(created), 8 * POOL_SPANS_MAX);
+    }
+
+    /// Places a pool, with retries, in `table`; while `busy(number)`, another process takes
+    /// an inode after each of the pool's files. The run, files made, and the pauses.
+    fn place_retrying_in(
+        table: &mut Table,
+        pool: &mut Vec<Member>,
+        span: u64,
+        busy: impl Fn(u32) -> bool,
+    ) -> (Option<u64>, u32, Vec<Duration>) {
+        let (mut created, mut pauses) = (0, Vec::new());
+        let create = |number| {
+            created += 1;
+            let member = Member { number, inode: table.take() };
+            if busy(number) {
+                table.take();
+            }
+            Ok(member)
+        };
+        let run = place_retrying(pool, span, create, |pause| pauses.push(pause)).unwrap();
+        (run, created, pauses)
+    }
+
+    #[test]
+    fn a_start_whose_runs_another_start_spoiled_tries_again_after_a_pause() {
+        // Another server starting at the same moment takes an inode after each of ours for
+        // as long as our first try lasts, then stops (it gave up, or it has its run).
+        let (span, mut table, mut pool) = (8, Table::new(BTreeSet::new()), Vec::new());
+        let first_try = (span * POOL_SPANS_MAX) as u32;
+        let (run, created, pauses) = place_retrying_in(&mut table, &mut pool, span, |n| n < first_try);
+        let run = run.expect("the retry, alone, owns a run");
+        assert_owned(&pool, span, run);
+        assert_eq!(pauses.len(), 1);
+        assert!(pauses[0] >= Duration::from_millis(1) && pauses[0] <= RETRY_PAUSES_MAX, "{pauses:?}");
+        assert!(u64::from(created) <= span * (POOL_SPANS_MAX + RETRY_SPANS_MAX), "{created} files");
+    }
+
+    #[test]
+    fn a_start_spoiled_in_every_try_gives_up_after_its_retries_with_a_bounded_pool() {
+        let (span, mut table, mut pool) = (8, Table::new(BTreeSet::new()), Vec::new());
+        let (run, created, pauses) = place_retrying_in(&mut table, &mut pool, span, |_| true);
+        assert_eq!(run, None);
+        assert_eq!(pauses.len() as u32, RETRIES_MAX);
+        assert_eq!(u64::from(created), span * (POOL_SPANS_MAX + u64::from(RETRIES_MAX) * RETRY_SPANS_MAX));
+    }
+
+    #[test]
+    fn retry_pauses_scale_with_a_retry_and_differ() {
+        let short: BTreeSet<Duration> = (0..64).map(|retry| retry_pause(retry, Duration::ZERO)).collect();
+        assert!(
+            short.iter().all(|p| *p >= Duration::from_millis(1) && *p < Duration::from_millis(9)),
+            "{short:?}"
+        );
+        assert!(short.len() > 1, "pauses are drawn, not fixed");
+        let retry_length = Duration::from_millis(50);
+        let long: Vec<Duration> = (0..64).map(|retry| retry_pause(retry, retry_length)).collect();
+        let bound = Duration::from_millis(1) + retry_length * RETRY_PAUSE_RETRIES_MAX;
+        assert!(long.iter().all(|p| *p < bound), "{long:?}");
+        assert!(long.iter().any(|p| *p > Duration::from_millis(9)), "{long:?}");
     }
 
     proptest! {
@@ -372,7 +490,7 @@ mod tests {
         assert_eq!(numbers, [47, 12345, 4294967295]);
         // The last possible number leaves no room to grow: an error, not an overflow.
         let mut pool = read_pool(&RealVfs, &dir).unwrap();
-        assert!(place(&mut pool, 1 << 20, |_| unreachable!()).is_err());
+        assert!(place(&mut pool, 1 << 20, POOL_SPANS_MAX, |_| unreachable!()).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
