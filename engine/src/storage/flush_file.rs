@@ -24,12 +24,12 @@
 //! ours and spoils every run: then the start tries again, up to [`RETRIES_MAX`] times (and
 //! at most [`RETRY_PAUSES_MAX`] of pauses), each after a pause of random length and with at
 //! most [`RETRY_SPANS_MAX`] runs' worth of files, so that two starts that spoiled each
-//! other's runs retry at different moments. If no run
-//! forms even so, the pool's files stay (up to [`POOL_KEPT_MAX`]): they fill the holes
-//! of the inode table, so the next start's files land past them. If the pool cannot be made
-//! at all (no inodes left, say) it is left alone. Either way the plain file serves, with a
-//! warning, and the next start goes on. Elsewhere — other file systems, the simulated disk —
-//! the flush file is the plain `FLUSH`, as before. None of this touches durability: any
+//! other's runs retry at different moments. If no run forms even so, the pool's files stay
+//! (up to [`POOL_KEPT_MAX`]): they fill the holes of the inode table, so the next start's
+//! files land past them. If the pool cannot be made at all (no inodes left, say) it is left
+//! alone. Either way the plain file serves, with a warning, and the next start goes on.
+//! Elsewhere — other file systems, the simulated disk — the flush file is the plain `FLUSH`,
+//! as before. None of this touches durability: any
 //! file's `fdatasync` on the file system flushes the device's cache; the pool only decides
 //! whether that call also waits for a metadata write.
 
@@ -47,7 +47,7 @@ const PLAIN_NAME: &str = "FLUSH";
 const POOL_DIR_NAME: &str = "flush";
 /// How many runs' worth of files one start may add to the pool while it looks for a run:
 /// enough to fill the holes a busy file system leaves in a group's inodes first (each new
-/// file takes the lowest free one), at a few tens of microseconds a file, once.
+/// file takes the lowest free one), at 0.2-1 ms a file on this VM, once.
 const POOL_SPANS_MAX: u64 = 32;
 /// Tries after the first when no run formed. Two servers started together spoiled each
 /// other's runs in 14 of 16 starts before there were retries (both gave up after the same
