@@ -119,15 +119,22 @@ fn open_pooled(vfs: &dyn Vfs, pool_dir: &Path, span: u64) -> io::Result<Option<A
     let mut pool = read_pool(vfs, pool_dir)?;
     let create = |number| create_member(vfs, pool_dir, number);
     let Some(run) = place_retrying(&mut pool, span, create, std::thread::sleep)? else {
-        if pool.len() > POOL_KEPT_MAX {
-            remove_members(vfs, pool_dir, &pool, |_| true)?;
-        }
+        keep_unplaced(vfs, pool_dir, &pool, POOL_KEPT_MAX)?;
         return Ok(None);
     };
     remove_members(vfs, pool_dir, &pool, |member| run_of(member.inode, span) != run)?;
     let flush = pool.iter().filter(|member| run_of(member.inode, span) == run).min_by_key(|m| m.inode);
     let flush = flush.expect("an owned run has members");
     vfs.open(&pool_dir.join(member_name(flush.number))).map(Some)
+}
+
+/// What a start that owns no run leaves of `pool`: all of it, for the next start to go on
+/// past, unless it has grown beyond `kept_max` files; then nothing, to start afresh.
+fn keep_unplaced(vfs: &dyn Vfs, pool_dir: &Path, pool: &[Member], kept_max: usize) -> io::Result<()> {
+    match pool.len() > kept_max {
+        true => remove_members(vfs, pool_dir, pool, |_| true),
+        false => Ok(()),
+    }
 }
 
 /// [`place`], then, while no run formed, up to [`RETRIES_MAX`] smaller tries, each after

@@ -223,6 +223,18 @@ fn on_the_real_disk_the_flush_file_owns_its_inode_table_block() {
 }
 
 #[test]
+fn a_pool_without_a_run_stays_for_the_next_start_up_to_its_bound() {
+    use crate::storage::vfs::real::{scratch, RealVfs};
+    let dir = scratch("flush-file-kept");
+    let pool: Vec<Member> = (0..3).map(|number| create_member(&RealVfs, &dir, number).unwrap()).collect();
+    keep_unplaced(&RealVfs, &dir, &pool, 3).unwrap();
+    assert_eq!(read_pool(&RealVfs, &dir).unwrap(), pool, "within the bound every file stays");
+    keep_unplaced(&RealVfs, &dir, &pool, 2).unwrap();
+    assert!(read_pool(&RealVfs, &dir).unwrap().is_empty(), "past the bound the pool starts afresh");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn only_the_names_the_pool_gives_are_the_pools() {
     use crate::storage::vfs::real::{scratch, RealVfs};
     let dir = scratch("flush-file-names");
