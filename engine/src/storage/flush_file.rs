@@ -163,9 +163,9 @@ fn place_retrying(
     Ok(run)
 }
 
-/// A pause of 1 ms up to [`RETRY_PAUSE_RETRIES_MAX`] times `retry_length` (at least 8 ms),
-/// drawn from the process, the retry and the clock, so that processes that retry together
-/// pause for different times.
+/// A pause of 1 ms plus a draw below [`RETRY_PAUSE_RETRIES_MAX`] times `retry_length` (and
+/// below at least 8 ms), drawn from the process, the retry and the clock, so that processes
+/// that retry together pause for different times.
 fn retry_pause(retry: u32, retry_length: Duration) -> Duration {
     let range_us = retry_length.saturating_mul(RETRY_PAUSE_RETRIES_MAX).as_micros().max(8_000) as u64;
     let nanos =
