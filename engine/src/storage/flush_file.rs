@@ -151,11 +151,11 @@ fn place_retrying(
     let per_file = started.elapsed() / u32::try_from(pool.len() - made_before).unwrap_or(u32::MAX).max(1);
     let retry_length = per_file.saturating_mul(u32::try_from(RETRY_SPANS_MAX * span).unwrap_or(u32::MAX));
     let mut paused = Duration::ZERO;
-    for retry in 0..RETRIES_MAX {
+    for _ in 0..RETRIES_MAX {
         if run.is_some() || paused >= RETRY_PAUSES_MAX {
             break;
         }
-        let wait = retry_pause(retry, retry_length).min(RETRY_PAUSES_MAX - paused);
+        let wait = retry_pause(retry_length).min(RETRY_PAUSES_MAX - paused);
         pause(wait);
         paused += wait;
         run = place(pool, span, RETRY_SPANS_MAX, &mut create)?;
@@ -164,14 +164,13 @@ fn place_retrying(
 }
 
 /// A pause of 1 ms plus a draw below [`RETRY_PAUSE_RETRIES_MAX`] times `retry_length` (and
-/// below at least 8 ms), drawn from the process, the retry and the clock, so that processes
-/// that retry together pause for different times.
-fn retry_pause(retry: u32, retry_length: Duration) -> Duration {
+/// below at least 8 ms), drawn afresh for each pause (the standard library's randomly keyed
+/// hasher, as the server's cursor jitter draws), so that processes that retry together
+/// pause for different times.
+fn retry_pause(retry_length: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
     let range_us = retry_length.saturating_mul(RETRY_PAUSE_RETRIES_MAX).as_micros().max(8_000) as u64;
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.as_nanos());
-    let seed = [u64::from(std::process::id()), u64::from(retry), nanos as u64];
-    let draw = xxhash_rust::xxh3::xxh3_64(&seed.map(u64::to_le_bytes).concat());
+    let draw = std::collections::hash_map::RandomState::new().build_hasher().finish();
     Duration::from_micros(1_000 + draw % range_us)
 }
 

@@ -149,14 +149,14 @@ fn a_start_spoiled_in_every_try_gives_up_after_its_retries_with_a_bounded_pool()
 
 #[test]
 fn retry_pauses_scale_with_a_retry_and_differ() {
-    let short: BTreeSet<Duration> = (0..64).map(|retry| retry_pause(retry, Duration::ZERO)).collect();
+    let short: BTreeSet<Duration> = (0..64).map(|_| retry_pause(Duration::ZERO)).collect();
     assert!(
         short.iter().all(|p| *p >= Duration::from_millis(1) && *p < Duration::from_millis(9)),
         "{short:?}"
     );
     assert!(short.len() > 1, "pauses are drawn, not fixed");
     let retry_length = Duration::from_millis(50);
-    let long: Vec<Duration> = (0..64).map(|retry| retry_pause(retry, retry_length)).collect();
+    let long: Vec<Duration> = (0..64).map(|_| retry_pause(retry_length)).collect();
     let bound = Duration::from_millis(1) + retry_length * RETRY_PAUSE_RETRIES_MAX;
     assert!(long.iter().all(|p| *p < bound), "{long:?}");
     assert!(long.iter().any(|p| *p > Duration::from_millis(9)), "{long:?}");
