@@ -170,9 +170,18 @@ fn catch_up_reads_are_capped_and_resume_at_the_next_offset(mode: &str) {
 }
 
 /// Answers of several megabytes made of many small messages (in acid mode: copied through
-/// gather buffers, whose edges cut messages and the head) arrive byte for byte.
+/// gather buffers, whose edges cut messages and the head; in memory mode one body frame of
+/// dozens of block slices) arrive byte for byte, written by the bare front and by hyper.
 fn large_answers_of_small_messages_arrive_intact(mode: &str) {
-    let server = Server::start_in(mode, &[("DS_LIMITS__MAX_READ_BYTES", "3000000")]);
+    for bare_front in ["true", "false"] {
+        large_answers_arrive_intact_from(&Server::start_in(
+            mode,
+            &[("DS_LIMITS__MAX_READ_BYTES", "3000000"), ("DS_SERVER__BARE_FRONT", bare_front)],
+        ));
+    }
+}
+
+fn large_answers_arrive_intact_from(server: &Server) {
     let client = server.client();
     create(&client, "/v1/stream/many", "application/octet-stream", b"");
     let mut expected = Vec::new();
