@@ -29,9 +29,9 @@
 //! files land past them. If the pool cannot be made at all (no inodes left, say) it is left
 //! alone. Either way the plain file serves, with a warning, and the next start goes on.
 //! Elsewhere — other file systems, the simulated disk — the flush file is the plain `FLUSH`,
-//! as before. None of this touches durability: any
-//! file's `fdatasync` on the file system flushes the device's cache; the pool only decides
-//! whether that call also waits for a metadata write.
+//! as before. None of this touches durability: any file's `fdatasync` on the file system
+//! flushes the device's cache; the pool only decides whether that call also waits for a
+//! metadata write.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -131,10 +131,10 @@ fn open_pooled(vfs: &dyn Vfs, pool_dir: &Path, span: u64) -> io::Result<Option<A
 /// What a start that owns no run leaves of `pool`: all of it, for the next start to go on
 /// past, unless it has grown beyond `kept_max` files; then nothing, to start afresh.
 fn keep_unplaced(vfs: &dyn Vfs, pool_dir: &Path, pool: &[Member], kept_max: usize) -> io::Result<()> {
-    match pool.len() > kept_max {
-        true => remove_members(vfs, pool_dir, pool, |_| true),
-        false => Ok(()),
+    if pool.len() <= kept_max {
+        return Ok(());
     }
+    remove_members(vfs, pool_dir, pool, |_| true)
 }
 
 /// [`place`], then, while no run formed, up to [`RETRIES_MAX`] smaller tries, each after

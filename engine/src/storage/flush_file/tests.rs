@@ -25,6 +25,23 @@ impl Table {
     }
 }
 
+/// Makes the pool's files in `table`, counting them in `created`; after file `number`,
+/// `foreign(number)` other files take an inode.
+fn maker<'a>(
+    table: &'a mut Table,
+    created: &'a mut u32,
+    foreign: impl Fn(u32) -> u32 + 'a,
+) -> impl FnMut(u32) -> io::Result<Member> + 'a {
+    move |number| {
+        *created += 1;
+        let member = Member { number, inode: table.take() };
+        for _ in 0..foreign(number) {
+            table.take();
+        }
+        Ok(member)
+    }
+}
+
 /// Places a pool in `table`; after each of the pool's files, `foreign(i)` other files
 /// take an inode. The run, and how many files were made.
 fn place_in(
@@ -34,14 +51,7 @@ fn place_in(
     foreign: impl Fn(u32) -> u32,
 ) -> (Option<u64>, u32) {
     let mut created = 0;
-    let run = place(pool, span, POOL_SPANS_MAX, |number| {
-        created += 1;
-        let member = Member { number, inode: table.take() };
-        for _ in 0..foreign(number) {
-            table.take();
-        }
-        Ok(member)
-    });
+    let run = place(pool, span, POOL_SPANS_MAX, maker(table, &mut created, foreign));
     (run.unwrap(), created)
 }
 
@@ -112,14 +122,7 @@ fn place_retrying_in(
     busy: impl Fn(u32) -> bool,
 ) -> (Option<u64>, u32, Vec<Duration>) {
     let (mut created, mut pauses) = (0, Vec::new());
-    let create = |number| {
-        created += 1;
-        let member = Member { number, inode: table.take() };
-        if busy(number) {
-            table.take();
-        }
-        Ok(member)
-    };
+    let create = maker(table, &mut created, |number| u32::from(busy(number)));
     let run = place_retrying(pool, span, create, |pause| pauses.push(pause)).unwrap();
     (run, created, pauses)
 }
