@@ -238,8 +238,9 @@ async fn without_body(request: Request<RequestBody>) -> (Request<RequestBody>, b
     (Request::from_parts(parts, RequestBody::Empty), !kept)
 }
 
-/// `problem`, as the answer to `request` before its body was read.
+/// `problem`, as the answer to `request` before its body was read. Boxed: a refusal is
+/// rare, and its state would otherwise be part of every request's future.
 async fn refuse(request: Request<RequestBody>, problem: Problem) -> Problem {
     let (parts, body) = request.into_parts();
-    request_body::refuse_unread(body, &parts.headers, problem).await
+    Box::pin(request_body::refuse_unread(body, &parts.headers, problem)).await
 }

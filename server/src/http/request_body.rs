@@ -151,7 +151,9 @@ pub async fn discard_unread(body: RequestBody, headers: &HeaderMap) -> bool {
         return true;
     }
     let short = declared_length(headers).is_none_or(|length| length <= DISCARD_BYTES_MAX);
-    short && tokio::time::timeout(DISCARD_WAIT, discard(body)).await == Ok(true)
+    // Boxed: the wait (a timer and the body's read) is rare, and would otherwise make every
+    // route's future that may await this one larger, bodiless requests' included.
+    short && Box::pin(tokio::time::timeout(DISCARD_WAIT, discard(body))).await == Ok(true)
 }
 
 /// Reads `body` to its end, keeping nothing; false if it fails or passes

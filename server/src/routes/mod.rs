@@ -53,7 +53,8 @@ pub async fn stream(
     request: Request<RequestBody>,
 ) -> Result<Reply, Problem> {
     let now = match label {
-        Route::Create => create::create(app, name, request).await,
+        // Boxed: a create's state (the larger) is then not part of every append's future.
+        Route::Create => Box::pin(create::create(app, name, request)).await,
         Route::Append => append::append(app, name, request).await,
         Route::Head => head::head(app, &name),
         Route::Delete => delete::delete(app, name).await,

@@ -223,9 +223,15 @@ where
 {
     let io = Canned::new(guarded(app, io));
     let service_app = Arc::clone(app);
+    // The route's future is made inside the answer's, as what it awaits: hyper keeps the
+    // answer's future in the connection and moves it, and one made outside and captured
+    // would be held twice over (as the captured value and as the value awaited).
     let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-        let routed = router::handle(Arc::clone(&service_app), request.map(RequestBody::Streamed));
-        async move { Ok::<_, std::convert::Infallible>(routed.await.resolve().await) }
+        let app = Arc::clone(&service_app);
+        async move {
+            let routed = router::handle(app, request.map(RequestBody::Streamed)).await;
+            Ok::<_, std::convert::Infallible>(routed.resolve().await)
+        }
     });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
