@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use ds_bench::compare::Comparison;
 use ds_bench::report::Report;
 use ds_bench::run::Settings;
-use ds_bench::scenario::{append, fanout, fork, healthz, longpoll, mixed, read, streams};
+use ds_bench::scenario::{append, fanout, fork, healthz, idle, longpoll, mixed, read, streams};
 use ds_bench::target::Target;
 
 #[derive(Parser)]
@@ -150,6 +150,18 @@ enum Scenario {
         #[arg(long, default_value_t = 50)]
         rate: u32,
     },
+    /// C connections appending one message each, then left open and idle: the server's
+    /// memory per idle producer connection (with --server-pid)
+    Idle {
+        #[command(flatten)]
+        common: Common,
+        /// Connections, each appending once and then idle
+        #[arg(long, default_value_t = 4000)]
+        connections: usize,
+        /// Bytes of each connection's append
+        #[arg(long, default_value_t = 16)]
+        bytes: usize,
+    },
     /// Create N streams with one small message each
     Streams {
         #[command(flatten)]
@@ -226,6 +238,7 @@ impl Scenario {
             | Scenario::Read { common, .. }
             | Scenario::Fanout { common, .. }
             | Scenario::Longpoll { common, .. }
+            | Scenario::Idle { common, .. }
             | Scenario::Streams { common, .. }
             | Scenario::Fork { common, .. }
             | Scenario::Mixed { common, .. }
@@ -282,6 +295,9 @@ async fn run(scenario: &Scenario, settings: &Settings) -> Result<Report, String>
         }
         Scenario::Longpoll { readers, rate, .. } => {
             longpoll::run(settings, &longpoll::LongpollOptions { readers, rate_per_sec: rate }).await
+        }
+        Scenario::Idle { connections, bytes, .. } => {
+            idle::run(settings, &idle::IdleOptions { connections, bytes }).await
         }
         Scenario::Streams { count, bytes, connections, append, .. } => {
             let options = streams::StreamsOptions { count, bytes, connections, separate_append: append };

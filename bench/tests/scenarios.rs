@@ -58,6 +58,18 @@ fn append_read_and_healthz_measure_a_working_server() {
 }
 
 #[test]
+fn idle_connections_stay_open_and_are_measured() {
+    let server = Server::start(&[]);
+    let pid = server.pid().to_string();
+    let idle = bench(&server, &["idle", "--connections", "300", "--server-pid", &pid]);
+    assert_eq!(figure(&idle, "connections"), 300.0, "every connection appended and stayed open");
+    assert_eq!(figure(&idle, "append_errors"), 0.0);
+    assert!(figure(&idle, "open_and_append_per_sec") > 0.0);
+    // Present once the server's memory could be read; its size is the benchmark's business.
+    assert!(figure(&idle, "server_memory_per_connection_bytes") >= 0.0);
+}
+
+#[test]
 fn live_scenarios_lose_nothing() {
     let server = Server::start(&[("DS_SERVER__LONG_POLL_TIMEOUT_SECS", "2")]);
     let fanout = bench(&server, &[&["fanout", "--subscribers", "20", "--rate", "40"][..], &BRIEF].concat());

@@ -4,6 +4,7 @@
 //! - `read`: catch-up reads of a pre-filled stream, following `Stream-Next-Offset`.
 //! - `fanout`: many SSE subscribers on one stream, delivery latency and losses.
 //! - `longpoll`: long-polling readers following a writer, wake latency and losses.
+//! - `idle`: connections that appended once and wait: server memory per idle producer.
 //! - `streams`: stream creation rate and server memory per stream.
 //! - `fork`: fork creation rate against plain creation, and catch-up of a fork against its
 //!   source.
@@ -14,6 +15,7 @@ pub mod append;
 pub mod fanout;
 pub mod fork;
 pub mod healthz;
+pub mod idle;
 pub mod longpoll;
 pub mod mixed;
 pub mod read;

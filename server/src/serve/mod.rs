@@ -162,7 +162,9 @@ pub async fn serve_plain(
     let (reader, writer) = socket.into_split();
     let io = tokio::io::join(std::io::Cursor::new(unread).chain(reader), writer);
     match http2 {
-        true => http2::serve(app, io, peer, watcher).await,
+        // Boxed: an HTTP/2 connection's state is several times an HTTP/1 one's, and would
+        // otherwise be part of every plain connection's future.
+        true => Box::pin(http2::serve(app, io, peer, watcher)).await,
         false => serve_http1(app, io, peer, watcher).await,
     }
 }
@@ -223,13 +225,14 @@ where
 {
     let io = Canned::new(guarded(app, io));
     let service_app = Arc::clone(app);
-    // The route's future is made inside the answer's, as what it awaits: hyper keeps the
-    // answer's future in the connection and moves it, and one made outside and captured
-    // would be held twice over (as the captured value and as the value awaited).
+    // hyper keeps the answer's future in a slot of the connection's own, sized for it, for
+    // the connection's whole life. So the route's future (several KB) is made inside the
+    // answer, in a box freed with it: an idle connection holds none of it (and one made
+    // outside and captured would be held twice over, captured and awaited).
     let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
         let app = Arc::clone(&service_app);
         async move {
-            let routed = router::handle(app, request.map(RequestBody::Streamed)).await;
+            let routed = Box::pin(router::handle(app, request.map(RequestBody::Streamed))).await;
             Ok::<_, std::convert::Infallible>(routed.resolve().await)
         }
     });
