@@ -239,6 +239,37 @@ fn bodies_on_requests_that_take_none_keep_the_connection_or_say_it_closes() {
 }
 
 #[test]
+fn answers_that_close_a_connection_mid_body_reach_the_client() {
+    // The answer closes a connection whose body the server leaves unread: closing the socket
+    // over unread bytes would reset it, and a reset that arrives first destroys the answer.
+    let server = Server::start(&[]);
+    assert_eq!(server.client().put("/v1/stream/text", "text/plain", b"").status, 201);
+    // More than the socket buffers take: the client is still sending when the answer comes.
+    let sent = "x".repeat(4_000_000);
+    let requests = [
+        ("GET /healthz", "", 200),
+        ("POST /v1/stream/missing", "Content-Type: text/plain\r\n", 404),
+        ("POST /v1/stream/text", "Content-Type: application/json\r\n", 409),
+        ("POST /v1/stream/text", "Content-Type: text/plain\r\n", 413),
+    ];
+    for round in 0..5 {
+        for (line, headers, status) in requests {
+            let request =
+                format!("{line} HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: 100000000\r\n\r\n{sent}");
+            let mut connection = TcpStream::connect(server.addr).expect("connect");
+            let sending = connection.write_all(request.as_bytes());
+            // A client that sends its request whole before it reads (as most do) must not find
+            // the connection reset under it.
+            assert!(sending.is_ok(), "round {round}, {line}: sending failed: {sending:?}");
+            let response = read_answer(connection)
+                .unwrap_or_else(|error| panic!("round {round}, {line}: no answer ({error})"));
+            assert_eq!(response.status, status, "round {round}, {line}: {}", response.text());
+            assert_eq!(response.header("connection"), Some("close"), "round {round}, {line}");
+        }
+    }
+}
+
+#[test]
 fn catch_up_readers_that_never_read_hold_at_most_the_copies_budget() {
     /// Readers, each asking for 16 MB of 4,000-byte messages (copied, below the budget):
     /// the kernel's socket buffers take a few MB of each answer, the rest waits in the

@@ -3,8 +3,9 @@
 //!
 //! Connections get keep-alive, `TCP_NODELAY`, a congestion control that does not pace
 //! when they come from this host (`crate::congestion`), a bounded request head (size and hyper's
-//! default of 100 headers), an idle and head read timeout, a write-stall guard ([`StallGuard`]) and
-//! small vectored writes joined into one ([`Coalesced`]). A plain TCP connection starts in
+//! default of 100 headers), an idle and head read timeout, a write-stall guard ([`StallGuard`]),
+//! small vectored writes joined into one ([`Coalesced`]) and, where hyper closes a connection
+//! the client is still sending on, a lingering close ([`Lingering`]). A plain TCP connection starts in
 //! the bare front (`bare`: ds's own lean HTTP/1.1 for requests without a body), which hands
 //! it to hyper at its first request with a body; `DS_SERVER__BARE_FRONT=false`
 //! gives every connection to hyper from the start, and TLS connections always go to hyper.
@@ -21,6 +22,7 @@ pub mod canned;
 pub mod coalesce;
 pub mod http2;
 mod http2_watch;
+mod linger;
 mod preface;
 pub mod stall;
 pub mod tls;
@@ -46,6 +48,7 @@ use crate::router::{self, HEAD_BYTES_MAX};
 use crate::serve::bare::Parking;
 use crate::serve::canned::Canned;
 use crate::serve::coalesce::Coalesced;
+use crate::serve::linger::Lingering;
 use crate::serve::stall::StallGuard;
 
 /// Most request headers accepted is hyper's default, 100 (more is refused with 431). How
@@ -223,7 +226,7 @@ async fn serve_http1<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watche
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let io = Canned::new(guarded(app, io));
+    let io = Canned::new(guarded(app, Lingering::new(io)));
     let service_app = Arc::clone(app);
     // hyper keeps the answer's future in a slot of the connection's own, sized for it, for
     // the connection's whole life. So the route's future (several KB) is made inside the
