@@ -29,7 +29,7 @@ pub const LINGER_MS: u64 = 2000;
 pub const LINGER_BYTES_MAX: usize = 16 << 20;
 /// Most connections lingering at once.
 pub const LINGERING_MAX: usize = 1024;
-/// Bytes read per call while lingering.
+/// Bytes read per call while lingering (a buffer of each lingering connection's own).
 const SCRATCH_BYTES: usize = 16 << 10;
 
 /// Connections lingering now, process-wide.
@@ -64,14 +64,35 @@ impl<I: AsyncRead + Unpin + Send + 'static> Drop for Lingering<I> {
         let (Some(inner), Ok(runtime)) = (self.inner.take(), tokio::runtime::Handle::try_current()) else {
             return;
         };
-        if LINGERING.fetch_add(1, Ordering::Relaxed) >= LINGERING_MAX {
-            LINGERING.fetch_sub(1, Ordering::Relaxed);
+        let Some(slot) = LingerSlot::take() else {
             return;
-        }
+        };
         runtime.spawn(async move {
             let _ = tokio::time::timeout(Duration::from_millis(LINGER_MS), discard_until_end(inner)).await;
-            LINGERING.fetch_sub(1, Ordering::Relaxed);
+            drop(slot);
         });
+    }
+}
+
+/// One of the [`LINGERING_MAX`] places to linger, given back when dropped (also when the
+/// lingering task is dropped unrun, as at a runtime's shutdown).
+struct LingerSlot;
+
+impl LingerSlot {
+    fn take() -> Option<LingerSlot> {
+        let before = LINGERING.fetch_add(1, Ordering::Relaxed);
+        if before >= LINGERING_MAX {
+            LINGERING.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(LingerSlot)
+    }
+}
+
+impl Drop for LingerSlot {
+    fn drop(&mut self) {
+        let before = LINGERING.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(before > 0, "a linger slot is given back once");
     }
 }
 

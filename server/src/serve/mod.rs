@@ -1,14 +1,15 @@
 //! The accept loop: one connection task per client (the bare front, or hyper's HTTP/1.1 or
 //! HTTP/2), the connection limit, TLS handshakes, graceful shutdown.
 //!
-//! Connections get keep-alive, `TCP_NODELAY`, a congestion control that does not pace
-//! when they come from this host (`crate::congestion`), a bounded request head (size and hyper's
-//! default of 100 headers), an idle and head read timeout, a write-stall guard ([`StallGuard`]),
-//! small vectored writes joined into one ([`Coalesced`]) and, where hyper closes a connection
-//! the client is still sending on, a lingering close ([`Lingering`]). A plain TCP connection starts in
-//! the bare front (`bare`: ds's own lean HTTP/1.1 for requests without a body), which hands
-//! it to hyper at its first request with a body; `DS_SERVER__BARE_FRONT=false`
-//! gives every connection to hyper from the start, and TLS connections always go to hyper.
+//! Connections get keep-alive, `TCP_NODELAY`, a congestion control that does not pace when
+//! they come from this host (`crate::congestion`), a bounded request head (size and hyper's
+//! default of 100 headers), an idle and head read timeout, a write-stall guard
+//! ([`StallGuard`]), small vectored writes joined into one ([`Coalesced`]) and, where hyper
+//! closes a connection the client is still sending on, a lingering close ([`Lingering`]).
+//! A plain TCP connection starts in the bare front (`bare`: ds's own lean HTTP/1.1 for
+//! requests without a body), which hands it to hyper at its first request with a body;
+//! `DS_SERVER__BARE_FRONT=false` gives every connection to hyper from the start, and TLS
+//! connections always go to hyper.
 //! hyper speaks HTTP/2 (`http2`) to a plain connection that opens with its preface and to a
 //! TLS connection whose ALPN chose `h2`, HTTP/1.1 to any other.
 //! At most `DS_SERVER__MAX_CONNECTIONS` are served at once; one more gets a canned 503 with
