@@ -101,6 +101,9 @@ pub struct Metrics {
     pub sse_parked: AtomicI64,
     pub connections_open: AtomicI64,
     pub connections_refused: AtomicU64,
+    /// Connections closed by the server whose client is still being read before the socket
+    /// closes (`crate::serve::linger`).
+    pub connections_lingering: AtomicI64,
     /// Requests the bare front answered (`crate::serve::bare`).
     pub bare_requests: AtomicU64,
     /// Connections the bare front handed to hyper (at a request with a body, or one it
@@ -123,6 +126,7 @@ impl Default for Metrics {
             sse_parked: AtomicI64::new(0),
             connections_open: AtomicI64::new(0),
             connections_refused: AtomicU64::new(0),
+            connections_lingering: AtomicI64::new(0),
             bare_requests: AtomicU64::new(0),
             bare_handoffs: AtomicU64::new(0),
             http2_connections: AtomicU64::new(0),
@@ -257,6 +261,10 @@ fn render_front(out: &mut String, metrics: &Metrics) {
     single(out, "ds_sse_parked_readers", "gauge", parked_help, metrics.sse_parked.load(Ordering::Relaxed));
     let open = metrics.connections_open.load(Ordering::Relaxed);
     single(out, "ds_connections", "gauge", "Client connections open.", open);
+    let lingering = metrics.connections_lingering.load(Ordering::Relaxed);
+    let lingering_help =
+        "Connections the server closed, read until the client ends its side (at most 1,024).";
+    single(out, "ds_connections_lingering", "gauge", lingering_help, lingering);
     let refused_help = "Connections refused (503) past the connection limit.";
     single(out, "ds_connections_refused_total", "counter", refused_help, load(&metrics.connections_refused));
     let bare_help = "Requests without a body answered by the bare HTTP/1.1 front.";

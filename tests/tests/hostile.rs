@@ -267,6 +267,27 @@ fn answers_that_close_a_connection_mid_body_reach_the_client() {
             assert_eq!(response.header("connection"), Some("close"), "round {round}, {line}");
         }
     }
+    // A client that keeps its end open after the answer is counted as lingering (for at
+    // most 2 s); once clients close their ends, none is left.
+    let mut held = TcpStream::connect(server.addr).expect("connect");
+    let request = format!(
+        "POST /v1/stream/text HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n\
+         Content-Length: 100000000\r\n\r\n{sent}"
+    );
+    held.write_all(request.as_bytes()).expect("the rest of the body is read and dropped");
+    let response = read_answer(held.try_clone().unwrap()).expect("an answer");
+    assert_eq!(response.status, 413);
+    let lingering_seen = (0..40).any(|_| {
+        std::thread::sleep(Duration::from_millis(25));
+        server.metric("ds_connections_lingering") == 1
+    });
+    assert!(lingering_seen, "the held connection lingers");
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.metric("ds_connections_lingering") > 0 {
+        assert!(std::time::Instant::now() < deadline, "connections still linger after their clients left");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]

@@ -13,15 +13,18 @@
 //! and only then closes the socket. A connection the client closed first (its end was read)
 //! needs none of this. At most [`LINGERING_MAX`] connections linger at once, so that they
 //! cannot hold descriptors without bound; past that a connection is closed at once, as
-//! without this wrapper.
+//! without this wrapper. `ds_connections_lingering` shows how many linger.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+
+use crate::metrics::Metrics;
 
 /// Longest a closed connection is read before its socket is closed (milliseconds).
 pub const LINGER_MS: u64 = 2000;
@@ -32,9 +35,6 @@ pub const LINGERING_MAX: usize = 1024;
 /// Bytes read per call while lingering (a buffer of each lingering connection's own).
 const SCRATCH_BYTES: usize = 16 << 10;
 
-/// Connections lingering now, process-wide.
-static LINGERING: AtomicUsize = AtomicUsize::new(0);
-
 /// An I/O object that lingers when dropped after its write side was shut while the peer
 /// had not ended its own.
 pub struct Lingering<I: AsyncRead + Unpin + Send + 'static> {
@@ -44,11 +44,13 @@ pub struct Lingering<I: AsyncRead + Unpin + Send + 'static> {
     shut: bool,
     /// A read found the end of what the client sends.
     ended: bool,
+    /// Where the lingering connections are counted (and their number bounded).
+    metrics: Arc<Metrics>,
 }
 
 impl<I: AsyncRead + Unpin + Send + 'static> Lingering<I> {
-    pub fn new(inner: I) -> Lingering<I> {
-        Lingering { inner: Some(inner), shut: false, ended: false }
+    pub fn new(inner: I, metrics: Arc<Metrics>) -> Lingering<I> {
+        Lingering { inner: Some(inner), shut: false, ended: false, metrics }
     }
 
     fn inner(&mut self) -> &mut I {
@@ -64,7 +66,7 @@ impl<I: AsyncRead + Unpin + Send + 'static> Drop for Lingering<I> {
         let (Some(inner), Ok(runtime)) = (self.inner.take(), tokio::runtime::Handle::try_current()) else {
             return;
         };
-        let Some(slot) = LingerSlot::take() else {
+        let Some(slot) = LingerSlot::take(&self.metrics) else {
             return;
         };
         runtime.spawn(async move {
@@ -74,24 +76,26 @@ impl<I: AsyncRead + Unpin + Send + 'static> Drop for Lingering<I> {
     }
 }
 
-/// One of the [`LINGERING_MAX`] places to linger, given back when dropped (also when the
-/// lingering task is dropped unrun, as at a runtime's shutdown).
-struct LingerSlot;
+/// One of the [`LINGERING_MAX`] places to linger, counted in the metrics' gauge and given
+/// back when dropped (also when the lingering task is dropped unrun, at a runtime's shutdown).
+struct LingerSlot {
+    metrics: Arc<Metrics>,
+}
 
 impl LingerSlot {
-    fn take() -> Option<LingerSlot> {
-        let before = LINGERING.fetch_add(1, Ordering::Relaxed);
-        if before >= LINGERING_MAX {
-            LINGERING.fetch_sub(1, Ordering::Relaxed);
+    fn take(metrics: &Arc<Metrics>) -> Option<LingerSlot> {
+        let before = metrics.connections_lingering.fetch_add(1, Ordering::Relaxed);
+        if before >= LINGERING_MAX as i64 {
+            metrics.connections_lingering.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        Some(LingerSlot)
+        Some(LingerSlot { metrics: Arc::clone(metrics) })
     }
 }
 
 impl Drop for LingerSlot {
     fn drop(&mut self) {
-        let before = LINGERING.fetch_sub(1, Ordering::Relaxed);
+        let before = self.metrics.connections_lingering.fetch_sub(1, Ordering::Relaxed);
         debug_assert!(before > 0, "a linger slot is given back once");
     }
 }

@@ -227,7 +227,7 @@ async fn serve_http1<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watche
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let io = Canned::new(guarded(app, Lingering::new(io)));
+    let io = Canned::new(guarded(app, Lingering::new(io, Arc::clone(&app.metrics))));
     let service_app = Arc::clone(app);
     // hyper keeps the answer's future in a slot of the connection's own, sized for it, for
     // the connection's whole life. So the route's future (several KB) is made inside the
