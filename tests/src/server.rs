@@ -183,6 +183,19 @@ impl Server {
         value.unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
     }
 
+    /// Waits until the metric `name` is `wanted` (5 s at most, then fails).
+    pub fn wait_for_metric(&self, name: &str, wanted: u64) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let value = self.metric(name);
+            if value == wanted {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{name} stayed {value}, wanted {wanted}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Anonymous resident memory of the process in bytes: its heap and stacks, without the
     /// pages of files it maps.
     pub fn anonymous_resident_bytes(&self) -> u64 {

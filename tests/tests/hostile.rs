@@ -252,12 +252,13 @@ fn answers_that_close_a_connection_mid_body_reach_the_client() {
         ("POST /v1/stream/text", "Content-Type: application/json\r\n", 409),
         ("POST /v1/stream/text", "Content-Type: text/plain\r\n", 413),
     ];
+    let request = |line: &str, headers: &str| {
+        format!("{line} HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: 100000000\r\n\r\n{sent}")
+    };
     for round in 0..5 {
         for (line, headers, status) in requests {
-            let request =
-                format!("{line} HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: 100000000\r\n\r\n{sent}");
             let mut connection = TcpStream::connect(server.addr).expect("connect");
-            let sending = connection.write_all(request.as_bytes());
+            let sending = connection.write_all(request(line, headers).as_bytes());
             // A client that sends its request whole before it reads (as most do) must not find
             // the connection reset under it.
             assert!(sending.is_ok(), "round {round}, {line}: sending failed: {sending:?}");
@@ -269,25 +270,13 @@ fn answers_that_close_a_connection_mid_body_reach_the_client() {
     }
     // A client that keeps its end open after the answer is counted as lingering (for at
     // most 2 s); once clients close their ends, none is left.
-    let mut held = TcpStream::connect(server.addr).expect("connect");
-    let request = format!(
-        "POST /v1/stream/text HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n\
-         Content-Length: 100000000\r\n\r\n{sent}"
-    );
-    held.write_all(request.as_bytes()).expect("the rest of the body is read and dropped");
+    let held =
+        send_raw(server.addr, request("POST /v1/stream/text", "Content-Type: text/plain\r\n").as_bytes());
     let response = read_answer(held.try_clone().unwrap()).expect("an answer");
     assert_eq!(response.status, 413);
-    let lingering_seen = (0..40).any(|_| {
-        std::thread::sleep(Duration::from_millis(25));
-        server.metric("ds_connections_lingering") == 1
-    });
-    assert!(lingering_seen, "the held connection lingers");
+    server.wait_for_metric("ds_connections_lingering", 1);
     drop(held);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while server.metric("ds_connections_lingering") > 0 {
-        assert!(std::time::Instant::now() < deadline, "connections still linger after their clients left");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    server.wait_for_metric("ds_connections_lingering", 0);
 }
 
 #[test]

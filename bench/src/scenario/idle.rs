@@ -18,6 +18,7 @@ use crate::http::Connection;
 use crate::process;
 use crate::report::Report;
 use crate::run::Settings;
+use crate::target::Target;
 
 #[derive(Clone, Debug)]
 pub struct IdleOptions {
@@ -75,11 +76,7 @@ pub async fn run(settings: &Settings, options: &IdleOptions) -> Result<Report, S
 }
 
 /// A new connection that has appended `body` to `path` once (204 expected), kept open.
-async fn open_and_append(
-    target: &crate::target::Target,
-    path: &str,
-    body: Bytes,
-) -> Result<Connection, String> {
+async fn open_and_append(target: &Target, path: &str, body: Bytes) -> Result<Connection, String> {
     let mut connection = Connection::open(target).await.map_err(|e| format!("connect: {e}"))?;
     let reply = connection
         .send(Method::POST, path, &[("content-type", "application/octet-stream")], body)

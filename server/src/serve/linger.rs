@@ -27,11 +27,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use crate::metrics::Metrics;
 
 /// Longest a closed connection is read before its socket is closed (milliseconds).
-pub const LINGER_MS: u64 = 2000;
+const LINGER_MS: u64 = 2000;
 /// Most bytes read from a closed connection before its socket is closed.
-pub const LINGER_BYTES_MAX: usize = 16 << 20;
+const LINGER_BYTES_MAX: usize = 16 << 20;
 /// Most connections lingering at once.
-pub const LINGERING_MAX: usize = 1024;
+const LINGERING_MAX: usize = 1024;
 /// Bytes read per call while lingering (a buffer of each lingering connection's own).
 const SCRATCH_BYTES: usize = 16 << 10;
 
