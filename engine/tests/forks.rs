@@ -84,6 +84,48 @@ fn a_chain_of_forks_and_its_soft_deletes_survive_restarts_and_cascade_away() {
     }
 }
 
+/// Recovery builds every shard's streams in shard order, each fork after its source: here
+/// sources sit in shards before and after their forks, chains reach across several shards,
+/// and some sources are soft-deleted.
+#[test]
+fn chains_of_forks_across_shards_survive_restarts() {
+    const ROOTS: usize = 6;
+    const CHAIN: usize = 4;
+    for (mode, how) in cases() {
+        let mut harness = Harness::with_shards(mode, SEGMENT_BYTES, 8);
+        let mut expected = Vec::new();
+        for root in 0..ROOTS {
+            let mut source = format!("root-{root}");
+            harness.create(&source, plain_config()).unwrap();
+            harness.append(append_request(&source, &format!("r{root};"))).unwrap();
+            let mut text = format!("r{root};");
+            for link in 0..CHAIN {
+                let fork = format!("fork-{root}-{link}");
+                harness.fork(&fork, &source, None).unwrap();
+                harness.append(append_request(&fork, &format!("f{link};"))).unwrap();
+                text.push_str(&format!("f{link};"));
+                // Every other link's source goes, kept (soft-deleted) for the fork.
+                let deleted = link % 2 == 0;
+                expected.push((fork.clone(), text.clone(), deleted));
+                if link % 2 == 1 {
+                    harness.delete(&source).unwrap();
+                }
+                source = fork;
+            }
+        }
+        restart(&mut harness, how);
+        for (fork, text, deleted) in &expected {
+            let context = format!("{mode} after {how:?}: {fork}");
+            assert_eq!(harness.soft_deleted(fork), Some(*deleted), "{context}");
+            if !deleted {
+                assert_eq!(harness.read(fork).as_deref(), Some(text.as_str()), "{context}");
+            }
+        }
+        let last = format!("fork-{}-{}", ROOTS - 1, CHAIN - 1);
+        assert!(harness.append(append_request(&last, "more")).is_ok(), "{mode} after {how:?}: writable");
+    }
+}
+
 #[test]
 fn a_cascade_a_crash_interrupts_finishes_at_restart() {
     for mode in [StorageMode::Acid, StorageMode::FileDurable, StorageMode::FileFast] {

@@ -36,6 +36,8 @@ pub struct Harness {
     pub disk: SimVfs,
     pub clock: Clock,
     pub segment_bytes: u64,
+    /// Shards of the engine (1 unless a test asks for more).
+    pub shard_count: u32,
     engine: Option<Engine>,
     /// The storage the last engine was given (to tell whether a stopped one let go of it).
     storage: Weak<dyn Vfs>,
@@ -79,11 +81,17 @@ impl Harness {
 
     /// A one-shard engine of `mode` on a new simulated disk.
     pub fn with_mode(mode: StorageMode, segment_bytes: u64) -> Harness {
+        Harness::with_shards(mode, segment_bytes, 1)
+    }
+
+    /// An engine of `mode` with `shard_count` shards on a new simulated disk.
+    pub fn with_shards(mode: StorageMode, segment_bytes: u64, shard_count: u32) -> Harness {
         let mut harness = Harness {
             mode,
             disk: SimVfs::new(),
             clock: Clock::manual(T0),
             segment_bytes,
+            shard_count,
             engine: None,
             storage: Weak::<SimVfs>::new(),
         };
@@ -95,7 +103,7 @@ impl Harness {
         EngineConfig {
             mode: self.mode,
             data_dir: PathBuf::from("/data"),
-            shard_count: 1,
+            shard_count: self.shard_count,
             limits: Limits {
                 total_bytes_max: 1 << 30,
                 stream_bytes_max: STREAM_BYTES_MAX,
