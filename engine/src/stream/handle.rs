@@ -247,7 +247,7 @@ impl StreamHandle {
 
     /// The fork base that serves `from`, if the stream is a fork and `from` is inherited.
     fn fork_below(&self, from: Offset) -> Option<&ForkBase> {
-        self.stream.fork.as_ref().filter(|fork| from < fork.start())
+        self.stream.fork.as_deref().filter(|fork| from < fork.start())
     }
 
     /// Runs `read` against the stream's own published data from `from`, up to `cap` or the
@@ -310,7 +310,7 @@ impl StreamHandle {
         LogView {
             stream: self.stream.id,
             name: Arc::clone(&self.stream.name),
-            start: self.stream.fork.as_ref().map_or(Offset::ZERO, ForkBase::start),
+            start: self.stream.fork.as_deref().map_or(Offset::ZERO, ForkBase::start),
             tail_location,
             tail_n,
             tail_end,
@@ -346,7 +346,7 @@ impl StreamHandle {
 
     /// The stream's fork base, if it is a fork.
     pub fn fork(&self) -> Option<&ForkBase> {
-        self.stream.fork.as_ref()
+        self.stream.fork.as_deref()
     }
 
     fn alive(&self, published: Published) -> bool {

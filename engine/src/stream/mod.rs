@@ -41,10 +41,12 @@ pub struct Stream {
     /// When a read or append last renewed the TTL (clock milliseconds).
     last_access_ms: AtomicU64,
     pub(crate) state: RwLock<StreamState>,
-    /// Damage found in the stream's stored bytes (set once, by recovery or a read).
-    damage: OnceLock<StreamDamage>,
-    /// The source prefix a fork inherits (`None`: the stream's bytes are all its own).
-    pub(crate) fork: Option<ForkBase>,
+    /// Damage found in the stream's stored bytes (set once, by recovery or a read; boxed,
+    /// as most streams never have any).
+    damage: OnceLock<Box<StreamDamage>>,
+    /// The source prefix a fork inherits (`None`: the stream's bytes are all its own; boxed,
+    /// so a stream that is not a fork pays a pointer, not the 96 bytes of a base).
+    pub(crate) fork: Option<Box<ForkBase>>,
     /// Recent catch-up answers (disk modes, streams that are not forks).
     pub(crate) kept: Option<KeptAnswers>,
 }
@@ -210,7 +212,7 @@ impl Stream {
         }
         state.writer.tail = start;
         state.published.tail = start;
-        self.fork = Some(base);
+        self.fork = Some(Box::new(base));
         self.kept = None;
         self
     }
@@ -244,7 +246,7 @@ impl Stream {
         let data = StreamData::log_at(snapshot.chain_tail, snapshot.chain_n);
         let damage = OnceLock::new();
         if let Some(found) = snapshot.damage {
-            let _ = damage.set(found);
+            let _ = damage.set(Box::new(found));
         }
         Stream {
             id: snapshot.id,
@@ -254,7 +256,7 @@ impl Stream {
             state: RwLock::new(StreamState { published, writer, data }),
             kept: fork.is_none().then(KeptAnswers::default),
             damage,
-            fork,
+            fork: fork.map(Box::new),
         }
     }
 
@@ -274,7 +276,7 @@ impl Stream {
             chain_tail,
             chain_n,
             tag_bytes: state.writer.tag_bytes,
-            damage: self.damage.get().cloned(),
+            damage: self.damage.get().map(|damage| StreamDamage::clone(damage)),
             fork: self.fork.as_ref().map(|base| base.reference.clone()),
             deleted: state.writer.deleted,
         }
@@ -289,13 +291,13 @@ impl Stream {
 
     /// Damage found in the stream's stored bytes, if any.
     pub fn damage(&self) -> Option<&StreamDamage> {
-        self.damage.get()
+        self.damage.get().map(|damage| &**damage)
     }
 
     /// Notes damage found at `at` (the first note stays): logged once and counted.
     pub(crate) fn note_damage(&self, at: Offset, reason: &str, counters: &DamageCounter) {
         let damage = StreamDamage { at, reason: reason.into() };
-        if self.damage.set(damage).is_ok() {
+        if self.damage.set(Box::new(damage)).is_ok() {
             tracing::error!(
                 stream = %self.name,
                 offset = %at,
