@@ -10,8 +10,9 @@
 //!
 //! - `congestion`: the TCP congestion control of connections from this host; `config`:
 //!   every `DS_*` variable as a flag, checked into a `Config`; `descriptors`: the
-//!   open-file limit raised and checked at start; `log_writer`: where log lines go (access
-//!   lines gathered per worker turn); `shutdown`, `metrics`: server-wide state.
+//!   open-file limit raised and checked at start; `heap`: the allocator's thresholds, fixed
+//!   before any thread starts; `log_writer`: where log lines go (access lines gathered per
+//!   worker turn); `shutdown`, `metrics`: server-wide state.
 //! - `http`: the protocol's vocabulary: headers, problems, queries, CORS, cursors, bounded
 //!   request bodies, response bodies, and what every read answer shares (`read_reply`).
 //! - `per_stream`: what the live readers of one stream share in the server.
@@ -50,6 +51,7 @@ mod config;
 mod congestion;
 mod descriptors;
 mod events;
+mod heap;
 mod http;
 mod live;
 mod log_writer;
@@ -62,6 +64,7 @@ mod serve;
 mod shutdown;
 
 pub use config::{Args, Config, ConfigError};
+pub use heap::fix_thresholds as fix_heap_thresholds;
 pub use log_writer::{
     gather_on_this_thread as gather_log_lines, write_gathered as write_log_lines, LogWriter,
 };

@@ -8,6 +8,7 @@ use ds_server::{gather_log_lines, write_log_lines, Args, LogWriter};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    ds_server::fix_heap_thresholds();
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
