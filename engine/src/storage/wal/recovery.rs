@@ -169,14 +169,15 @@ pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result
     });
     let (segments, strays, salvaged) = open_segments(vfs, named, shard, &known)?;
     let lost = lost_parts(&segments, checkpoint.as_ref());
-    let mut replay = Replay::start(checkpoint.as_ref(), &segments, window);
-    let checkpoint = checkpoint.map(|c| CheckpointInfo {
+    let info = checkpoint.as_ref().map(|c| CheckpointInfo {
         lsn: c.lsn,
         clean: c.clean,
         resume_ordinal: c.resume_ordinal,
         resume_position: c.resume_position,
         written_ms: c.written_ms,
     });
+    let mut replay = Replay::start(checkpoint, &segments, window);
+    let checkpoint = info;
     let end = replay.run(&segments);
     let mut stale_bytes = 0;
     if let ReplayEnd::Continue { index, position } = end {

@@ -99,8 +99,9 @@ enum SegmentEnd {
 
 impl Replay {
     /// Replay from `checkpoint` (if there is one) over `segments`; `window`: bytes past a
-    /// failed record within which a crash can have left a torn batch.
-    pub fn start(checkpoint: Option<&Checkpoint>, segments: &[Arc<Segment>], window: u64) -> Replay {
+    /// failed record within which a crash can have left a torn batch. The checkpoint's
+    /// streams move into the replay (a copy would hold every stream twice at a start).
+    pub fn start(checkpoint: Option<Checkpoint>, segments: &[Arc<Segment>], window: u64) -> Replay {
         let mut replay = Replay {
             streams: HashMap::new(),
             names: HashMap::new(),
@@ -121,8 +122,8 @@ impl Replay {
         };
         if let Some(checkpoint) = checkpoint {
             replay.names = checkpoint.streams.iter().map(|s| (Arc::clone(&s.name), s.id)).collect();
-            replay.streams = checkpoint.streams.iter().map(|s| (s.id, s.clone())).collect();
-            replay.ledger = checkpoint.ledger.clone();
+            replay.streams = checkpoint.streams.into_iter().map(|s| (s.id, s)).collect();
+            replay.ledger = checkpoint.ledger;
             replay.next_lsn = checkpoint.next_lsn;
             replay.stream_id_next = checkpoint.stream_id_next;
             replay.start = (checkpoint.resume_ordinal, checkpoint.resume_position);
