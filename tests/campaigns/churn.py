@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""A churn soak: does a server's memory stay flat while streams come and go? (not run by CI)
+
+Starts a release `ds-server` in MODE on a temporary data directory, then runs ROUNDS rounds
+in which 8 keep-alive clients each take STREAMS streams through a whole life: create with a
+first message, five appends as an idempotent producer, a catch-up read, a fork, a read of
+the fork, the fork's delete and the stream's delete. After every round it prints the
+server's anonymous resident memory (`RssAnon`: heap and stacks, not the page cache) and, in
+the disk modes, the data directory's size.
+
+What must hold (else exit code 1):
+- every answer is the one the protocol gives (201, 200 or 204; 404 after the deletes);
+- no stream is left (`ds_streams` 0 in `/metrics`) and nothing stays charged
+  (`ds_charged_bytes` 0);
+- the anonymous memory of the second half of the rounds grows by less than 4 MB.
+
+    python3 tests/campaigns/churn.py MODE ROUNDS STREAMS
+    (MODE: memory, acid, file-durable or file-fast; e.g. `acid 10 150`, about 40 s;
+    the server from target/release unless DS_SERVER_BIN says otherwise)
+"""
+import http.client
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SERVER = os.environ.get("DS_SERVER_BIN", os.path.join(ROOT, "target/release/ds-server"))
+PORT = int(os.environ.get("DS_CAMPAIGN_PORT", "4471"))
+CLIENTS = 8
+GROWTH_MAX_KB = 4096
+BINARY = {"Content-Type": "application/octet-stream"}
+
+
+def start(mode, data_dir, log):
+    env = dict(os.environ, DS_SERVER__HOST="127.0.0.1", DS_SERVER__PORT=str(PORT), RUST_LOG="warn",
+               DS_STORAGE__MODE=mode, DS_STORAGE__DATA_DIR=data_dir)
+    server = subprocess.Popen([SERVER], env=env, stdout=log, stderr=log)
+    for _ in range(200):
+        if server.poll() is not None:
+            sys.exit(f"the server exited at start ({server.returncode})")
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
+            connection.request("GET", "/healthz")
+            connection.getresponse().read()
+            return server
+        except OSError:
+            time.sleep(0.05)
+    server.kill()
+    sys.exit("the server did not answer")
+
+
+def anon_kb(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    return 0
+
+
+def dir_kb(path):
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_blocks // 2
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def one_life(connection, path, failures):
+    steps = [("PUT", path, b"first", BINARY, (201,))]
+    for seq in range(5):
+        headers = dict(BINARY, **{"Producer-Id": "p", "Producer-Epoch": "0", "Producer-Seq": str(seq)})
+        steps.append(("POST", path, b"y" * 300, headers, (200, 204)))
+    steps += [("GET", path + "?offset=-1", None, {}, (200,)),
+              ("PUT", path + "-fork", None, dict(BINARY, **{"Stream-Forked-From": path}), (201,)),
+              ("GET", path + "-fork?offset=-1", None, {}, (200,)),
+              ("DELETE", path + "-fork", None, {}, (204, 200)),
+              ("DELETE", path, None, {}, (204, 200)),
+              ("GET", path + "?offset=-1", None, {}, (404,))]
+    for method, target, body, headers, wanted in steps:
+        connection.request(method, target, body=body, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        if response.status not in wanted:
+            failures.append(f"{method} {target}: {response.status}, wanted {wanted}")
+
+
+def client(index, round_number, streams, failures):
+    connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=30)
+    for i in range(streams):
+        one_life(connection, f"/v1/stream/churn-{round_number}-{index}-{i}", failures)
+    connection.close()
+
+
+def metric(name):
+    connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
+    connection.request("GET", "/metrics")
+    for line in connection.getresponse().read().decode().splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
+    return None
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    mode, rounds, streams = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    data_dir = tempfile.mkdtemp(prefix="ds-churn-")
+    log = open(data_dir + ".log", "w")
+    server = start(mode, data_dir, log)
+    failures, anon = [], []
+    try:
+        for round_number in range(rounds):
+            threads = [threading.Thread(target=client, args=(i, round_number, streams, failures))
+                       for i in range(CLIENTS)]
+            [thread.start() for thread in threads]
+            [thread.join() for thread in threads]
+            anon.append(anon_kb(server.pid))
+            disk = f", data {dir_kb(data_dir)} kB" if mode != "memory" else ""
+            print(f"round {round_number}: anonymous {anon[-1]} kB{disk}", flush=True)
+        for name in ("ds_streams", "ds_charged_bytes"):
+            if metric(name) != 0:
+                failures.append(f"{name} is {metric(name)} with every stream deleted")
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            failures.append("the server did not stop within 30 s of SIGINT")
+        log.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        os.remove(log.name)
+    growth = anon[-1] - anon[len(anon) // 2] if len(anon) > 1 else 0
+    if growth >= GROWTH_MAX_KB:
+        failures.append(f"anonymous memory grew {growth} kB over the second half of the rounds")
+    for failure in failures[:20]:
+        print("FAIL:", failure)
+    print(f"{mode}: {rounds} rounds of {CLIENTS * streams} streams; second half grew {growth} kB;",
+          "ok" if not failures else f"{len(failures)} failures")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
