@@ -21,37 +21,16 @@ What must hold (else exit code 1):
 import http.client
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SERVER = os.environ.get("DS_SERVER_BIN", os.path.join(ROOT, "target/release/ds-server"))
+import campaign_server
+
 PORT = int(os.environ.get("DS_CAMPAIGN_PORT", "4471"))
 CLIENTS = 8
 GROWTH_MAX_KB = 4096
 BINARY = {"Content-Type": "application/octet-stream"}
-
-
-def start(mode, data_dir, log):
-    env = dict(os.environ, DS_SERVER__HOST="127.0.0.1", DS_SERVER__PORT=str(PORT), RUST_LOG="warn",
-               DS_STORAGE__MODE=mode, DS_STORAGE__DATA_DIR=data_dir)
-    server = subprocess.Popen([SERVER], env=env, stdout=log, stderr=log)
-    for _ in range(200):
-        if server.poll() is not None:
-            sys.exit(f"the server exited at start ({server.returncode})")
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
-            connection.request("GET", "/healthz")
-            connection.getresponse().read()
-            return server
-        except OSError:
-            time.sleep(0.05)
-    server.kill()
-    sys.exit("the server did not answer")
 
 
 def anon_kb(pid):
@@ -100,9 +79,8 @@ def client(index, round_number, streams, failures):
 
 
 def metric(name):
-    connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
-    connection.request("GET", "/metrics")
-    for line in connection.getresponse().read().decode().splitlines():
+    _, body, _ = campaign_server.request(PORT, "GET", "/metrics")
+    for line in body.decode().splitlines():
         if line.startswith(name + " "):
             return int(float(line.split()[1]))
     return None
@@ -114,27 +92,28 @@ def main():
     mode, rounds, streams = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     data_dir = tempfile.mkdtemp(prefix="ds-churn-")
     log = open(data_dir + ".log", "w")
-    server = start(mode, data_dir, log)
+    server = campaign_server.start(PORT, mode, data_dir, log)
+    if server.poll() is not None:
+        sys.exit(f"the server exited at start ({server.returncode})")
     failures, anon = [], []
     try:
         for round_number in range(rounds):
             threads = [threading.Thread(target=client, args=(i, round_number, streams, failures))
                        for i in range(CLIENTS)]
-            [thread.start() for thread in threads]
-            [thread.join() for thread in threads]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
             anon.append(anon_kb(server.pid))
             disk = f", data {dir_kb(data_dir)} kB" if mode != "memory" else ""
             print(f"round {round_number}: anonymous {anon[-1]} kB{disk}", flush=True)
         for name in ("ds_streams", "ds_charged_bytes"):
-            if metric(name) != 0:
-                failures.append(f"{name} is {metric(name)} with every stream deleted")
+            value = metric(name)
+            if value != 0:
+                failures.append(f"{name} is {value} with every stream deleted")
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            failures.append("the server did not stop within 30 s of SIGINT")
+        if campaign_server.stop(server) == "hung":
+            failures.append("the server did not stop within 10 s of SIGINT")
         log.close()
         shutil.rmtree(data_dir, ignore_errors=True)
         os.remove(log.name)

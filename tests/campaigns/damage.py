@@ -28,57 +28,30 @@ lost stream that answers 404 (it keeps its name as a damaged stream: 500).
     server with SIGKILL instead of a clean stop, so recovery replays what it wrote)
 """
 import glob
-import http.client
 import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
+
+import campaign_server
+from campaign_server import stop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SERVER = os.environ.get("DS_SERVER_BIN", os.path.join(ROOT, "target/release/ds-server"))
 TOOL = os.environ.get("DS_TOOL_BIN", os.path.join(ROOT, "target/release/ds-tool"))
 PORT = int(os.environ.get("DS_CAMPAIGN_PORT", "4470"))
 STREAMS = 30
 
 
 def start(mode, data_dir, log):
-    env = dict(os.environ, DS_SERVER__HOST="127.0.0.1", DS_SERVER__PORT=str(PORT), RUST_LOG="warn",
-               DS_STORAGE__MODE=mode, DS_STORAGE__DATA_DIR=data_dir, DS_STORAGE__ACID_SHARD_COUNT="4",
-               DS_STORAGE__SEGMENT_BYTES="1048576", DS_LIMITS__MAX_APPEND_BYTES="65536")
-    server = subprocess.Popen([SERVER], env=env, stdout=log, stderr=log)
-    for _ in range(200):
-        if server.poll() is not None:
-            return server
-        try:
-            request("GET", "/healthz")
-            return server
-        except OSError:
-            time.sleep(0.05)
-    return server
-
-
-def stop(server):
-    if server.poll() is None:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-            return "hung"
-    return server.returncode
+    return campaign_server.start(PORT, mode, data_dir, log, DS_STORAGE__ACID_SHARD_COUNT="4",
+                                 DS_STORAGE__SEGMENT_BYTES="1048576", DS_LIMITS__MAX_APPEND_BYTES="65536")
 
 
 def request(method, path, body=None, headers=None):
-    connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
-    connection.request(method, path, body=body, headers=headers or {})
-    response = connection.getresponse()
-    return response.status, response.read(), response
+    return campaign_server.request(PORT, method, path, body, headers)
 
 
 def is_json(name):

@@ -276,7 +276,7 @@ impl Stream {
             chain_tail,
             chain_n,
             tag_bytes: state.writer.tag_bytes,
-            damage: self.damage.get().map(|damage| StreamDamage::clone(damage)),
+            damage: self.damage().cloned(),
             fork: self.fork.as_ref().map(|base| base.reference.clone()),
             deleted: state.writer.deleted,
         }

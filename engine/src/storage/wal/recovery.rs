@@ -169,7 +169,7 @@ pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result
     });
     let (segments, strays, salvaged) = open_segments(vfs, named, shard, &known)?;
     let lost = lost_parts(&segments, checkpoint.as_ref());
-    let info = checkpoint.as_ref().map(|c| CheckpointInfo {
+    let checkpoint_info = checkpoint.as_ref().map(|c| CheckpointInfo {
         lsn: c.lsn,
         clean: c.clean,
         resume_ordinal: c.resume_ordinal,
@@ -177,7 +177,6 @@ pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result
         written_ms: c.written_ms,
     });
     let mut replay = Replay::start(checkpoint, &segments, window);
-    let checkpoint = info;
     let end = replay.run(&segments);
     let mut stale_bytes = 0;
     if let ReplayEnd::Continue { index, position } = end {
@@ -195,7 +194,7 @@ pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result
         salvaged,
         lost,
         damaged_streams,
-        checkpoint,
+        checkpoint: checkpoint_info,
         stale_bytes,
         replay,
         end,
