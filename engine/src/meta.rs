@@ -111,6 +111,33 @@ pub struct StreamSnapshot {
 }
 
 #[cfg(test)]
+impl StreamSnapshot {
+    /// An empty, open stream named `name` with id `id` and a 10 s TTL.
+    pub fn for_tests(name: &str, id: StreamId) -> StreamSnapshot {
+        StreamSnapshot {
+            id,
+            name: name.into(),
+            config: StreamConfig {
+                content_type: ContentType::default_type(),
+                ttl_secs: Some(10),
+                expires_at_ms: None,
+            },
+            last_access_ms: 0,
+            tail: Offset::ZERO,
+            closed: false,
+            stream_seq: None,
+            producers: Vec::new(),
+            chain_tail: Location::from_raw(0),
+            chain_n: ChainIndex::CREATE,
+            tag_bytes: 0,
+            damage: None,
+            fork: None,
+            deleted: false,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -130,26 +130,7 @@ mod tests {
     }
 
     fn snapshot(name: &str, id: u64, last_access_ms: u64) -> StreamSnapshot {
-        StreamSnapshot {
-            id: StreamId::from_raw(id),
-            name: name.into(),
-            config: crate::meta::StreamConfig {
-                content_type: crate::content_type::ContentType::default_type(),
-                ttl_secs: Some(10),
-                expires_at_ms: None,
-            },
-            last_access_ms,
-            tail: crate::offset::Offset::ZERO,
-            closed: false,
-            stream_seq: None,
-            producers: Vec::new(),
-            chain_tail: crate::ids::Location::from_raw(0),
-            chain_n: crate::ids::ChainIndex::CREATE,
-            tag_bytes: 0,
-            damage: None,
-            fork: None,
-            deleted: false,
-        }
+        StreamSnapshot { last_access_ms, ..StreamSnapshot::for_tests(name, StreamId::from_raw(id)) }
     }
 
     #[test]

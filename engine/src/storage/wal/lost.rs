@@ -8,15 +8,16 @@
 //! one to look at, and it is found with checked jumps that never read inside the range.
 //! Such a stream is marked where its intact data ends.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::checkpoint::Checkpoint;
 use super::segment::Segment;
+use super::snapshots::Snapshots;
 use super::source::{WalReader, WalSource};
 use super::{location, split_location};
-use crate::ids::{ChainIndex, Location, StreamId};
+use crate::ids::{ChainIndex, Location};
 use crate::meta::StreamSnapshot;
 use crate::offset::Offset;
 use crate::storage::chain::read::{RecordSource, SCAN_BYTES_MAX};
@@ -86,11 +87,7 @@ pub(super) fn lost_parts(segments: &[Arc<Segment>], checkpoint: Option<&Checkpoi
 }
 
 /// Marks every stream of `streams` with a record in a `lost` part; returns how many.
-pub(super) fn mark_streams(
-    source: &WalSource,
-    streams: &mut HashMap<StreamId, StreamSnapshot>,
-    lost: &[Lost],
-) -> usize {
+pub(super) fn mark_streams(source: &WalSource, streams: &mut Snapshots, lost: &[Lost]) -> usize {
     let source = &source.reader();
     let mut marked = 0;
     for stream in streams.values_mut() {

@@ -7,7 +7,7 @@
 //! - `source`: reading records and stream data straight from the mapped segments (`run`:
 //!   a forward read's run of plain records, checked and copied in one pass).
 //! - `recovery`: rebuilding a shard from its checkpoint and the records after it (`replay`
-//!   checks and applies each record).
+//!   checks and applies each record, into `snapshots`: the streams, side by side).
 //! - `writer::compact`: moving live streams out of mostly-dead segments.
 //! - `lost`: parts of the log that are gone, and the streams that had records there.
 //! - `salvage`: which ordinal a segment with a damaged header had, so its records are read.
@@ -28,6 +28,7 @@ mod replay;
 mod run;
 mod salvage;
 pub mod segment;
+mod snapshots;
 pub mod source;
 pub mod writer;
 

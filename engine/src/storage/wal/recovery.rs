@@ -220,7 +220,7 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
     let position = continue_at(vfs, dir, settings, &analysis, &report, &table)?;
     let replay = &mut analysis.replay;
     reconcile_ledger(&mut replay.ledger, &table);
-    let mut streams: Vec<StreamSnapshot> = std::mem::take(&mut replay.streams).into_values().collect();
+    let mut streams = std::mem::take(&mut replay.streams).into_vec();
     let renewed = renewals::load(vfs, [dir.join(RENEWALS_FILE)]);
     renewals::apply(&renewed, &mut streams, |stream| stream.id.raw());
     Ok(Recovered {

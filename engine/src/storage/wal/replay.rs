@@ -28,6 +28,7 @@ use bytes::Bytes;
 use super::checkpoint::Checkpoint;
 use super::ledger::LedgerState;
 use super::segment::Segment;
+use super::snapshots::Snapshots;
 use super::{location, split_location};
 use crate::ids::{Location, Lsn, StreamId};
 use crate::meta::StreamSnapshot;
@@ -52,7 +53,7 @@ pub(super) enum ReplayEnd {
 
 /// The state replay builds.
 pub(super) struct Replay {
-    pub streams: HashMap<StreamId, StreamSnapshot>,
+    pub streams: Snapshots,
     pub names: HashMap<Arc<str>, StreamId>,
     pub ledger: LedgerState,
     pub next_lsn: Lsn,
@@ -103,7 +104,7 @@ impl Replay {
     /// streams move into the replay (a copy would hold every stream twice at a start).
     pub fn start(checkpoint: Option<Checkpoint>, segments: &[Arc<Segment>], window: u64) -> Replay {
         let mut replay = Replay {
-            streams: HashMap::new(),
+            streams: Snapshots::default(),
             names: HashMap::new(),
             ledger: LedgerState::default(),
             next_lsn: segments.first().map_or(Lsn::FIRST, |s| s.header.first_lsn),
@@ -122,7 +123,7 @@ impl Replay {
         };
         if let Some(checkpoint) = checkpoint {
             replay.names = checkpoint.streams.iter().map(|s| (Arc::clone(&s.name), s.id)).collect();
-            replay.streams = checkpoint.streams.into_iter().map(|s| (s.id, s)).collect();
+            replay.streams = Snapshots::from_vec(checkpoint.streams);
             replay.ledger = checkpoint.ledger;
             replay.next_lsn = checkpoint.next_lsn;
             replay.stream_id_next = checkpoint.stream_id_next;
@@ -316,7 +317,7 @@ impl Replay {
             return self.apply_moved(record, at, record_len);
         }
         let orphan =
-            matches!(header.kind, Kind::Append | Kind::Delete) && !self.streams.contains_key(&header.stream);
+            matches!(header.kind, Kind::Append | Kind::Delete) && !self.streams.contains(header.stream);
         if orphan {
             self.stream_id_next = self.stream_id_next.max(header.stream.next());
             if self.orphans_expected {
@@ -328,15 +329,15 @@ impl Replay {
         match header.kind {
             Kind::Create => {
                 let snapshot = replay::created(&record.header, &record.meta, at)?;
-                if self.streams.contains_key(&header.stream) || self.names.contains_key(&snapshot.name) {
+                if self.streams.contains(header.stream) || self.names.contains_key(&snapshot.name) {
                     return Err("create of a stream that exists".into());
                 }
                 self.names.insert(Arc::clone(&snapshot.name), header.stream);
-                self.streams.insert(header.stream, snapshot);
+                self.streams.insert(snapshot);
                 self.stream_id_next = self.stream_id_next.max(header.stream.next());
             }
             Kind::Append => {
-                let stream = self.streams.get_mut(&header.stream).expect("not an orphan");
+                let stream = self.streams.get_mut(header.stream).expect("not an orphan");
                 if stream.damage.is_none() {
                     if let Err(reason) = replay::append(stream, &record.header, &record.meta, at) {
                         let reason =
@@ -349,11 +350,11 @@ impl Replay {
                 }
             }
             Kind::Delete => {
-                let stream = self.streams.get_mut(&header.stream).expect("not an orphan");
+                let stream = self.streams.get_mut(header.stream).expect("not an orphan");
                 if !replay::deleted(stream, header) {
                     return Ok(());
                 }
-                let stream = self.streams.remove(&header.stream).expect("not an orphan");
+                let stream = self.streams.remove(header.stream).expect("not an orphan");
                 self.names.remove(&stream.name);
                 self.ledger.pending.insert(stream.chain_tail);
                 return Ok(());
@@ -377,7 +378,7 @@ impl Replay {
                 self.stream_id_next = self.stream_id_next.max(header.stream.next());
             }
             Kind::Append => {
-                if let Some(stream) = self.streams.get_mut(&header.stream) {
+                if let Some(stream) = self.streams.get_mut(header.stream) {
                     replay::mark_damaged(stream, stream.tail, reason.to_string());
                     replay::skip_damaged(stream, header, at);
                     *self.ledger.live.entry(split_location(at).0).or_default() += header.record_len() as u64;
@@ -396,7 +397,7 @@ impl Replay {
         if raw[0..4] != MAGIC.to_le_bytes() {
             return;
         }
-        if let Some(stream) = self.streams.get_mut(&StreamId::from_raw(field(24))) {
+        if let Some(stream) = self.streams.get_mut(StreamId::from_raw(field(24))) {
             if stream.tail.messages == field(32) && stream.tail.bytes == field(40) {
                 replay::mark_damaged(stream, stream.tail, reason.to_string());
             }
@@ -406,7 +407,7 @@ impl Replay {
     /// Applies a copy written by compaction (see the module documentation).
     fn apply_moved(&mut self, record: &Scanned, at: Location, record_len: u64) -> Result<(), String> {
         let header = &record.header;
-        if !self.streams.contains_key(&header.stream) {
+        if !self.streams.contains(header.stream) {
             if self.orphans_expected {
                 self.stream_id_next = self.stream_id_next.max(header.stream.next());
                 return Ok(());
@@ -428,7 +429,7 @@ impl Replay {
         *moving.bytes.entry(split_location(at).0).or_default() += record_len;
         if header.has(flags::MOVE_END) {
             let moved = self.moving.take().expect("a move is in progress");
-            let stream = self.streams.get_mut(&moved.stream).expect("checked above");
+            let stream = self.streams.get_mut(moved.stream).expect("checked above");
             if moved.shadow.tail != stream.tail || moved.shadow.chain_n != stream.chain_n {
                 return Err("a move that does not end where its stream does".into());
             }
