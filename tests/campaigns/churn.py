@@ -9,7 +9,8 @@ server's anonymous resident memory (`RssAnon`: heap and stacks, not the page cac
 the disk modes, the data directory's size.
 
 What must hold (else exit code 1):
-- every answer is the one the protocol gives (201, 200 or 204; 404 after the deletes);
+- every answer is the one the protocol gives (201, 200 or 204; 404 after the deletes), and
+  every request gets one (a reset connection or a timeout is a failure);
 - no stream is left (`ds_streams` 0 in `/metrics`) and nothing stays charged
   (`ds_charged_bytes` 0);
 - the anonymous memory of the second half of the rounds grows by less than 4 MB.
@@ -72,10 +73,17 @@ def one_life(connection, path, failures):
 
 
 def client(index, round_number, streams, failures):
+    """One client's streams of a round. A request that fails (reset, timeout, a reply that is
+    not HTTP) is a failure too: it ends this client's round, which the next one starts on a
+    new connection."""
     connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=30)
-    for i in range(streams):
-        one_life(connection, f"/v1/stream/churn-{round_number}-{index}-{i}", failures)
-    connection.close()
+    try:
+        for i in range(streams):
+            one_life(connection, f"/v1/stream/churn-{round_number}-{index}-{i}", failures)
+    except (OSError, http.client.HTTPException) as error:
+        failures.append(f"client {index}, round {round_number}: {type(error).__name__}: {error}")
+    finally:
+        connection.close()
 
 
 def metric(name):
