@@ -116,15 +116,17 @@ impl Shard {
         self.shared.counters.batches.fetch_add(1, Ordering::Relaxed);
         self.shared.counters.ops.fetch_add(batch.replies.len() as u64, Ordering::Relaxed);
         self.shared.counters.batch_ops.record(batch.replies.len() as u64);
-        for reply in batch.replies.drain(..) {
-            reply.send();
-        }
-        self.shared.live.wake(batch.published.drain(..));
+        // A removed fork's source hears of it before anyone hears of the removal: a client
+        // that deletes the source next finds it with one fork fewer (see `Shard::collect`).
         for fork in batch.released_forks.drain(..) {
             if let Some(base) = &fork.fork {
                 base.source.release_fork();
             }
         }
+        for reply in batch.replies.drain(..) {
+            reply.send();
+        }
+        self.shared.live.wake(batch.published.drain(..));
     }
 
     /// Hands the shard's state to its log as a checkpoint, if the log takes them (acid).

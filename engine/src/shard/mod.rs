@@ -355,9 +355,6 @@ impl Shard {
         batch.number = self.batch_number;
         batch.now_ms = self.settings.clock.now_ms();
         batch.payload_bytes = 0;
-        while let Ok((name, id)) = self.releases.try_recv() {
-            self.apply_release(&mut batch, &name, id);
-        }
         let mut keep_running = true;
         let mut next = first;
         while let Some(op) = next.take() {
@@ -365,6 +362,9 @@ impl Shard {
                 keep_running = false;
                 break;
             }
+            // A release sent before this op was (a fork's removal answered, then its source
+            // deleted) is applied before it.
+            self.apply_releases(&mut batch);
             self.apply(&mut batch, op);
             let full = batch.replies.len() >= self.settings.batch_ops_max
                 || batch.payload_bytes >= self.settings.batch_bytes_max;
@@ -373,6 +373,7 @@ impl Shard {
             }
             next = self.ops.try_recv().ok();
         }
+        self.apply_releases(&mut batch);
         self.expire_due(&mut batch);
         // A move goes last: it takes the room it finds, after everything the batch planned.
         if keep_running && batch.payload_bytes < self.settings.batch_bytes_max {
@@ -381,6 +382,13 @@ impl Shard {
             }
         }
         (batch, keep_running)
+    }
+
+    /// Applies every fork release queued for this shard.
+    fn apply_releases(&mut self, batch: &mut Batch) {
+        while let Ok((name, id)) = self.releases.try_recv() {
+            self.apply_release(batch, &name, id);
+        }
     }
 
     fn next_stream_id(&mut self) -> StreamId {

@@ -122,3 +122,71 @@ fn stop_ends_the_loop_after_the_batch() {
     shard.commit(batch);
     assert!(created.try_recv().unwrap().is_ok(), "ops before Stop are answered");
 }
+
+/// A fork source that notes, when its fork is released, whether the fork's delete had been
+/// answered by then.
+struct WatchedSource {
+    delete_answer: std::sync::Mutex<Option<oneshot::Receiver<Result<(), OpError>>>>,
+    answered_before_release: std::sync::Mutex<Option<bool>>,
+}
+
+impl crate::stream::fork::ForkSource for WatchedSource {
+    fn read_below(
+        &self,
+        _: crate::offset::Offset,
+        _: crate::offset::Offset,
+        _: usize,
+    ) -> Result<crate::storage::chunk::Chunk, crate::storage::chunk::ReadError> {
+        unreachable!("the fork is never read")
+    }
+
+    fn messages_below(
+        &self,
+        _: crate::offset::Offset,
+        _: crate::offset::Offset,
+        _: usize,
+    ) -> Result<Vec<crate::storage::chunk::Message>, crate::storage::chunk::ReadError> {
+        unreachable!("the fork is never read")
+    }
+
+    fn release_fork(&self) {
+        let mut answer = self.delete_answer.lock().unwrap();
+        let answered = answer.as_mut().expect("the delete was sent").try_recv().is_ok();
+        *self.answered_before_release.lock().unwrap() = Some(answered);
+    }
+}
+
+/// A client that deletes a fork and then, on its answer, the fork's source must find the
+/// source with one fork fewer: the source hears of the release before the delete is
+/// answered.
+#[test]
+fn a_removed_forks_source_is_released_before_the_delete_is_answered() {
+    let (mut shard, _shared) = shard(16);
+    let source = Arc::new(WatchedSource {
+        delete_answer: std::sync::Mutex::new(None),
+        answered_before_release: std::sync::Mutex::new(None),
+    });
+    let reference = crate::meta::ForkRef {
+        origin: crate::meta::ForkOrigin {
+            source: "source".into(),
+            offset: crate::offset::Offset::ZERO,
+            sub_offset: 0,
+        },
+        source_id: crate::ids::StreamId::FIRST,
+        until: crate::offset::Offset::ZERO,
+        partial_bytes: 0,
+    };
+    let base = crate::stream::fork::ForkBase { source: Arc::clone(&source) as _, reference, depth: 1 };
+    let (Op::Create(request, None, reply), mut created) = create("fork") else { unreachable!() };
+    let (batch, _) = shard.collect(Some(Op::Create(request, Some(base), reply)));
+    shard.commit(batch);
+    assert!(created.try_recv().unwrap().unwrap().created);
+
+    let (reply, deleted) = oneshot::channel();
+    *source.delete_answer.lock().unwrap() = Some(deleted);
+    let (batch, _) = shard.collect(Some(Op::Delete(StreamName::new("fork").unwrap(), reply)));
+    shard.commit(batch);
+    assert_eq!(*source.answered_before_release.lock().unwrap(), Some(false), "released, then answered");
+    let answer = source.delete_answer.lock().unwrap().take().unwrap();
+    assert!(matches!(answer.blocking_recv(), Ok(Ok(()))), "the delete is answered");
+}
