@@ -190,3 +190,37 @@ fn a_removed_forks_source_is_released_before_the_delete_is_answered() {
     let answer = source.delete_answer.lock().unwrap().take().unwrap();
     assert!(matches!(answer.blocking_recv(), Ok(Ok(()))), "the delete is answered");
 }
+
+/// A release may now land in the batch that soft-deleted its source (it arrived while the
+/// batch was collected): the source is then deleted for good in that batch, after its soft
+/// delete — two delete records in order, the stream published gone, its name free.
+#[test]
+fn a_release_in_the_batch_of_the_sources_soft_delete_removes_it_for_good() {
+    let (mut shard, shared) = shard(16);
+    let (first, _) = create("s");
+    let (batch, _) = shard.collect(Some(first));
+    shard.commit(batch);
+    let source = shared.directory.get("s").unwrap();
+    source.write_state().writer.forks = 1;
+    let (reply, mut deleted) = oneshot::channel();
+    let (mut batch, _) = shard.collect(Some(Op::Delete(StreamName::new("s").unwrap(), reply)));
+    assert!(source.read_state().writer.deleted, "soft-deleted while a fork reads it");
+    shard.apply_release(&mut batch, "s", source.id);
+    let softness: Vec<bool> = batch
+        .records
+        .iter()
+        .map(|record| match record {
+            crate::storage::record::Record::Delete { soft, .. } => *soft,
+            _ => panic!("only deletes"),
+        })
+        .collect();
+    assert_eq!(softness, [true, false], "the soft delete, then the delete for good");
+    shard.commit(batch);
+    assert!(deleted.try_recv().unwrap().is_ok());
+    assert!(source.read_state().published.gone);
+    assert!(shared.directory.get("s").is_none(), "the name is free");
+    let (recreate, mut recreated) = create("s");
+    let (batch, _) = shard.collect(Some(recreate));
+    shard.commit(batch);
+    assert!(recreated.try_recv().unwrap().unwrap().created);
+}
