@@ -235,7 +235,7 @@ impl Engine {
             Err(error) => Err(error),
         };
         if !matches!(created, Ok(CreateOutcome { created: true, .. })) {
-            source.release_fork();
+            source.release_fork(None);
         }
         created
     }

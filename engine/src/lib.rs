@@ -27,7 +27,8 @@
 //! - `stream`: one stream shared by its shard and its readers (writer state, published
 //!   view), its reader's API (`stream::handle`), tail-advance wakes (`stream::live`),
 //!   recent catch-up answers kept for the next reader (`stream::kept_answers`) and forks
-//!   (`stream::fork`: a stream that reads its first bytes from another's prefix).
+//!   (`stream::fork`: a stream that reads its first bytes from another's prefix;
+//!   `stream::cascade`: what goes up a chain of forks when one goes).
 //! - `op`: the requests, outcomes and errors of mutations, and the messages shards take.
 //! - `fork_point`: where a new fork starts, checked against its source.
 //! - `shard`: the single writer of its streams: batch → apply → commit → publish; shards

@@ -6,8 +6,12 @@
 
 mod support;
 
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Waker};
+
 use ds_engine::{Offset, OpError, ReadError, StartAt, StorageMode};
-use support::{append_request, plain_config, Harness};
+use support::{append_request, name, plain_config, Harness};
 
 const SEGMENT_BYTES: u64 = 4 << 20;
 
@@ -126,6 +130,44 @@ fn chains_of_forks_across_shards_survive_restarts() {
     }
 }
 
+/// A delete that starts a cascade is answered once the cascade has ended: every stream up
+/// the chain that it removed is gone, its name free, for the requests that follow — with the
+/// chain in one shard and spread over several.
+#[test]
+fn a_deletes_answer_waits_for_the_cascade_it_starts() {
+    for (mode, shard_count) in [
+        (StorageMode::Acid, 1),
+        (StorageMode::FileFast, 1),
+        (StorageMode::Acid, 8),
+        (StorageMode::FileDurable, 8),
+    ] {
+        let harness = Harness::with_shards(mode, SEGMENT_BYTES, shard_count);
+        let chain = ["root", "level-1", "level-2", "level-3", "leaf"];
+        harness.create(chain[0], plain_config()).unwrap();
+        harness.append(append_request(chain[0], "r")).unwrap();
+        for pair in chain.windows(2) {
+            harness.fork(pair[1], pair[0], None).unwrap();
+        }
+        for name in &chain[..4] {
+            harness.delete(name).unwrap();
+            assert_eq!(harness.soft_deleted(name), Some(true), "{mode}: {name} kept for its fork");
+        }
+        assert_eq!(harness.read("leaf").as_deref(), Some("r"));
+        harness.delete("leaf").unwrap();
+        let context = format!("{mode}, {shard_count} shards");
+        for name in chain {
+            assert_eq!(
+                harness.soft_deleted(name),
+                None,
+                "{context}: {name} gone when the delete is answered"
+            );
+        }
+        for name in chain {
+            harness.create(name, plain_config()).unwrap_or_else(|e| panic!("{context}: {name} free: {e:?}"));
+        }
+    }
+}
+
 #[test]
 fn a_cascade_a_crash_interrupts_finishes_at_restart() {
     for mode in [StorageMode::Acid, StorageMode::FileDurable, StorageMode::FileFast] {
@@ -134,9 +176,16 @@ fn a_cascade_a_crash_interrupts_finishes_at_restart() {
         harness.append(append_request("source", "kept for the fork")).unwrap();
         harness.fork("fork", "source", None).unwrap();
         harness.delete("source").unwrap();
-        // The fork's delete is acknowledged; its source's removal waits for the next batch,
-        // which the crash prevents.
-        harness.delete("fork").unwrap();
+        // The fork's delete is committed; its source's removal waits for the next batch
+        // (and the delete's answer with it), which the crash prevents.
+        {
+            let mut delete = pin!(harness.engine().delete(name("fork")));
+            let mut context = Context::from_waker(Waker::noop());
+            assert!(delete.as_mut().poll(&mut context).is_pending(), "submitted");
+            harness.engine().run_pending();
+            assert!(delete.as_mut().poll(&mut context).is_pending(), "{mode}: answered after the cascade");
+        }
+        assert_eq!(harness.soft_deleted("fork"), None, "{mode}: the fork is gone");
         assert_eq!(harness.soft_deleted("source"), Some(true), "{mode}: not removed yet");
         harness.stop_abruptly();
         harness.start();

@@ -11,16 +11,18 @@ use std::sync::Arc;
 
 use crate::content_type::ContentType;
 use crate::limits::{stream_charge, tag_bytes, APPEND_CHARGE_BYTES};
-use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError};
+use crate::op::{AppendKind, AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Op, OpError, Reply};
 use crate::payload::Payload;
 use crate::producer::producer_charge;
 use crate::producer::Decision;
 use crate::storage::record::encode::record_bytes_max;
 use crate::storage::record::Record;
 use crate::storage::{NoRoom, Purpose, Unprepared};
+use crate::stream::cascade::HeldAnswer;
 use crate::stream::fork::ForkBase;
 use crate::stream::{Stream, StreamData, StreamState};
 
+use super::removal::hold_for_cascade;
 use super::{Batch, Pending, Shard};
 
 /// Most producers one stream tracks (idle ones are pruned first).
@@ -37,14 +39,7 @@ impl Shard {
                 let result = self.apply_append(batch, request);
                 batch.replies.push(Pending::Append(reply, result));
             }
-            Op::Delete(name, reply) => {
-                let result = match self.live_stream(batch, name.as_str()) {
-                    Some(stream) if stream.read_state().writer.deleted => Err(OpError::Gone),
-                    Some(stream) => self.remove(batch, &stream, false),
-                    None => Err(OpError::NotFound),
-                };
-                batch.replies.push(Pending::Delete(reply, result));
-            }
+            Op::Delete(name, reply) => self.apply_delete(batch, name.as_str(), reply),
             Op::Expire { name, id } => {
                 if let Some(stream) = self.lookup(batch, &name).filter(|s| s.id == id) {
                     if stream.is_expired(batch.now_ms) {
@@ -54,6 +49,23 @@ impl Shard {
                 }
             }
             Op::Stop => unreachable!("the loop handles Stop"),
+        }
+    }
+
+    /// A client's delete. Removing a fork whose source is soft-deleted starts a cascade up
+    /// its chain: the answer waits for it (`stream::cascade`), so that every name the
+    /// cascade frees is free for the client's next request.
+    fn apply_delete(&mut self, batch: &mut Batch, name: &str, reply: Reply<()>) {
+        let stream = match self.live_stream(batch, name) {
+            Some(stream) if stream.read_state().writer.deleted => Err(OpError::Gone),
+            Some(stream) => self.remove(batch, &stream, false).map(|()| stream),
+            None => Err(OpError::NotFound),
+        };
+        match stream {
+            Ok(stream) if stream.fork.as_ref().is_some_and(|base| base.source.is_soft_deleted()) => {
+                hold_for_cascade(batch, &stream, HeldAnswer::new(reply));
+            }
+            result => batch.replies.push(Pending::Delete(reply, result.map(drop))),
         }
     }
 

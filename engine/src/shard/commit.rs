@@ -13,6 +13,7 @@ use super::{Batch, Shard};
 use crate::meta::StreamSnapshot;
 use crate::storage::maintenance::{CheckpointKind, ShardCheckpoint};
 use crate::storage::Committing;
+use crate::stream::cascade::HeldAnswer;
 use crate::stream::Published;
 
 impl Shard {
@@ -28,6 +29,10 @@ impl Shard {
     /// waited for the flush). `None` when the write failed: nothing is published.
     pub(super) fn write(&mut self, mut batch: Batch) -> Option<Batch> {
         if batch.records.is_empty() && batch.moves.is_empty() && batch.replies.is_empty() {
+            debug_assert!(
+                batch.released_forks.is_empty() && batch.held_answers.is_empty(),
+                "each has a record"
+            );
             return Some(batch);
         }
         batch.places.clear();
@@ -118,13 +123,16 @@ impl Shard {
         self.shared.counters.batch_ops.record(batch.replies.len() as u64);
         // A removed fork's source hears of it before anyone hears of the removal: a client
         // that deletes the source next finds it with one fork fewer (see `Shard::collect`).
-        for fork in batch.released_forks.drain(..) {
-            if let Some(base) = &fork.fork {
-                base.source.release_fork();
-            }
+        for (fork, answer) in batch.released_forks.drain(..) {
+            let base = fork.fork.as_ref().expect("a released stream is a fork");
+            base.source.release_fork(answer.map(HeldAnswer::committed));
         }
         for reply in batch.replies.drain(..) {
             reply.send();
+        }
+        // Cascades that ended in this batch: every stream they removed is gone now.
+        for answer in batch.held_answers.drain(..) {
+            drop(answer.committed());
         }
         self.shared.live.wake(batch.published.drain(..));
     }

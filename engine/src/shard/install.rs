@@ -22,6 +22,7 @@ use crate::meta::{ForkRef, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::producer_charge;
 use crate::storage::chunk::{Chunk, Message, ReadError};
+use crate::stream::cascade::{HeldAnswer, Release};
 use crate::stream::fork::{ForkBase, ForkSource, FORK_DEPTH_MAX};
 use crate::stream::handle::{StreamHandle, StreamOwner};
 use crate::stream::Stream;
@@ -179,7 +180,11 @@ impl ForkSource for LostSource {
         Err(ReadError::Damaged)
     }
 
-    fn release_fork(&self) {}
+    fn release_fork(&self, _answer: Option<HeldAnswer>) {}
+
+    fn is_soft_deleted(&self) -> bool {
+        false
+    }
 }
 
 impl Shard {
@@ -224,7 +229,7 @@ impl Shard {
         });
         for (name, id) in orphaned {
             tracing::info!(stream = %name, "removing a soft-deleted stream whose last fork went before a crash");
-            self.shared.release_fork(name, id);
+            self.shared.release_fork(Release { name, id, answer: None });
         }
     }
 }

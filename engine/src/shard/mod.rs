@@ -44,6 +44,7 @@ use crate::storage::maintenance::{CheckpointKind, Move, Resident};
 use crate::storage::open::OpenedShard;
 use crate::storage::record::Record;
 use crate::storage::{LogStore, Persist, Place};
+use crate::stream::cascade::{HeldAnswer, Release};
 use crate::stream::handle::StreamOwner;
 use crate::stream::live::LiveRegistry;
 use crate::stream::{DamageCounter, Published, Stream};
@@ -66,7 +67,7 @@ pub(crate) struct ShardShared {
     ops: Sender<Op>,
     /// Forks of this shard's streams that are gone. Unbounded, but never longer than the
     /// number of forks: each fork gives its count back once.
-    releases: Sender<(Arc<str>, StreamId)>,
+    releases: Sender<Release>,
     doorbell: Arc<Doorbell>,
     /// A reader renewed a TTL window since the shard last saved renewals (`renewals`).
     renewed_by_read: AtomicBool,
@@ -124,8 +125,9 @@ impl StreamOwner for ShardShared {
         self.request(Op::Expire { name, id });
     }
 
-    fn release_fork(&self, name: Arc<str>, id: StreamId) {
-        if self.releases.send((name, id)).is_ok() {
+    fn release_fork(&self, release: Release) {
+        // A shard that is gone drops the release (and answers a held delete).
+        if self.releases.send(release).is_ok() {
             wake_batch::ring(&self.doorbell);
         }
     }
@@ -161,7 +163,7 @@ pub(crate) struct ShardSettings {
 pub(crate) struct Shard {
     shared: Arc<ShardShared>,
     ops: Receiver<Op>,
-    releases: Receiver<(Arc<str>, StreamId)>,
+    releases: Receiver<Release>,
     budget: Arc<ByteBudget>,
     settings: ShardSettings,
     persist: Box<dyn Persist>,
@@ -198,8 +200,12 @@ pub(crate) struct Batch {
     move_owners: Vec<Arc<Stream>>,
     /// Where each record, then each move, went, once committed.
     places: Vec<Place>,
-    /// Forks removed in this batch: their sources are told once it is committed.
-    released_forks: Vec<Arc<Stream>>,
+    /// Forks removed in this batch: their sources are told once it is committed, with the
+    /// answer to the delete that started a cascade through them, if any.
+    released_forks: Vec<(Arc<Stream>, Option<HeldAnswer>)>,
+    /// Answers to deletes whose cascade ends with a removal in this batch: sent once it is
+    /// published.
+    held_answers: Vec<HeldAnswer>,
     touched: Vec<Arc<Stream>>,
     /// The touched streams' new published states, for the live readers' wake.
     published: Vec<(StreamId, Published)>,
@@ -386,8 +392,8 @@ impl Shard {
 
     /// Applies every fork release queued for this shard.
     fn apply_releases(&mut self, batch: &mut Batch) {
-        while let Ok((name, id)) = self.releases.try_recv() {
-            self.apply_release(batch, &name, id);
+        while let Ok(release) = self.releases.try_recv() {
+            self.apply_release(batch, release);
         }
     }
 

@@ -9,16 +9,20 @@ use crate::storage::maintenance::{Move, Resident};
 use crate::storage::record::codec::HEADER_BYTES;
 use crate::storage::record::Record;
 use crate::storage::Purpose;
+use crate::stream::cascade::{HeldAnswer, Release};
 use crate::stream::{Stream, StreamState};
 
 use super::apply::mark_touched;
 use super::{Batch, Shard};
 
 impl Shard {
-    /// One fork of stream `id` fewer; a deleted stream that no fork reads any more goes
-    /// for good (and gives back its own source's count: the cascade).
-    pub(super) fn apply_release(&mut self, batch: &mut Batch, name: &str, id: crate::ids::StreamId) {
-        let Some(stream) = self.lookup(batch, name).filter(|s| s.id == id) else {
+    /// One fork fewer reads a stream; a deleted stream that no fork reads any more goes
+    /// for good (and gives back its own source's count: the cascade). A delete's answer
+    /// that came with the release goes on with the cascade; where the cascade stops, it is
+    /// answered (dropped) here.
+    pub(super) fn apply_release(&mut self, batch: &mut Batch, release: Release) {
+        let Release { name, id, answer } = release;
+        let Some(stream) = self.lookup(batch, &name).filter(|s| s.id == id) else {
             debug_assert!(false, "a stream with forks stays in its directory");
             return;
         };
@@ -27,9 +31,11 @@ impl Shard {
         state.writer.forks -= 1;
         let remove = state.writer.forks == 0 && state.writer.deleted;
         drop(state);
-        if remove {
-            // Memory needs no room; in the disk modes a full disk leaves it soft-deleted.
-            let _ = self.remove(batch, &stream, false);
+        // Memory needs no room; in the disk modes a full disk leaves it soft-deleted.
+        if remove && self.remove(batch, &stream, false).is_ok() {
+            if let Some(answer) = answer {
+                hold_for_cascade(batch, &stream, answer);
+            }
         }
     }
 
@@ -81,7 +87,7 @@ impl Shard {
         self.budget.release(state.writer.charged);
         self.budget.note_stored(stream.own_bytes(state.writer.tail), false);
         if stream.fork.is_some() {
-            batch.released_forks.push(Arc::clone(stream));
+            batch.released_forks.push((Arc::clone(stream), None));
         }
         self.budget.remove_stream();
         if stream.damage().is_some() {
@@ -107,6 +113,16 @@ impl Shard {
                 self.expiry.push(batch.now_ms + 1000, due.id, due.name);
             }
         }
+    }
+}
+
+/// Holds `answer` until the cascade that `removed` (just removed in `batch`) continues has
+/// ended: with its release to its own source, if it is a fork; else until `batch` is
+/// published.
+pub(super) fn hold_for_cascade(batch: &mut Batch, removed: &Arc<Stream>, answer: HeldAnswer) {
+    match batch.released_forks.last_mut() {
+        Some((fork, held @ None)) if Arc::ptr_eq(fork, removed) => *held = Some(answer),
+        _ => batch.held_answers.push(answer),
     }
 }
 

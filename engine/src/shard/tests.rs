@@ -149,10 +149,15 @@ impl crate::stream::fork::ForkSource for WatchedSource {
         unreachable!("the fork is never read")
     }
 
-    fn release_fork(&self) {
+    fn release_fork(&self, answer: Option<crate::stream::cascade::HeldAnswer>) {
+        assert!(answer.is_none(), "a source that is not soft-deleted starts no cascade");
         let mut answer = self.delete_answer.lock().unwrap();
         let answered = answer.as_mut().expect("the delete was sent").try_recv().is_ok();
         *self.answered_before_release.lock().unwrap() = Some(answered);
+    }
+
+    fn is_soft_deleted(&self) -> bool {
+        false
     }
 }
 
@@ -205,7 +210,8 @@ fn a_release_in_the_batch_of_the_sources_soft_delete_removes_it_for_good() {
     let (reply, mut deleted) = oneshot::channel();
     let (mut batch, _) = shard.collect(Some(Op::Delete(StreamName::new("s").unwrap(), reply)));
     assert!(source.read_state().writer.deleted, "soft-deleted while a fork reads it");
-    shard.apply_release(&mut batch, "s", source.id);
+    let release = crate::stream::cascade::Release { name: "s".into(), id: source.id, answer: None };
+    shard.apply_release(&mut batch, release);
     let softness: Vec<bool> = batch
         .records
         .iter()

@@ -12,6 +12,7 @@
 use crate::meta::ForkRef;
 use crate::offset::Offset;
 use crate::storage::chunk::{Chunk, Message, ReadError};
+use crate::stream::cascade::HeldAnswer;
 use std::sync::Arc;
 
 /// Most forks in a chain from a root stream (a fork of a fork … of a stream). A deeper fork
@@ -38,8 +39,12 @@ pub(crate) trait ForkSource: Send + Sync {
     fn read_below(&self, from: Offset, cap: Offset, bytes_max: usize) -> Result<Chunk, ReadError>;
     /// Single messages, as [`ForkSource::read_below`].
     fn messages_below(&self, from: Offset, cap: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError>;
-    /// One fork fewer reads the source.
-    fn release_fork(&self);
+    /// One fork fewer reads the source; `answer`: the answer to the fork's delete, held
+    /// until the cascade this release may start has ended (see `stream::cascade`).
+    fn release_fork(&self, answer: Option<HeldAnswer>);
+    /// The source is soft-deleted (a delete applied in a batch not yet committed counts):
+    /// releasing it may start a cascade.
+    fn is_soft_deleted(&self) -> bool;
 }
 
 /// A fork's live reference to its source's bytes: the durable [`ForkRef`] and the source

@@ -14,6 +14,7 @@ use crate::scheduling;
 use crate::storage::chunk::{Chunk, Message, ReadError};
 use crate::storage::memory::MemLog;
 use crate::storage::{LogStore, LogView};
+use crate::stream::cascade::{HeldAnswer, Release};
 use crate::stream::fork::{ForkBase, ForkSource, Unpinned};
 use crate::stream::kept_answers;
 use crate::stream::live::{LiveRegistry, Subscription};
@@ -33,8 +34,8 @@ pub(crate) trait StreamOwner: Send + Sync {
     fn note_read_renewal(&self);
     /// The stream `name` (incarnation `id`) has expired: remove it when convenient.
     fn request_expiry(&self, name: Arc<str>, id: StreamId);
-    /// A fork of stream `id` is gone (or was never created): one fork fewer reads it.
-    fn release_fork(&self, name: Arc<str>, id: StreamId);
+    /// A fork of a stream is gone (or was never created): one fork fewer reads it.
+    fn release_fork(&self, release: Release);
 }
 
 /// A reader's handle on one stream incarnation.
@@ -339,9 +340,10 @@ impl StreamHandle {
         Ok(())
     }
 
-    /// Gives back the fork count this stream's shard took for a fork of it.
-    pub(crate) fn release_fork(&self) {
-        self.shard.release_fork(Arc::clone(&self.stream.name), self.stream.id);
+    /// Gives back the fork count this stream's shard took for a fork of it; `answer`: see
+    /// [`Release`].
+    pub(crate) fn release_fork(&self, answer: Option<HeldAnswer>) {
+        self.shard.release_fork(Release { name: Arc::clone(&self.stream.name), id: self.stream.id, answer });
     }
 
     /// The stream's fork base, if it is a fork.
@@ -370,8 +372,12 @@ impl ForkSource for StreamHandle {
         StreamHandle::messages_below(self, from, cap, bytes_max)
     }
 
-    fn release_fork(&self) {
-        StreamHandle::release_fork(self);
+    fn release_fork(&self, answer: Option<HeldAnswer>) {
+        StreamHandle::release_fork(self, answer);
+    }
+
+    fn is_soft_deleted(&self) -> bool {
+        self.stream.read_state().writer.deleted
     }
 }
 

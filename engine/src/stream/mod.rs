@@ -7,6 +7,7 @@
 //! delete before it is durable in the mode's sense, and they never wait for a commit: the
 //! shard holds the lock for microseconds, never across I/O.
 
+pub mod cascade;
 pub mod fork;
 pub mod handle;
 pub mod kept_answers;
