@@ -42,6 +42,20 @@ impl Directory {
         drop(streams);
     }
 
+    /// Publishes a shard's recovered streams, at start, into its empty directory: room for
+    /// all of them first, and each name hashed once (growing the map as they came, through a
+    /// batch's overlay, hashed every name three times or more: 15-20% of a start's CPU at
+    /// 1,000,000 streams).
+    pub fn install(&self, recovered: Vec<Arc<Stream>>) {
+        let mut streams = self.streams.write().expect("directory lock");
+        assert!(streams.is_empty(), "recovered streams go into an empty directory");
+        streams.reserve(recovered.len());
+        for stream in recovered {
+            let before = streams.insert(Arc::clone(&stream.name), stream);
+            assert!(before.is_none(), "recovered names are distinct");
+        }
+    }
+
     /// Applies a committed batch's creates and deletes.
     pub fn apply(&self, overlay: &mut Overlay) {
         if overlay.changes.is_empty() {

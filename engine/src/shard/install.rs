@@ -15,7 +15,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::directory::Overlay;
 use super::Shard;
 use crate::limits::{stream_charge, APPEND_CHARGE_BYTES};
 use crate::meta::{ForkRef, StreamDamage, StreamSnapshot};
@@ -49,11 +48,8 @@ pub(crate) fn install_recovered(shards: &mut [Shard], recovered: Vec<Vec<StreamS
     }
     let Linker { shards, built, .. } = linker;
     for (shard, streams) in shards.iter_mut().zip(built) {
-        let mut overlay = Overlay::default();
-        for stream in streams {
-            overlay.create(stream.expect("every recovered stream is built"));
-        }
-        shard.shared.directory.apply(&mut overlay);
+        let streams = streams.into_iter().map(|stream| stream.expect("every recovered stream is built"));
+        shard.shared.directory.install(streams.collect());
         shard.finish_interrupted_cascades();
     }
 }

@@ -35,6 +35,7 @@ use super::{SegmentTable, WalPosition, RENEWALS_FILE};
 use crate::ids::{Lsn, StreamId};
 use crate::meta::StreamSnapshot;
 use crate::storage::record::codec::{Header, HEADER_BYTES};
+use crate::storage::record::scan::last_nonzero;
 use crate::storage::renewals;
 use crate::storage::vfs::{create_dir_durably, is_out_of_space, read_exact_at, read_file, Vfs};
 use crate::storage::{Damage, RecoveryReport};
@@ -466,7 +467,7 @@ fn stale_extent(segment: &Segment, position: u64, window: u64) -> io::Result<u64
     while at < end {
         let len = (end - at).min(CHUNK_BYTES as u64) as usize;
         read_exact_at(segment.file().as_ref(), at, &mut buffer[..len])?;
-        if let Some(last) = buffer[..len].iter().rposition(|b| *b != 0) {
+        if let Some(last) = last_nonzero(&buffer[..len]) {
             extent = at + last as u64 + 1 - position;
         }
         at += len as u64;

@@ -20,7 +20,7 @@
 //! when the copy flagged `MOVE_END` is reached; a move interrupted by anything else was cut
 //! short by a crash (or damaged) and is dropped, leaving the stream's chain as it was.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -54,7 +54,6 @@ pub(super) enum ReplayEnd {
 /// The state replay builds.
 pub(super) struct Replay {
     pub streams: Snapshots,
-    pub names: HashMap<Arc<str>, StreamId>,
     pub ledger: LedgerState,
     pub next_lsn: Lsn,
     pub stream_id_next: StreamId,
@@ -69,6 +68,9 @@ pub(super) struct Replay {
     /// Replay starts without a checkpoint after removed segments: records of streams created
     /// there (deleted streams, or the segments would still be here) are skipped.
     pub orphans_expected: bool,
+    /// The streams' names, for a create's check that its name is free: made at the first
+    /// create replayed (a start with nothing after its checkpoint never needs them).
+    names: Option<HashSet<Arc<str>>>,
     /// Streams whose create record was lost: their later records are skipped.
     lost_streams: HashSet<StreamId>,
     /// A move being replayed: its copies so far.
@@ -105,7 +107,7 @@ impl Replay {
     pub fn start(checkpoint: Option<Checkpoint>, segments: &[Arc<Segment>], window: u64) -> Replay {
         let mut replay = Replay {
             streams: Snapshots::default(),
-            names: HashMap::new(),
+            names: None,
             ledger: LedgerState::default(),
             next_lsn: segments.first().map_or(Lsn::FIRST, |s| s.header.first_lsn),
             stream_id_next: StreamId::FIRST,
@@ -122,7 +124,6 @@ impl Replay {
             clean_end: None,
         };
         if let Some(checkpoint) = checkpoint {
-            replay.names = checkpoint.streams.iter().map(|s| (Arc::clone(&s.name), s.id)).collect();
             replay.streams = Snapshots::from_vec(checkpoint.streams);
             replay.ledger = checkpoint.ledger;
             replay.next_lsn = checkpoint.next_lsn;
@@ -329,10 +330,10 @@ impl Replay {
         match header.kind {
             Kind::Create => {
                 let snapshot = replay::created(&record.header, &record.meta, at)?;
-                if self.streams.contains(header.stream) || self.names.contains_key(&snapshot.name) {
+                if self.streams.contains(header.stream) || self.names().contains(&snapshot.name) {
                     return Err("create of a stream that exists".into());
                 }
-                self.names.insert(Arc::clone(&snapshot.name), header.stream);
+                self.names().insert(Arc::clone(&snapshot.name));
                 self.streams.insert(snapshot);
                 self.stream_id_next = self.stream_id_next.max(header.stream.next());
             }
@@ -355,7 +356,9 @@ impl Replay {
                     return Ok(());
                 }
                 let stream = self.streams.remove(header.stream).expect("not an orphan");
-                self.names.remove(&stream.name);
+                if let Some(names) = &mut self.names {
+                    names.remove(&stream.name);
+                }
                 self.ledger.pending.insert(stream.chain_tail);
                 return Ok(());
             }
@@ -363,6 +366,12 @@ impl Replay {
         }
         *self.ledger.live.entry(ordinal).or_default() += record_len;
         Ok(())
+    }
+
+    /// The names of the streams replayed so far (made when first needed).
+    fn names(&mut self) -> &mut HashSet<Arc<str>> {
+        let streams = &self.streams;
+        self.names.get_or_insert_with(|| streams.values().map(|stream| Arc::clone(&stream.name)).collect())
     }
 
     /// Steps a stream over its record at `at` whose header holds but whose payload does not.
