@@ -22,7 +22,6 @@ use crate::stream::cascade::HeldAnswer;
 use crate::stream::fork::ForkBase;
 use crate::stream::{Stream, StreamData, StreamState};
 
-use super::removal::hold_for_cascade;
 use super::{Batch, Pending, Shard};
 
 /// Most producers one stream tracks (idle ones are pruned first).
@@ -63,7 +62,11 @@ impl Shard {
         };
         match stream {
             Ok(stream) if stream.fork.as_ref().is_some_and(|base| base.source.is_soft_deleted()) => {
-                hold_for_cascade(batch, &stream, HeldAnswer::new(reply));
+                // A requester that went away no longer needs the answer.
+                let answer = HeldAnswer::new(move || {
+                    let _ = reply.send(Ok(()));
+                });
+                batch.hold_for_cascade(&stream, answer);
             }
             result => batch.replies.push(Pending::Delete(reply, result.map(drop))),
         }

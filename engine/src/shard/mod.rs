@@ -216,6 +216,18 @@ pub(crate) struct Batch {
     started: Option<std::time::Instant>,
 }
 
+impl Batch {
+    /// Holds `answer` until the cascade that `removed` (just removed in this batch)
+    /// continues has ended: with its release to its own source, if it is a fork; else until
+    /// this batch is published.
+    fn hold_for_cascade(&mut self, removed: &Arc<Stream>, answer: HeldAnswer) {
+        match self.released_forks.last_mut() {
+            Some((fork, held @ None)) if Arc::ptr_eq(fork, removed) => *held = Some(answer),
+            _ => self.held_answers.push(answer),
+        }
+    }
+}
+
 /// A reply that waits for the batch's commit.
 enum Pending {
     Create(Reply<CreateOutcome>, Result<CreateOutcome, OpError>),

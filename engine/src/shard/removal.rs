@@ -9,7 +9,7 @@ use crate::storage::maintenance::{Move, Resident};
 use crate::storage::record::codec::HEADER_BYTES;
 use crate::storage::record::Record;
 use crate::storage::Purpose;
-use crate::stream::cascade::{HeldAnswer, Release};
+use crate::stream::cascade::Release;
 use crate::stream::{Stream, StreamState};
 
 use super::apply::mark_touched;
@@ -34,7 +34,7 @@ impl Shard {
         // Memory needs no room; in the disk modes a full disk leaves it soft-deleted.
         if remove && self.remove(batch, &stream, false).is_ok() {
             if let Some(answer) = answer {
-                hold_for_cascade(batch, &stream, answer);
+                batch.hold_for_cascade(&stream, answer);
             }
         }
     }
@@ -113,16 +113,6 @@ impl Shard {
                 self.expiry.push(batch.now_ms + 1000, due.id, due.name);
             }
         }
-    }
-}
-
-/// Holds `answer` until the cascade that `removed` (just removed in `batch`) continues has
-/// ended: with its release to its own source, if it is a fork; else until `batch` is
-/// published.
-pub(super) fn hold_for_cascade(batch: &mut Batch, removed: &Arc<Stream>, answer: HeldAnswer) {
-    match batch.released_forks.last_mut() {
-        Some((fork, held @ None)) if Arc::ptr_eq(fork, removed) => *held = Some(answer),
-        _ => batch.held_answers.push(answer),
     }
 }
 

@@ -12,7 +12,6 @@
 use std::sync::Arc;
 
 use crate::ids::StreamId;
-use crate::op::Reply;
 
 /// One fork fewer reads stream `id` (named `name`); `answer`: a delete's answer that waits
 /// for the cascade this release may continue.
@@ -27,14 +26,15 @@ pub(crate) struct Release {
 /// fails or its shard stops; dropped before, it answers nothing (the requester sees the
 /// shard go away, as for any op of a batch that failed).
 pub(crate) struct HeldAnswer {
-    reply: Option<Reply<()>>,
+    /// Sends the delete's success (the shard's reply, kept opaque here).
+    answer: Option<Box<dyn FnOnce() + Send>>,
     committed: bool,
 }
 
 impl HeldAnswer {
-    /// Holds the answer to a delete not yet committed.
-    pub fn new(reply: Reply<()>) -> HeldAnswer {
-        HeldAnswer { reply: Some(reply), committed: false }
+    /// Holds the answer to a delete not yet committed: `answer` sends its success.
+    pub fn new(answer: impl FnOnce() + Send + 'static) -> HeldAnswer {
+        HeldAnswer { answer: Some(Box::new(answer)), committed: false }
     }
 
     /// The delete it answers is committed: dropping it now answers success.
@@ -49,9 +49,8 @@ impl Drop for HeldAnswer {
         if !self.committed {
             return;
         }
-        if let Some(reply) = self.reply.take() {
-            // A requester that went away no longer needs the answer.
-            let _ = reply.send(Ok(()));
+        if let Some(answer) = self.answer.take() {
+            answer();
         }
     }
 }
@@ -63,13 +62,14 @@ mod tests {
 
     #[test]
     fn a_held_answer_answers_once_committed_and_never_before() {
+        let held = |reply: oneshot::Sender<()>| HeldAnswer::new(move || reply.send(()).unwrap());
         let (reply, mut answer) = oneshot::channel();
-        drop(HeldAnswer::new(reply));
+        drop(held(reply));
         assert!(matches!(answer.try_recv(), Err(oneshot::error::TryRecvError::Closed)), "no answer");
         let (reply, mut answer) = oneshot::channel();
-        let held = HeldAnswer::new(reply).committed();
+        let held = held(reply).committed();
         assert!(answer.try_recv().is_err(), "held while it lives");
         drop(held);
-        assert!(matches!(answer.try_recv(), Ok(Ok(()))));
+        assert!(matches!(answer.try_recv(), Ok(())));
     }
 }
