@@ -6,8 +6,9 @@
 //! it was soft-deleted and that was its last fork, which releases the source's own source,
 //! and so on. A client that deleted the fork and then uses a name up the chain must find
 //! it free: so the delete's answer goes up with the releases and is sent where the cascade
-//! stops (a source that stays), or once the last removal is published. Owned by the shards
-//! (`shard::removal`, `shard::commit`); the stream's handle only carries it.
+//! stops (a source that stays), or once the last removal is published. Made and answered by
+//! the shards (`shard::apply` holds a delete's answer, `shard::removal` passes it on,
+//! `shard::commit` sends releases and answers); the stream's handle only carries it.
 
 use std::sync::Arc;
 
