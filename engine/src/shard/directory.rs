@@ -51,8 +51,11 @@ impl Directory {
         assert!(streams.is_empty(), "recovered streams go into an empty directory");
         streams.reserve(recovered.len());
         for stream in recovered {
-            let before = streams.insert(Arc::clone(&stream.name), stream);
-            assert!(before.is_none(), "recovered names are distinct");
+            // Recovery gives each name once; were it not to, the later stream wins, as a
+            // later create in one batch would.
+            if let Some(before) = streams.insert(Arc::clone(&stream.name), stream) {
+                tracing::warn!(stream = %before.name, "two recovered streams of one name: the later is kept");
+            }
         }
     }
 

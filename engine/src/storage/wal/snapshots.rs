@@ -22,13 +22,23 @@ pub(super) struct Snapshots {
 }
 
 impl Snapshots {
-    /// The snapshots of `streams`, whose ids are distinct (a checkpoint's).
+    /// The snapshots of `streams` (a checkpoint's), kept where they are. Their ids are
+    /// distinct unless the checkpoint is wrong; then the last snapshot of an id wins, as a
+    /// later record's would.
     pub fn from_vec(streams: Vec<StreamSnapshot>) -> Snapshots {
         assert!(streams.len() <= u32::MAX as usize, "stream count fits a slot");
         let slot_of: HashMap<StreamId, u32> =
             streams.iter().enumerate().map(|(slot, stream)| (stream.id, slot as u32)).collect();
-        assert_eq!(slot_of.len(), streams.len(), "a checkpoint's stream ids are distinct");
-        Snapshots { dense: streams, slot_of }
+        if slot_of.len() == streams.len() {
+            return Snapshots { dense: streams, slot_of };
+        }
+        tracing::warn!("a checkpoint names a stream twice: its last snapshot is kept");
+        let mut table = Snapshots::default();
+        for stream in streams {
+            table.remove(stream.id);
+            table.insert(stream);
+        }
+        table
     }
 
     pub fn contains(&self, id: StreamId) -> bool {
@@ -115,5 +125,14 @@ mod tests {
             ids.sort_unstable();
             assert_eq!(ids, model.keys().copied().collect::<Vec<_>>());
         }
+    }
+
+    #[test]
+    fn a_checkpoint_that_names_a_stream_twice_keeps_its_last_snapshot() {
+        let twice = StreamSnapshot { last_access_ms: 7, ..snapshot(2) };
+        let mut table = Snapshots::from_vec(vec![snapshot(1), snapshot(2), snapshot(3), twice]);
+        assert_eq!(table.values().count(), 3);
+        assert_eq!(table.get_mut(StreamId::from_raw(2)).map(|s| s.last_access_ms), Some(7));
+        assert!(table.contains(StreamId::from_raw(1)) && table.contains(StreamId::from_raw(3)));
     }
 }
