@@ -4,8 +4,12 @@ use super::*;
 use crate::content_type::ContentType;
 use crate::meta::StreamConfig;
 use crate::name::StreamName;
+use crate::offset::Offset;
 use crate::op::{AppendRequest, CreateRequest};
 use crate::payload::Payload;
+use crate::storage::chunk::{Chunk, Message, ReadError};
+use crate::stream::cascade::{HeldAnswer, Release};
+use crate::stream::fork::{ForkBase, ForkSource};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
@@ -73,7 +77,7 @@ fn a_batch_is_invisible_until_committed_and_publishes_each_stream_once() {
     assert!(shared.directory.get("s").is_none(), "the create is not visible before the commit");
     assert!(created.try_recv().is_err(), "nothing is acknowledged before the commit");
     let stream = Arc::clone(&batch.touched[0]);
-    assert_eq!(stream.read_state().published.tail, crate::offset::Offset::ZERO);
+    assert_eq!(stream.read_state().published.tail, Offset::ZERO);
 
     shard.commit(batch);
     assert!(created.try_recv().unwrap().unwrap().created);
@@ -130,26 +134,16 @@ struct WatchedSource {
     answered_before_release: std::sync::Mutex<Option<bool>>,
 }
 
-impl crate::stream::fork::ForkSource for WatchedSource {
-    fn read_below(
-        &self,
-        _: crate::offset::Offset,
-        _: crate::offset::Offset,
-        _: usize,
-    ) -> Result<crate::storage::chunk::Chunk, crate::storage::chunk::ReadError> {
+impl ForkSource for WatchedSource {
+    fn read_below(&self, _: Offset, _: Offset, _: usize) -> Result<Chunk, ReadError> {
         unreachable!("the fork is never read")
     }
 
-    fn messages_below(
-        &self,
-        _: crate::offset::Offset,
-        _: crate::offset::Offset,
-        _: usize,
-    ) -> Result<Vec<crate::storage::chunk::Message>, crate::storage::chunk::ReadError> {
+    fn messages_below(&self, _: Offset, _: Offset, _: usize) -> Result<Vec<Message>, ReadError> {
         unreachable!("the fork is never read")
     }
 
-    fn release_fork(&self, answer: Option<crate::stream::cascade::HeldAnswer>) {
+    fn release_fork(&self, answer: Option<HeldAnswer>) {
         assert!(answer.is_none(), "a source that is not soft-deleted starts no cascade");
         let mut answer = self.delete_answer.lock().unwrap();
         let answered = answer.as_mut().expect("the delete was sent").try_recv().is_ok();
@@ -172,16 +166,12 @@ fn a_removed_forks_source_is_released_before_the_delete_is_answered() {
         answered_before_release: std::sync::Mutex::new(None),
     });
     let reference = crate::meta::ForkRef {
-        origin: crate::meta::ForkOrigin {
-            source: "source".into(),
-            offset: crate::offset::Offset::ZERO,
-            sub_offset: 0,
-        },
+        origin: crate::meta::ForkOrigin { source: "source".into(), offset: Offset::ZERO, sub_offset: 0 },
         source_id: crate::ids::StreamId::FIRST,
-        until: crate::offset::Offset::ZERO,
+        until: Offset::ZERO,
         partial_bytes: 0,
     };
-    let base = crate::stream::fork::ForkBase { source: Arc::clone(&source) as _, reference, depth: 1 };
+    let base = ForkBase { source: Arc::clone(&source) as _, reference, depth: 1 };
     let (Op::Create(request, None, reply), mut created) = create("fork") else { unreachable!() };
     let (batch, _) = shard.collect(Some(Op::Create(request, Some(base), reply)));
     shard.commit(batch);
@@ -210,7 +200,7 @@ fn a_release_in_the_batch_of_the_sources_soft_delete_removes_it_for_good() {
     let (reply, mut deleted) = oneshot::channel();
     let (mut batch, _) = shard.collect(Some(Op::Delete(StreamName::new("s").unwrap(), reply)));
     assert!(source.read_state().writer.deleted, "soft-deleted while a fork reads it");
-    let release = crate::stream::cascade::Release { name: "s".into(), id: source.id, answer: None };
+    let release = Release { name: "s".into(), id: source.id, answer: None };
     shard.apply_release(&mut batch, release);
     let softness: Vec<bool> = batch
         .records
