@@ -72,9 +72,10 @@ fn sources_by_name(recovered: &[Vec<StreamSnapshot>]) -> HashMap<Arc<str>, Place
     let mut sources = HashMap::with_capacity(named.len());
     for (shard, snapshots) in recovered.iter().enumerate() {
         for (slot, snapshot) in snapshots.iter().enumerate() {
+            // A name belongs to one stream; were a checkpoint to give it twice, the later
+            // stream is the source, as it is the one the directory keeps.
             if named.contains(&*snapshot.name) {
-                let replaced = sources.insert(Arc::clone(&snapshot.name), Place { shard, slot });
-                assert!(replaced.is_none(), "a name belongs to one shard and one stream");
+                sources.insert(Arc::clone(&snapshot.name), Place { shard, slot });
             }
         }
     }
@@ -121,7 +122,6 @@ impl Linker<'_> {
         };
         source.write_state().writer.forks += 1;
         let depth = source.fork.as_ref().map_or(0, |base| base.depth) + 1;
-        let index = place.shard;
         let source_tail = source.read_state().published.tail;
         if !holds_inherited(source_tail, &reference) {
             // The fork's create record survived, the source's records it inherits did not
@@ -132,12 +132,12 @@ impl Linker<'_> {
                 fork.name,
                 reference.start()
             );
-            source.note_damage(source_tail, &reason, &self.shards[index].shared.counters.damage);
+            source.note_damage(source_tail, &reason, &self.shards[place.shard].shared.counters.damage);
             let reason =
                 format!("the source it was forked from ({}) lost bytes it inherits", reference.origin.source);
             mark_damaged_from(fork, source_tail, reason);
         }
-        let owner: Arc<dyn StreamOwner> = self.shards[index].shared.clone();
+        let owner: Arc<dyn StreamOwner> = self.shards[place.shard].shared.clone();
         let handle = StreamHandle::new(source, owner, self.clock.clone());
         ForkBase { source: Arc::new(handle), reference, depth }
     }

@@ -51,6 +51,12 @@ fn append(name: &str, body: &'static [u8]) -> (Op, oneshot::Receiver<Result<Appe
     (Op::Append(request, reply), answer)
 }
 
+/// Collects a batch that starts with `first` (and takes whatever is queued) and commits it.
+fn run_batch(shard: &mut Shard, first: Op) {
+    let (batch, _) = shard.collect(Some(first));
+    shard.commit(batch);
+}
+
 #[test]
 fn a_full_queue_refuses_at_once() {
     let (_shard, shared) = shard(1);
@@ -90,9 +96,7 @@ fn a_batch_is_invisible_until_committed_and_publishes_each_stream_once() {
 #[test]
 fn delete_and_recreate_in_one_batch_leave_the_new_stream() {
     let (mut shard, shared) = shard(16);
-    let (first, _) = create("s");
-    let (batch, _) = shard.collect(Some(first));
-    shard.commit(batch);
+    run_batch(&mut shard, create("s").0);
     let old = shared.directory.get("s").unwrap();
     let (reply, deleted) = oneshot::channel();
     shared.submit(Op::Delete(StreamName::new("s").unwrap(), reply)).unwrap();
@@ -173,14 +177,12 @@ fn a_removed_forks_source_is_released_before_the_delete_is_answered() {
     };
     let base = ForkBase { source: Arc::clone(&source) as _, reference, depth: 1 };
     let (Op::Create(request, None, reply), mut created) = create("fork") else { unreachable!() };
-    let (batch, _) = shard.collect(Some(Op::Create(request, Some(base), reply)));
-    shard.commit(batch);
+    run_batch(&mut shard, Op::Create(request, Some(base), reply));
     assert!(created.try_recv().unwrap().unwrap().created);
 
     let (reply, deleted) = oneshot::channel();
     *source.delete_answer.lock().unwrap() = Some(deleted);
-    let (batch, _) = shard.collect(Some(Op::Delete(StreamName::new("fork").unwrap(), reply)));
-    shard.commit(batch);
+    run_batch(&mut shard, Op::Delete(StreamName::new("fork").unwrap(), reply));
     assert_eq!(*source.answered_before_release.lock().unwrap(), Some(false), "released, then answered");
     let answer = source.delete_answer.lock().unwrap().take().unwrap();
     assert!(matches!(answer.blocking_recv(), Ok(Ok(()))), "the delete is answered");
@@ -192,9 +194,7 @@ fn a_removed_forks_source_is_released_before_the_delete_is_answered() {
 #[test]
 fn a_release_in_the_batch_of_the_sources_soft_delete_removes_it_for_good() {
     let (mut shard, shared) = shard(16);
-    let (first, _) = create("s");
-    let (batch, _) = shard.collect(Some(first));
-    shard.commit(batch);
+    run_batch(&mut shard, create("s").0);
     let source = shared.directory.get("s").unwrap();
     source.write_state().writer.forks = 1;
     let (reply, mut deleted) = oneshot::channel();
@@ -206,7 +206,7 @@ fn a_release_in_the_batch_of_the_sources_soft_delete_removes_it_for_good() {
         .records
         .iter()
         .map(|record| match record {
-            crate::storage::record::Record::Delete { soft, .. } => *soft,
+            Record::Delete { soft, .. } => *soft,
             _ => panic!("only deletes"),
         })
         .collect();
@@ -216,7 +216,6 @@ fn a_release_in_the_batch_of_the_sources_soft_delete_removes_it_for_good() {
     assert!(source.read_state().published.gone);
     assert!(shared.directory.get("s").is_none(), "the name is free");
     let (recreate, mut recreated) = create("s");
-    let (batch, _) = shard.collect(Some(recreate));
-    shard.commit(batch);
+    run_batch(&mut shard, recreate);
     assert!(recreated.try_recv().unwrap().unwrap().created);
 }
