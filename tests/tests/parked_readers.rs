@@ -9,29 +9,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use ds_tests::{Client, Server};
-
-/// The gauge or counter `name` of the server's metrics.
-fn metric(client: &Client, name: &str) -> i64 {
-    let text = client.get("/metrics").text();
-    let prefix = format!("{name} ");
-    let line =
-        text.lines().find(|line| line.starts_with(&prefix)).unwrap_or_else(|| panic!("{name}: {text}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
-
-/// Waits until the metric `name` equals `wanted` (5 s at most).
-fn wait_for_metric(client: &Client, name: &str, wanted: i64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let value = metric(client, name);
-        if value == wanted {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{name} stayed {value}, wanted {wanted}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use ds_tests::Server;
 
 fn address(server: &Server) -> SocketAddr {
     server.base_url().trim_start_matches("http://").parse().unwrap()
@@ -87,7 +65,7 @@ fn parked_readers(server: &Server, path: &str, count: usize) -> Vec<Raw> {
     for reader in &mut readers {
         reader.read_until("upToDate");
     }
-    wait_for_metric(&client, "ds_sse_parked_readers", count as i64);
+    server.wait_for_metric("ds_sse_parked_readers", count as u64);
     readers
 }
 
@@ -107,8 +85,8 @@ fn caught_up_readers_are_parked_and_get_every_event() {
         assert!(order.windows(2).all(|pair| pair[0] < pair[1]), "in order: {text}");
     }
     // Back in the lot once they caught up again.
-    wait_for_metric(&client, "ds_sse_parked_readers", 40);
-    assert_eq!(metric(&client, "ds_live_readers{kind=\"sse\"}"), 40);
+    server.wait_for_metric("ds_sse_parked_readers", 40);
+    assert_eq!(server.metric("ds_live_readers{kind=\"sse\"}"), 40);
 }
 
 #[test]
@@ -120,11 +98,11 @@ fn a_parked_reader_that_hangs_up_is_let_go_without_an_event() {
     // The readers and the metrics request itself (each of the client's requests has its own
     // connection; an earlier one may still be counted for a moment after its answer, so the
     // count is waited for, not read once).
-    wait_for_metric(&client, "ds_connections", 3 + 1);
+    server.wait_for_metric("ds_connections", 3 + 1);
     drop(readers.pop());
-    wait_for_metric(&client, "ds_sse_parked_readers", 2);
-    wait_for_metric(&client, "ds_live_readers{kind=\"sse\"}", 2);
-    wait_for_metric(&client, "ds_connections", 2 + 1);
+    server.wait_for_metric("ds_sse_parked_readers", 2);
+    server.wait_for_metric("ds_live_readers{kind=\"sse\"}", 2);
+    server.wait_for_metric("ds_connections", 2 + 1);
     // The others are untouched.
     assert_eq!(client.post(path, "text/plain", b"still here").status, 204);
     for reader in &mut readers {
@@ -147,7 +125,7 @@ fn readers_that_hang_up_while_a_large_lot_sweeps_are_let_go_without_an_event() {
     for mut reader in readers.drain(..10) {
         reader.read_until("swept");
     }
-    wait_for_metric(&client, "ds_sse_parked_readers", 990);
+    server.wait_for_metric("ds_sse_parked_readers", 990);
     for reader in &mut readers {
         reader.read_until("swept");
     }
@@ -161,7 +139,7 @@ fn a_connection_carries_on_after_its_parked_answer_ends() {
     assert_eq!(client.put(path, "text/plain", b"first").status, 201);
     let mut reader = Raw::send(address(&server), &sse_request(path));
     reader.read_until("upToDate");
-    wait_for_metric(&client, "ds_sse_parked_readers", 1);
+    server.wait_for_metric("ds_sse_parked_readers", 1);
     assert_eq!(client.send("POST", path, &[("Stream-Closed", "true")], b"").status, 204);
     reader.read_until("\r\n0\r\n\r\n");
     assert!(reader.text().contains("streamClosed"), "{}", reader.text());
@@ -180,7 +158,7 @@ fn a_request_pipelined_behind_a_parked_answer_is_served_after_it() {
     let both = format!("{}GET /healthz HTTP/1.1\r\nHost: ds\r\nConnection: close\r\n\r\n", sse_request(path));
     let mut reader = Raw::send(address(&server), &both);
     reader.read_until("upToDate");
-    wait_for_metric(&client, "ds_sse_parked_readers", 1);
+    server.wait_for_metric("ds_sse_parked_readers", 1);
     assert_eq!(client.post(path, "text/plain", b"while parked").status, 204);
     reader.read_until("while parked");
     assert_eq!(reader.text().matches("HTTP/1.1 200 OK").count(), 1, "the health check waits its turn");

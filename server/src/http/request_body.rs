@@ -31,10 +31,12 @@ use hyper::StatusCode;
 
 use super::problem::Problem;
 
-/// A request's body as the routes see it: streamed in by hyper, or none at all (a request
-/// whose head says it has no body, served by the bare front, `crate::serve::bare`).
+/// A request's body as the routes see it: streamed in by hyper; read whole with its head
+/// (a short body that had arrived with it, served by the bare front, `crate::serve::bare`;
+/// taken once); or none at all (a head that says there is no body).
 pub enum RequestBody {
     Streamed(Incoming),
+    Whole(Option<Bytes>),
     Empty,
 }
 
@@ -48,6 +50,9 @@ impl http_body::Body for RequestBody {
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
             RequestBody::Streamed(incoming) => Pin::new(incoming).poll_frame(cx),
+            RequestBody::Whole(bytes) => {
+                Poll::Ready(bytes.take().map(|bytes| Ok(http_body::Frame::data(bytes))))
+            }
             RequestBody::Empty => Poll::Ready(None),
         }
     }
@@ -55,6 +60,7 @@ impl http_body::Body for RequestBody {
     fn is_end_stream(&self) -> bool {
         match self {
             RequestBody::Streamed(incoming) => incoming.is_end_stream(),
+            RequestBody::Whole(bytes) => bytes.is_none(),
             RequestBody::Empty => true,
         }
     }
@@ -62,6 +68,9 @@ impl http_body::Body for RequestBody {
     fn size_hint(&self) -> http_body::SizeHint {
         match self {
             RequestBody::Streamed(incoming) => incoming.size_hint(),
+            RequestBody::Whole(bytes) => {
+                http_body::SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
             RequestBody::Empty => http_body::SizeHint::with_exact(0),
         }
     }

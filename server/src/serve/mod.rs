@@ -279,6 +279,22 @@ async fn read_some(socket: &mut TcpStream, unread: &mut Vec<u8>) -> std::io::Res
     .await
 }
 
+/// Appends to `unread` what `socket` holds already, without waiting, until `unread` is at
+/// least `total` bytes long: true when it got there, false when the socket ran dry first.
+/// The end of the stream is an error, as a request was still arriving.
+fn read_ready(socket: &TcpStream, unread: &mut Vec<u8>, total: usize) -> std::io::Result<bool> {
+    let mut chunk = [0u8; READ_BYTES];
+    while unread.len() < total {
+        match socket.try_read(&mut chunk) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(read) => unread.extend_from_slice(&chunk[..read]),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(true)
+}
+
 /// Logs how a hyper connection ended (and counts it when it was an error).
 fn connection_ended(app: &App, peer: SocketAddr, ended: Result<(), hyper::Error>) {
     match ended {

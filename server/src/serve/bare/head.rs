@@ -1,13 +1,16 @@
 //! Reading one request head for the bare front: what it may serve itself, and what it leaves
 //! to hyper.
 //!
-//! The bare front serves only requests whose head says there is no body and whose form is
-//! plain: HTTP/1.1, a valid method, target, header names and values, no `Transfer-Encoding`,
-//! a `Content-Length` that is absent or `0`, no `Expect` and no `Upgrade`. Anything else
-//! (a body to read, HTTP/1.0, a head hyper would refuse, one past [`HEAD_BYTES_BARE_MAX`])
-//! is [`Head::ToHyper`]: the connection goes to hyper with the bytes read so far, and hyper
-//! answers exactly as it answers every connection. Pure: bytes in, a request out.
+//! The bare front serves only requests whose form is plain: HTTP/1.1, a valid method,
+//! target, header names and values, no `Transfer-Encoding`, no `Expect` and no `Upgrade`,
+//! and at most one `Content-Length`, of digits only and at most [`BODY_BYTES_BARE_MAX`]. A
+//! body so declared is part of the request: it is served once all of it is in the buffer
+//! ([`Head::Incomplete`] until then). Anything else (a longer or chunked body, HTTP/1.0, a
+//! head hyper would refuse, one past [`HEAD_BYTES_BARE_MAX`]) is [`Head::ToHyper`]: the
+//! connection goes to hyper with the bytes read so far, and hyper answers exactly as it
+//! answers every connection. Pure: bytes in, a request out.
 
+use bytes::Bytes;
 use hyper::header::{
     HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE,
 };
@@ -18,6 +21,9 @@ use crate::http::request_body::RequestBody;
 /// Largest head the bare front reads; a longer one goes to hyper (which applies the
 /// server's head limits and answers 414 or 431 as it does on every connection).
 pub const HEAD_BYTES_BARE_MAX: usize = 16 * 1024;
+/// Largest body the bare front takes with its head (a producer's append, most often); a
+/// longer one goes to hyper, which reads it as it arrives.
+pub const BODY_BYTES_BARE_MAX: usize = 16 * 1024;
 /// Most headers a bare request may carry (hyper's default limit; more goes to hyper).
 const HEADERS_MAX: usize = 100;
 
@@ -25,7 +31,11 @@ const HEADERS_MAX: usize = 100;
 pub enum Head {
     /// Not a whole head yet: read more.
     Partial,
-    /// A bodiless request the bare front serves; `consumed` bytes of the buffer were its head.
+    /// A whole head whose declared body has not all arrived: the request is the first
+    /// `total` bytes.
+    Incomplete { total: usize },
+    /// A request the bare front serves, its body (if any) read whole; `consumed` bytes of
+    /// the buffer were its head and body.
     Bare { request: Box<Request<RequestBody>>, consumed: usize, close: bool },
     /// Leave the connection, from the first byte not yet served, to hyper.
     ToHyper,
@@ -47,16 +57,22 @@ pub fn parse(bytes: &[u8]) -> Head {
     let Ok(method) = Method::from_bytes(method.as_bytes()) else { return Head::ToHyper };
     let Ok(uri) = target.parse::<Uri>() else { return Head::ToHyper };
     let Some(headers) = header_map(parsed.headers) else { return Head::ToHyper };
-    if has_body_or_protocol_change(&headers) {
-        return Head::ToHyper;
+    let Some(body_bytes) = bare_body_bytes(&headers) else { return Head::ToHyper };
+    let total = consumed + body_bytes;
+    if bytes.len() < total {
+        return Head::Incomplete { total };
     }
+    let body = match body_bytes {
+        0 => RequestBody::Empty,
+        _ => RequestBody::Whole(Some(Bytes::copy_from_slice(&bytes[consumed..total]))),
+    };
     let close = says_close(&headers);
-    let mut request = Request::new(RequestBody::Empty);
+    let mut request = Request::new(body);
     *request.method_mut() = method;
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers;
-    Head::Bare { request: Box::new(request), consumed, close }
+    Head::Bare { request: Box::new(request), consumed: total, close }
 }
 
 /// The parsed headers as a map; `None` when a name or value is not valid.
@@ -70,21 +86,37 @@ fn header_map(parsed: &[httparse::Header<'_>]) -> Option<HeaderMap> {
     Some(headers)
 }
 
-/// Whether the head announces a body (or a length other than one `0`), a continue or an
-/// upgrade: hyper's to handle.
-fn has_body_or_protocol_change(headers: &HeaderMap) -> bool {
+/// The length of the body the head declares, if the bare front may read it with the head:
+/// one `Content-Length` of digits only, at most [`BODY_BYTES_BARE_MAX`] (none: 0); `None`
+/// for any other length, a chunked body, a continue or an upgrade (hyper's to handle).
+fn bare_body_bytes(headers: &HeaderMap) -> Option<usize> {
     if headers.contains_key(TRANSFER_ENCODING)
         || headers.contains_key(EXPECT)
         || headers.contains_key(UPGRADE)
     {
-        return true;
+        return None;
     }
     let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
     match (lengths.next(), lengths.next()) {
-        (None, _) => false,
-        (Some(length), None) => length.as_bytes() != b"0",
-        (Some(_), Some(_)) => true,
+        (None, _) => Some(0),
+        (Some(length), None) => digits_at_most(length.as_bytes(), BODY_BYTES_BARE_MAX),
+        (Some(_), Some(_)) => None,
     }
+}
+
+/// The number `text` spells in decimal digits alone (no sign, no space), if at most `max`.
+fn digits_at_most(text: &[u8], max: usize) -> Option<usize> {
+    if text.is_empty() {
+        return None;
+    }
+    let mut value = 0usize;
+    for digit in text {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(usize::from(digit - b'0'))?;
+    }
+    (value <= max).then_some(value)
 }
 
 /// Whether `headers` carry `Connection: close` (among other tokens or not, any case): of a
@@ -104,6 +136,9 @@ mod tests {
             Head::Bare { request, consumed, close } => (request, consumed, close),
             Head::Partial => panic!("partial: {:?}", String::from_utf8_lossy(bytes)),
             Head::ToHyper => panic!("to hyper: {:?}", String::from_utf8_lossy(bytes)),
+            Head::Incomplete { total } => {
+                panic!("incomplete ({total}): {:?}", String::from_utf8_lossy(bytes))
+            }
         }
     }
 
@@ -141,8 +176,49 @@ mod tests {
     }
 
     #[test]
-    fn bodies_and_unusual_forms_go_to_hyper() {
-        assert!(to_hyper(b"POST /v1/stream/a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"));
+    fn a_short_body_is_served_with_its_head() {
+        let request = b"POST /v1/stream/a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET";
+        let (request_read, consumed, _) = bare(request);
+        assert_eq!(consumed, request.len() - 3, "the head and its body; the next request's bytes are left");
+        let RequestBody::Whole(Some(body)) = request_read.into_body() else { panic!("a whole body") };
+        assert_eq!(&body[..], b"hello");
+        let largest = format!("PUT /v1/stream/a HTTP/1.1\r\nContent-Length: {BODY_BYTES_BARE_MAX}\r\n\r\n");
+        let mut largest = largest.into_bytes();
+        largest.resize(largest.len() + BODY_BYTES_BARE_MAX, b'x');
+        assert_eq!(bare(&largest).1, largest.len());
+    }
+
+    #[test]
+    fn a_body_not_all_arrived_is_incomplete_with_the_requests_length() {
+        let request = b"POST /v1/stream/a HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789";
+        let head_bytes = request.len() - 10;
+        for cut in head_bytes..request.len() {
+            match parse(&request[..cut]) {
+                Head::Incomplete { total } => assert_eq!(total, request.len(), "cut at {cut}"),
+                _ => panic!("cut at {cut}: not incomplete"),
+            }
+        }
+        assert_eq!(bare(request).1, request.len());
+    }
+
+    #[test]
+    fn lengths_other_than_plain_digits_within_the_limit_go_to_hyper() {
+        let with_length =
+            |length: &str| format!("POST /v1/stream/a HTTP/1.1\r\nContent-Length: {length}\r\n\r\n");
+        let past = (BODY_BYTES_BARE_MAX + 1).to_string();
+        for length in ["+5", "-1", "5,5", "0x10", "1e3", &past, "99999999999999999999999999"] {
+            assert!(to_hyper(with_length(length).as_bytes()), "Content-Length: {length}");
+        }
+        assert!(to_hyper(
+            b"POST /v1/stream/a HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello"
+        ));
+        let both =
+            b"POST /v1/stream/a HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\nhello";
+        assert!(to_hyper(both), "a length beside a chunked coding");
+    }
+
+    #[test]
+    fn chunked_bodies_and_unusual_forms_go_to_hyper() {
         assert!(to_hyper(b"POST /v1/stream/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"));
         assert!(to_hyper(b"GET /v1/stream/a HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n"));
         assert!(to_hyper(b"PUT /v1/stream/a HTTP/1.1\r\nExpect: 100-continue\r\n\r\n"));

@@ -1,8 +1,9 @@
-//! The bare front: ds's own lean HTTP/1.1 for requests without a body on plain TCP — reads
-//! above all, catch-up, long-poll and SSE — with everything else left to hyper.
+//! The bare front: ds's own lean HTTP/1.1 on plain TCP for requests without a body — reads
+//! above all, catch-up, long-poll and SSE — and short ones whose body arrived with the head
+//! (a producer's append), with everything else left to hyper.
 //!
-//! A connection ([`Conn`]) starts here. Each request head is read into a buffer that lives
-//! only until the head is parsed (`head`); a request with no body is routed like any other
+//! A connection ([`Conn`]) starts here. Each request is read into a buffer that lives only
+//! until the request is parsed (`head`); a request it serves is routed like any other
 //! (`crate::router::handle`) and its answer written by `reply`, straight to the socket, frame
 //! by frame. An SSE answer is written by `events`: every frame that is ready, and then, caught
 //! up, the connection itself is parked (`park`): it leaves its task and joins a lot of its
@@ -11,10 +12,11 @@
 //! again, resuming) when its socket is full or its answer ends. So a connection between
 //! requests holds its socket and nothing else, a waiting long-poll holds its route's state,
 //! and a caught-up SSE reader holds its socket and its place in the stream — none holds a
-//! read or write buffer (hyper keeps one of each per connection for its whole life). At the
-//! first request the bare front does not serve (one with a body, or any head it leaves to
-//! hyper's checks), the connection goes to hyper for the rest of its life, from that
-//! request's first byte (the bytes already read chained before the socket's,
+//! read or write buffer (hyper keeps one of each per connection for its whole life: 8 KiB
+//! each). At the first request the bare front does not serve (a body chunked, longer than
+//! [`head::BODY_BYTES_BARE_MAX`] or not all arrived — it never waits for one — or any head
+//! it leaves to hyper's checks), the connection goes to hyper for the rest of its life,
+//! from that request's first byte (the bytes already read chained before the socket's,
 //! `tokio::io::join`); hyper never hands one back.
 //!
 //! Like hyper here: a head must arrive within `DS_SERVER__IDLE_TIMEOUT_SECS` of the wait for
@@ -149,11 +151,19 @@ async fn next_head(
             match head::parse(unread) {
                 Head::Partial => {}
                 Head::ToHyper => return Ok(None),
+                // The rest of a body is taken only if it has already arrived: a body that
+                // trickles in goes to hyper, whose reading waits, times out and answers 408.
+                Head::Incomplete { total } => match super::read_ready(socket, unread, total)? {
+                    true => continue,
+                    false => return Ok(None),
+                },
                 Head::Bare { request, consumed, close } => {
                     unread.drain(..consumed);
-                    if unread.is_empty() {
-                        // Nothing held between requests.
-                        *unread = Vec::new();
+                    // Nothing held between requests; what a client sent ahead (pipelined)
+                    // is held at its own size, not the size of the body read before it.
+                    match unread.is_empty() {
+                        true => *unread = Vec::new(),
+                        false => unread.shrink_to_fit(),
                     }
                     return Ok(Some((request, close)));
                 }
