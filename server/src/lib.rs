@@ -29,16 +29,18 @@
 //! - `router`: path and method to route; the headers every response carries; metrics and
 //!   the access line of each request.
 //! - `serve`: the accept loop (the connection limit, TLS handshakes, graceful shutdown); the
-//!   bare front, ds's own lean HTTP/1.1 for requests without a body on plain TCP (reads:
-//!   catch-up, long-poll, SSE), and hyper for the rest (a connection goes to hyper at its
-//!   first request with a body; write stalls, small writes joined, hyper's own error answers
+//!   bare front, ds's own lean HTTP/1.1 on plain TCP for requests without a body (reads:
+//!   catch-up, long-poll, SSE) and short ones whose body arrived with the head (appends),
+//!   and hyper for the rest (a connection goes to hyper at its first request with a body it
+//!   does not take: chunked, over 16 KiB or still arriving; write stalls, small writes joined, hyper's own error answers
 //!   made problem documents); HTTP/2 through hyper for clients that speak it (`serve::http2`:
 //!   the preface on plain TCP, ALPN `h2` on TLS; its request limits).
 //!
 //! # How a request flows
 //!
-//! `serve` accepts a connection; the bare front (or hyper, for requests with a body and TLS)
-//! reads each request head and hands the request to `router::handle`, which picks a route. A write route parses and checks headers and body into an engine request and awaits
+//! `serve` accepts a connection; the bare front (or hyper, for long or chunked bodies and
+//! TLS) reads each request and hands it to `router::handle`, which picks a route. A write
+//! route parses and checks headers and body into an engine request and awaits
 //! the shard's answer; a read route opens the stream's published view and answers from it
 //! (live routes wait on the stream's tail notifications). In cluster mode `placement` comes
 //! first: a stream this node does not hold is forwarded to its owner. Errors become problem documents;

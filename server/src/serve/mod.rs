@@ -7,7 +7,8 @@
 //! ([`StallGuard`]), small vectored writes joined into one ([`Coalesced`]) and, where hyper
 //! closes a connection the client is still sending on, a lingering close ([`Lingering`]).
 //! A plain TCP connection starts in the bare front (`bare`: ds's own lean HTTP/1.1 for
-//! requests without a body), which hands it to hyper at its first request with a body;
+//! requests without a body and short ones whose body arrived with the head), which hands it
+//! to hyper at its first request with a body it does not take (chunked, long, arriving);
 //! `DS_SERVER__BARE_FRONT=false` gives every connection to hyper from the start, and TLS
 //! connections always go to hyper.
 //! hyper speaks HTTP/2 (`http2`) to a plain connection that opens with its preface and to a
