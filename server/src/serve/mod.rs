@@ -26,6 +26,7 @@ pub mod http2;
 mod http2_watch;
 mod linger;
 mod preface;
+mod prefixed;
 pub mod stall;
 pub mod tls;
 
@@ -165,7 +166,7 @@ pub async fn serve_plain(
     }
     let http2 = app.http2 && http2::opens_http2(&unread);
     let (reader, writer) = socket.into_split();
-    let io = tokio::io::join(std::io::Cursor::new(unread).chain(reader), writer);
+    let io = tokio::io::join(prefixed::Prefixed::new(unread, reader), writer);
     match http2 {
         // Boxed: an HTTP/2 connection's state is several times an HTTP/1 one's, and would
         // otherwise be part of every plain connection's future.

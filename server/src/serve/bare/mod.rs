@@ -16,8 +16,8 @@
 //! each). At the first request the bare front does not serve (a body chunked, longer than
 //! [`head::BODY_BYTES_BARE_MAX`] or not all arrived — it never waits for one — or any head
 //! it leaves to hyper's checks), the connection goes to hyper for the rest of its life,
-//! from that request's first byte (the bytes already read chained before the socket's,
-//! `tokio::io::join`); hyper never hands one back.
+//! from that request's first byte (the bytes already read served before the socket's and
+//! freed once read, `super::prefixed`); hyper never hands one back.
 //!
 //! Like hyper here: a head must arrive within `DS_SERVER__IDLE_TIMEOUT_SECS` of the wait for
 //! it (an idle keep-alive connection closes then), a write blocked for `DS_SERVER__WRITE_STALL_
