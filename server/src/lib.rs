@@ -32,8 +32,8 @@
 //!   bare front, ds's own lean HTTP/1.1 on plain TCP for requests without a body (reads:
 //!   catch-up, long-poll, SSE) and short ones whose body arrived with the head (appends),
 //!   and hyper for the rest (a connection goes to hyper at its first request with a body it
-//!   does not take: chunked, over 16 KiB or still arriving; write stalls, small writes joined, hyper's own error answers
-//!   made problem documents); HTTP/2 through hyper for clients that speak it (`serve::http2`:
+//!   does not take: chunked, over 64 KiB or still arriving; write stalls, small writes
+//!   joined, hyper's own error answers made problem documents); HTTP/2 through hyper for clients that speak it (`serve::http2`:
 //!   the preface on plain TCP, ALPN `h2` on TLS; its request limits).
 //!
 //! # How a request flows

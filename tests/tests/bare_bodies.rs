@@ -1,12 +1,12 @@
 //! Short bodies through the bare front (`server/src/serve/bare/head.rs`): a request whose
-//! `Content-Length` body (at most 16 KiB) has arrived with its head is served by the bare
+//! `Content-Length` body (at most 64 KiB) has arrived with its head is served by the bare
 //! front, so a producer's connection holds nothing between its appends; anything else goes
 //! to hyper, which answers as it always has.
 //!
 //! - Appends, creates and a JSON append, pipelined in one write, are stored in order and
 //!   answered in order, none handed to hyper, in memory mode and in acid.
 //! - A body larger than one read (but all sent) is still served bare; one that arrives a
-//!   moment after its head, and one past 16 KiB, go to hyper and are stored the same.
+//!   moment after its head, and one past 64 KiB, go to hyper and are stored the same.
 //! - Limits hold on the bare path: past the append limit 413, past the body budget 503,
 //!   both problem documents, nothing stored, every charge given back.
 //! - Idle producer connections (one append each, then nothing) hold a few KiB each.
@@ -78,8 +78,8 @@ fn bodies_that_arrive_late_or_are_long_go_to_hyper_and_are_stored_the_same() {
     let mut reader = BufReader::new(connection.try_clone().unwrap());
     assert_eq!(read_response(&mut reader, false).unwrap().status, 204);
     assert_eq!(server.metric("ds_bare_handoffs_total"), 1, "the late body went to hyper");
-    // Past the bare front's 16 KiB: hyper's.
-    let long = vec![b'b'; 16 * 1024 + 1];
+    // Past the bare front's 64 KiB: hyper's.
+    let long = vec![b'b'; 64 * 1024 + 1];
     assert_eq!(pipelined(&server, &[request("POST", "/v1/stream/s", "text/plain", &long)])[0].status, 204);
     assert_eq!(server.metric("ds_bare_handoffs_total"), 2);
     let stored = client.get("/v1/stream/s?offset=-1").body;

@@ -10,6 +10,8 @@
 //! connection goes to hyper with the bytes read so far, and hyper answers exactly as it
 //! answers every connection. Pure: bytes in, a request out.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 use hyper::header::{
     HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE,
@@ -21,9 +23,10 @@ use crate::http::request_body::RequestBody;
 /// Largest head the bare front reads; a longer one goes to hyper (which applies the
 /// server's head limits and answers 414 or 431 as it does on every connection).
 pub const HEAD_BYTES_BARE_MAX: usize = 16 * 1024;
-/// Largest body the bare front takes with its head (a producer's append, most often); a
-/// longer one goes to hyper, which reads it as it arrives.
-pub const BODY_BYTES_BARE_MAX: usize = 16 * 1024;
+/// Largest body the bare front takes with its head (a producer's append, most often; as
+/// long as the bodies it reads and drops for a route that takes none); a longer one goes to
+/// hyper, which reads it as it arrives.
+pub const BODY_BYTES_BARE_MAX: usize = 64 * 1024;
 /// Most headers a bare request may carry (hyper's default limit; more goes to hyper).
 const HEADERS_MAX: usize = 100;
 
@@ -34,9 +37,9 @@ pub enum Head {
     /// A whole head whose declared body has not all arrived: the request is the first
     /// `total` bytes.
     Incomplete { total: usize },
-    /// A request the bare front serves, its body (if any) read whole; `consumed` bytes of
-    /// the buffer were its head and body.
-    Bare { request: Box<Request<RequestBody>>, consumed: usize, close: bool },
+    /// A request the bare front serves: its head (the request's body still to be put in:
+    /// [`take_body`]), and where its body lies in the buffer, which the request ends with.
+    Bare { request: Box<Request<RequestBody>>, body: Range<usize>, close: bool },
     /// Leave the connection, from the first byte not yet served, to hyper.
     ToHyper,
 }
@@ -62,17 +65,33 @@ pub fn parse(bytes: &[u8]) -> Head {
     if bytes.len() < total {
         return Head::Incomplete { total };
     }
-    let body = match body_bytes {
-        0 => RequestBody::Empty,
-        _ => RequestBody::Whole(Some(Bytes::copy_from_slice(&bytes[consumed..total]))),
-    };
     let close = says_close(&headers);
-    let mut request = Request::new(body);
+    let mut request = Request::new(RequestBody::Empty);
     *request.method_mut() = method;
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers;
-    Head::Bare { request: Box::new(request), consumed: total, close }
+    Head::Bare { request: Box::new(request), body: consumed..total, close }
+}
+
+/// Takes the request whose body is `body` off the front of `buffer` (it ends where the body
+/// does) and gives its body, if it has one: without a copy when the request is all the
+/// buffer holds, as it is unless the client sent ahead (the buffer then becomes the body's);
+/// else copied out. What is left is held at its own size; nothing, when nothing is left.
+pub fn take_body(buffer: &mut Vec<u8>, body: Range<usize>) -> Option<Bytes> {
+    assert!(body.start <= body.end && body.end <= buffer.len(), "the body lies in the buffer");
+    let end = body.end;
+    let taken = match (body.is_empty(), end == buffer.len()) {
+        (true, _) => None,
+        (false, true) => Some(Bytes::from(std::mem::take(buffer)).slice(body)),
+        (false, false) => Some(Bytes::copy_from_slice(&buffer[body])),
+    };
+    buffer.drain(..end.min(buffer.len()));
+    match buffer.is_empty() {
+        true => *buffer = Vec::new(),
+        false => buffer.shrink_to_fit(),
+    }
+    taken
 }
 
 /// The parsed headers as a map; `None` when a name or value is not valid.
@@ -131,9 +150,16 @@ pub fn says_close(headers: &HeaderMap) -> bool {
 mod tests {
     use super::*;
 
+    /// The request at the start of `bytes`, its body taken, and how many bytes it took.
     fn bare(bytes: &[u8]) -> (Box<Request<RequestBody>>, usize, bool) {
         match parse(bytes) {
-            Head::Bare { request, consumed, close } => (request, consumed, close),
+            Head::Bare { mut request, body, close } => {
+                let mut buffer = bytes.to_vec();
+                if let Some(body) = take_body(&mut buffer, body) {
+                    *request.body_mut() = RequestBody::Whole(Some(body));
+                }
+                (request, bytes.len() - buffer.len(), close)
+            }
             Head::Partial => panic!("partial: {:?}", String::from_utf8_lossy(bytes)),
             Head::ToHyper => panic!("to hyper: {:?}", String::from_utf8_lossy(bytes)),
             Head::Incomplete { total } => {
@@ -186,6 +212,23 @@ mod tests {
         let mut largest = largest.into_bytes();
         largest.resize(largest.len() + BODY_BYTES_BARE_MAX, b'x');
         assert_eq!(bare(&largest).1, largest.len());
+    }
+
+    #[test]
+    fn a_body_is_taken_without_a_copy_when_it_ends_the_buffer_and_the_rest_is_kept() {
+        let request = b"POST /v1/stream/a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello".to_vec();
+        let Head::Bare { body, .. } = parse(&request) else { panic!("bare") };
+        let mut alone = request.clone();
+        let start = alone.as_ptr() as usize;
+        let taken = take_body(&mut alone, body.clone()).expect("a body");
+        assert_eq!((&taken[..], taken.as_ptr() as usize), (&b"hello"[..], start + body.start), "in place");
+        assert_eq!(alone.capacity(), 0, "the buffer went with the body");
+        let mut ahead = [request.as_slice(), b"GET /"].concat();
+        assert_eq!(&take_body(&mut ahead, body).expect("a body")[..], b"hello");
+        assert_eq!(ahead, b"GET /", "the next request's bytes are kept");
+        let mut bodiless = b"GET / HTTP/1.1\r\n\r\nGET".to_vec();
+        assert_eq!(take_body(&mut bodiless, 18..18), None);
+        assert_eq!(bodiless, b"GET");
     }
 
     #[test]

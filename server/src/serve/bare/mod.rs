@@ -157,13 +157,10 @@ async fn next_head(
                     true => continue,
                     false => return Ok(None),
                 },
-                Head::Bare { request, consumed, close } => {
-                    unread.drain(..consumed);
-                    // Nothing held between requests; what a client sent ahead (pipelined)
-                    // is held at its own size, not the size of the body read before it.
-                    match unread.is_empty() {
-                        true => *unread = Vec::new(),
-                        false => unread.shrink_to_fit(),
+                Head::Bare { mut request, body, close } => {
+                    // Nothing is held between requests but what a client sent ahead.
+                    if let Some(body) = head::take_body(unread, body) {
+                        *request.body_mut() = RequestBody::Whole(Some(body));
                     }
                     return Ok(Some((request, close)));
                 }
