@@ -81,12 +81,12 @@ pub fn parse(bytes: &[u8]) -> Head {
 pub fn take_body(buffer: &mut Vec<u8>, body: Range<usize>) -> Option<Bytes> {
     assert!(body.start <= body.end && body.end <= buffer.len(), "the body lies in the buffer");
     let end = body.end;
-    let taken = match (body.is_empty(), end == buffer.len()) {
-        (true, _) => None,
-        (false, true) => Some(Bytes::from(std::mem::take(buffer)).slice(body)),
-        (false, false) => Some(Bytes::copy_from_slice(&buffer[body])),
-    };
-    buffer.drain(..end.min(buffer.len()));
+    if !body.is_empty() && end == buffer.len() {
+        // The buffer goes with the body (and leaves an empty one behind).
+        return Some(Bytes::from(std::mem::take(buffer)).slice(body));
+    }
+    let taken = (!body.is_empty()).then(|| Bytes::copy_from_slice(&buffer[body]));
+    buffer.drain(..end);
     match buffer.is_empty() {
         true => *buffer = Vec::new(),
         false => buffer.shrink_to_fit(),
