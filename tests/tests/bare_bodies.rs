@@ -64,8 +64,7 @@ fn bodies_that_arrive_late_or_are_long_go_to_hyper_and_are_stored_the_same() {
     assert_eq!(client.put("/v1/stream/s", "text/plain", b"").status, 201);
     // Longer than one read of the bare front (4 KiB), all sent at once: still bare.
     let across_reads = vec![b'a'; 12 * 1024];
-    let answers = pipelined(&server, &[request("POST", "/v1/stream/s", "text/plain", &across_reads)]);
-    assert_eq!(answers[0].status, 204);
+    assert_eq!(client.post("/v1/stream/s", "text/plain", &across_reads).status, 204);
     assert_eq!(server.metric("ds_bare_handoffs_total"), 0, "all of it had arrived");
     // The body a moment after its head: hyper reads it as it comes.
     let late = request("POST", "/v1/stream/s", "text/plain", b"late");
@@ -80,7 +79,7 @@ fn bodies_that_arrive_late_or_are_long_go_to_hyper_and_are_stored_the_same() {
     assert_eq!(server.metric("ds_bare_handoffs_total"), 1, "the late body went to hyper");
     // Past the bare front's 64 KiB: hyper's.
     let long = vec![b'b'; 64 * 1024 + 1];
-    assert_eq!(pipelined(&server, &[request("POST", "/v1/stream/s", "text/plain", &long)])[0].status, 204);
+    assert_eq!(client.post("/v1/stream/s", "text/plain", &long).status, 204);
     assert_eq!(server.metric("ds_bare_handoffs_total"), 2);
     let stored = client.get("/v1/stream/s?offset=-1").body;
     assert_eq!(stored, [across_reads, b"late".to_vec(), long].concat(), "every byte, in order");
@@ -95,14 +94,13 @@ fn limits_hold_for_bodies_served_bare() {
     ]);
     let client = server.client();
     assert_eq!(client.put("/v1/stream/s", "text/plain", b"kept").status, 201);
-    let too_long = pipelined(&server, &[request("POST", "/v1/stream/s", "text/plain", &[b'x'; 3001])]);
-    assert_eq!(too_long[0].status, 413, "{}", too_long[0].text());
-    assert_eq!(too_long[0].header("content-type"), Some("application/problem+json"));
-    let past_budget = pipelined(&server, &[request("POST", "/v1/stream/s", "text/plain", &[b'z'; 2049])]);
-    assert_eq!(past_budget[0].status, 503, "{}", past_budget[0].text());
-    assert_eq!(past_budget[0].header("content-type"), Some("application/problem+json"));
-    let within = pipelined(&server, &[request("POST", "/v1/stream/s", "text/plain", &[b'y'; 1000])]);
-    assert_eq!(within[0].status, 204);
+    let too_long = client.post("/v1/stream/s", "text/plain", &[b'x'; 3001]);
+    assert_eq!(too_long.status, 413, "{}", too_long.text());
+    assert_eq!(too_long.header("content-type"), Some("application/problem+json"));
+    let past_budget = client.post("/v1/stream/s", "text/plain", &[b'z'; 2049]);
+    assert_eq!(past_budget.status, 503, "{}", past_budget.text());
+    assert_eq!(past_budget.header("content-type"), Some("application/problem+json"));
+    assert_eq!(client.post("/v1/stream/s", "text/plain", &[b'y'; 1000]).status, 204);
     assert_eq!(client.get("/v1/stream/s?offset=-1").body, [b"kept".to_vec(), vec![b'y'; 1000]].concat());
     assert_eq!(server.metric("ds_bare_handoffs_total"), 0);
     assert_eq!(server.metric("ds_request_body_held_bytes"), 0, "every charge given back");
