@@ -152,6 +152,12 @@ impl Drop for Unanswered {
     }
 }
 
+/// Whether a request waits for data not yet written (a long-poll, SSE): the only kind whose
+/// client hanging up drops it; any other is carried to its answer.
+pub fn waits_for_data(method: &Method, uri: &Uri) -> bool {
+    matches!(route_label(method, uri), Route::LongPoll | Route::Sse)
+}
+
 /// Which route serves a request, by path and method (live reads told apart by their `live`
 /// parameter); also the request's metrics label.
 fn route_label(method: &Method, uri: &Uri) -> Route {

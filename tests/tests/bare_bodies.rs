@@ -10,9 +10,13 @@
 //! - Limits hold on the bare path: past the append limit 413, past the body budget 503,
 //!   both problem documents, nothing stored, every charge given back.
 //! - Idle producer connections (one append each, then nothing) hold a few KiB each.
+//! - A client that half-closes after its request (`shutdown(SHUT_WR)`) gets the answer to a
+//!   create, an append, a catch-up read, a HEAD and a deletion, and then the connection's
+//!   end; a long-poll it half-closed on is dropped at once (the client may be gone: the two
+//!   look alike), its reader freed.
 
-use std::io::{BufReader, Write};
-use std::net::TcpStream;
+use std::io::{BufReader, Read, Write};
+use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
 use ds_tests::client::read_response;
@@ -125,6 +129,54 @@ fn idle_producer_connections_hold_a_few_kib_each() {
     assert!(per_connection < 6 * 1024, "an idle producer connection holds {per_connection} bytes");
     assert_eq!(server.metric("ds_bare_handoffs_total"), 0);
     drop(idle);
+}
+
+#[test]
+fn a_client_that_half_closes_gets_its_answer_but_no_wait() {
+    for mode in ["memory", "acid"] {
+        let server = Server::start_in(mode, &[]);
+        let answers = [
+            (request("PUT", "/v1/stream/s", "text/plain", b"first "), 201),
+            (request("POST", "/v1/stream/s", "text/plain", b"second"), 204),
+            (request("PUT", "/v1/stream/gone", "text/plain", b""), 201),
+            (b"GET /v1/stream/s?offset=-1 HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), 200),
+            (b"HEAD /v1/stream/s HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), 200),
+            (b"DELETE /v1/stream/gone HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), 204),
+        ];
+        for (sent, status) in answers {
+            let (mut reader, answer) = half_closed(&server, &sent);
+            let answer =
+                answer.unwrap_or_else(|| panic!("{mode}: no answer to {}", String::from_utf8_lossy(&sent)));
+            assert_eq!(answer.status, status, "{mode}: {}", answer.text());
+            let mut rest = Vec::new();
+            assert_eq!(reader.read_to_end(&mut rest).unwrap(), 0, "{mode}: then the connection ends");
+        }
+        let client = server.client();
+        assert_eq!(client.get("/v1/stream/s?offset=-1").body, b"first second", "{mode}");
+        assert_eq!(client.get("/v1/stream/gone?offset=-1").status, 404, "{mode}");
+        // A long-poll ends with its sender's side: no answer, the reader and connection freed.
+        let wait = b"GET /v1/stream/s?offset=now&live=long-poll HTTP/1.1\r\nHost: x\r\n\r\n";
+        let started = std::time::Instant::now();
+        let (_, answer) = half_closed(&server, wait);
+        assert!(answer.is_none(), "{mode}: a long-poll answered after its client's half-close");
+        assert!(started.elapsed() < Duration::from_secs(5), "{mode}: dropped at once, not at its timeout");
+        server.wait_for_metric("ds_live_readers{kind=\"long-poll\"}", 0);
+        server.wait_for_metric("ds_connections", 1);
+        assert_eq!(server.metric("ds_bare_handoffs_total"), 0, "{mode}");
+    }
+}
+
+/// Sends `request` on a new connection, half-closes it, and reads the answer (`None` when
+/// the server closed without one).
+fn half_closed(server: &Server, request: &[u8]) -> (BufReader<TcpStream>, Option<Response>) {
+    let mut connection = TcpStream::connect(server.addr).expect("connect");
+    connection.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    connection.write_all(request).expect("send");
+    connection.shutdown(Shutdown::Write).expect("half-close");
+    let mut reader = BufReader::new(connection);
+    let head_only = request.starts_with(b"HEAD ");
+    let answer = read_response(&mut reader, head_only).ok();
+    (reader, answer)
 }
 
 /// A connection that has appended `append` and read its answer, left open.

@@ -24,7 +24,10 @@
 //! TIMEOUT_SECS` ends the connection, `Connection: close` is honoured, shutdown closes idle
 //! connections and lets answers in flight finish. A client that hangs up while its answer is
 //! awaited (a long-poll) or streamed (SSE, parked or not) is noticed at once, and its request
-//! dropped.
+//! dropped; any other request is carried to its answer, so a client that half-closes after
+//! sending (`shutdown(SHUT_WR)`, `nc -N`) still learns what became of its write. (hyper, for
+//! what it serves, drops every request at a half-close: its `half_close` option would keep a
+//! gone reader until its answer's next write, which a quiet SSE stream may never make.)
 
 mod events;
 mod gather;
@@ -178,7 +181,11 @@ async fn next_head(
     }
 }
 
-/// Routes `request` and writes its answer, or leaves an SSE answer to `events`.
+/// Routes `request` and writes its answer, or leaves an SSE answer to `events`. The end of
+/// the client's sending side (a half-close, or a hang-up: the two look alike until a write)
+/// drops what waits for new data — a long-poll or SSE request, a live answer — and nothing
+/// else: any other route and its finished answer go on, and a client that is gone fails the
+/// answer's write instead.
 async fn answer(
     app: &Arc<App>,
     socket: &TcpStream,
@@ -189,8 +196,13 @@ async fn answer(
     // body (and the send's small state) is held while a live answer waits.
     let (head, framing, mut body, close) = {
         let method = request.method().clone();
+        let waits = router::waits_for_data(&method, request.uri());
         let mut route = Box::pin(router::handle(Arc::clone(app), *request));
-        let Some(routed) = unless_gone(socket, route.as_mut()).await else { return Ok(Answered::Done) };
+        let routed = match waits {
+            true => unless_gone(socket, route.as_mut()).await,
+            false => Some(route.as_mut().await),
+        };
+        let Some(routed) = routed else { return Ok(Answered::Done) };
         drop(route);
         let response: Response<Body> = match routed {
             Routed::Now(response) => response,
@@ -209,8 +221,13 @@ async fn answer(
     if let Some(SseHandoff { stream, reader }) = sse_handoff(&mut body, framing) {
         return Ok(Answered::Events(Events { stream, reader, head: Some(head), leftover: None, close }));
     }
+    let live = matches!(body, Body::Live(_));
     let mut send = std::pin::pin!(reply::send(socket, head, body, framing, app));
-    match unless_gone(socket, send.as_mut()).await {
+    let sent = match live {
+        true => unless_gone(socket, send.as_mut()).await,
+        false => Some(send.as_mut().await),
+    };
+    match sent {
         Some(sent) => sent.map(|()| if close { Answered::Done } else { Answered::Again }),
         None => Ok(Answered::Done),
     }
