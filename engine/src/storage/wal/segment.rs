@@ -12,7 +12,7 @@
 //! zero-filled and synced over its first step, then activated: its header is written and
 //! synced, and it is renamed to its first LSN (`{lsn:016x}.wal`) with the directory synced.
 //! The writer zero-fills the rest a step at a time ahead of its records ([`zero_fill`],
-//! which writes and syncs a smaller chunk at a time), so a write never lands in a block not
+//! which writes and sends to the device a smaller chunk at a time, then syncs once), so a write never lands in a block not
 //! yet written and each fdatasync stays cheap, while an idle shard holds a step of zeros,
 //! not a segment. A segment is never re-created or truncated afterwards.
 //! Records are located by `ordinal << 32 | position`.
@@ -47,11 +47,12 @@ pub const SEGMENT_EXTENSION: &str = "wal";
 const PREPARED_PREFIX: &str = "prepared-";
 /// Most a writer zero-fills ahead of its records in one step.
 const ZERO_STEP_BYTES_MAX: u64 = 1 << 20;
-/// Zero-filling writes, then syncs, this much at a time: each chunk's write-back sits in the
-/// device queue ahead of the shards' commits, so a smaller chunk shortens the longest wait.
-/// Acid appends on one core (64 connections, 256 B), alternating A/B against 1 MiB chunks:
-/// 256 KiB p99 0.77-0.80x, p99.9 0.83-0.92x, appends/s 1.01-1.03x; 128 KiB p99 0.77x;
-/// 64 KiB p99 0.78x but p99.9 2x (four times the syncs of 256 KiB).
+/// Zero-filling writes, then sends to the device and waits for, this much at a time: each
+/// chunk's write-back sits in the device queue ahead of the shards' commits, so a smaller
+/// chunk shortens the longest wait. Acid appends on one core (64 connections, 256 B),
+/// alternating A/B against 1 MiB chunks, when each chunk was also synced: 256 KiB p99
+/// 0.77-0.80x, p99.9 0.83-0.92x, appends/s 1.01-1.03x; 128 KiB p99 0.77x; 64 KiB p99 0.78x
+/// but p99.9 2x (four times the syncs of 256 KiB).
 const ZERO_CHUNK_BYTES: u64 = 256 << 10;
 const _: () = assert!(ZERO_STEP_BYTES_MAX.is_multiple_of(ZERO_CHUNK_BYTES), "a step is whole chunks");
 /// Zero-filling writes one page at a time.
@@ -263,13 +264,18 @@ pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64) -> io::Result
     filled.map(|()| path)
 }
 
-/// Writes zeros over `from..to` of `file`, syncing a chunk at a time: a shard's commit
-/// never waits behind more than one chunk of zeros in the device queue, and once it
-/// returns, writes there need no new block (`VfsFile::written_end`).
+/// Writes zeros over `from..to` of `file`, sending a chunk at a time to the device and
+/// waiting for it (a shard's commit never waits behind more than one chunk of zeros in the
+/// device queue), then syncs once: once it returns, writes there need no new block
+/// (`VfsFile::written_end`). One sync for the whole range, not one per chunk: each sync
+/// also writes the file's block allocation (the chunks' blocks turned from unwritten to
+/// written) and flushes the device cache, and on a slow disk a housekeeper paying that per
+/// chunk fell behind the shards, which then waited for their zeros.
 pub fn zero_fill(file: &dyn VfsFile, from: u64, to: u64) -> io::Result<()> {
     let zeros = [0u8; PAGE_BYTES as usize];
     let mut written = from;
     while written < to {
+        let chunk_start = written;
         let chunk_end = to.min(written + ZERO_CHUNK_BYTES);
         while written < chunk_end {
             // A page at a time: the page cache then holds small folios, and each record's
@@ -279,9 +285,11 @@ pub fn zero_fill(file: &dyn VfsFile, from: u64, to: u64) -> io::Result<()> {
             file.write_all_at(written, &[&zeros[..page]])?;
             written += page as u64;
         }
-        file.sync_data()?;
+        if chunk_end < to {
+            file.write_back(chunk_start, chunk_end - chunk_start)?;
+        }
     }
-    Ok(())
+    file.sync_data()
 }
 
 /// Turns a prepared file into the active segment `header`: writes and syncs its header,
@@ -323,6 +331,91 @@ mod tests {
         assert_eq!(parse_segment_name("0000000000000042.wal"), Some(Lsn::from_raw(0x42)));
         assert_eq!(parse_segment_name("42.wal"), None);
         assert_eq!(parse_segment_name("0000000000000042.tmp"), None);
+    }
+
+    /// What a zero-fill asked of its file, in order.
+    #[derive(Debug, PartialEq)]
+    enum Call {
+        Write(u64, usize),
+        WriteBack(u64, u64),
+        Sync,
+    }
+
+    /// A file that only records the calls a zero-fill makes.
+    #[derive(Default)]
+    struct Recording(std::sync::Mutex<Vec<Call>>);
+
+    impl VfsFile for Recording {
+        fn size(&self) -> io::Result<u64> {
+            Ok(u64::MAX)
+        }
+        fn set_len(&self, _len: u64) -> io::Result<()> {
+            Ok(())
+        }
+        fn write_all_at(&self, position: u64, parts: &[&[u8]]) -> io::Result<()> {
+            assert!(parts.iter().all(|part| part.iter().all(|&byte| byte == 0)), "zeros only");
+            let len = parts.iter().map(|part| part.len()).sum();
+            self.0.lock().unwrap().push(Call::Write(position, len));
+            Ok(())
+        }
+        fn read_at(&self, _position: u64, _buffer: &mut [u8]) -> io::Result<usize> {
+            unreachable!("a zero-fill never reads")
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            self.0.lock().unwrap().push(Call::Sync);
+            Ok(())
+        }
+        fn write_back(&self, position: u64, len: u64) -> io::Result<()> {
+            self.0.lock().unwrap().push(Call::WriteBack(position, len));
+            Ok(())
+        }
+        fn map(&self, _len: u64) -> io::Result<Arc<dyn FileMap>> {
+            unreachable!("a zero-fill never maps")
+        }
+    }
+
+    #[test]
+    fn a_zero_fill_writes_pages_sends_each_chunk_and_syncs_once() {
+        // From mid-page, across two whole chunks, into a third.
+        let (from, to) = (100, 100 + 2 * ZERO_CHUNK_BYTES + 5000);
+        let file = Recording::default();
+        zero_fill(&file, from, to).unwrap();
+        let calls = file.0.into_inner().unwrap();
+        let mut expected = Vec::new();
+        let mut written = from;
+        while written < to {
+            let chunk = (written, to.min(written + ZERO_CHUNK_BYTES));
+            while written < chunk.1 {
+                let page = (PAGE_BYTES - written % PAGE_BYTES).min(chunk.1 - written);
+                expected.push(Call::Write(written, page as usize));
+                written += page;
+            }
+            if chunk.1 < to {
+                expected.push(Call::WriteBack(chunk.0, chunk.1 - chunk.0));
+            }
+        }
+        expected.push(Call::Sync);
+        assert_eq!(calls, expected);
+        assert_eq!(calls.iter().filter(|call| **call == Call::Sync).count(), 1, "one sync for the range");
+    }
+
+    #[test]
+    fn a_zero_filled_range_survives_power_loss_as_written_blocks() {
+        let vfs = SimVfs::new();
+        let dir = Path::new("/d");
+        vfs.create_dir_all(dir).unwrap();
+        let size = 4 * ZERO_CHUNK_BYTES;
+        let prepared = prepare(&vfs, dir, 0, size).unwrap();
+        let file = vfs.open(&prepared).unwrap();
+        let zeroed = first_zeroed_bytes(size);
+        assert_eq!(file.written_end(0).unwrap(), zeroed, "a prepared segment is written over its first step");
+        zero_fill(file.as_ref(), zeroed, size).unwrap();
+        let after = vfs.crash(&mut crate::storage::vfs::sim::SimRng::new(7));
+        let file = after.open(&prepared).unwrap();
+        assert_eq!(file.written_end(0).unwrap(), size, "every block written and durable");
+        let mut bytes = vec![0xff; size as usize];
+        crate::storage::vfs::read_exact_at(file.as_ref(), 0, &mut bytes).unwrap();
+        assert!(bytes.iter().all(|&byte| byte == 0));
     }
 
     #[test]
