@@ -12,9 +12,9 @@
 //! zero-filled and synced over its first step, then activated: its header is written and
 //! synced, and it is renamed to its first LSN (`{lsn:016x}.wal`) with the directory synced.
 //! The writer zero-fills the rest a step at a time ahead of its records ([`zero_fill`],
-//! which writes and sends to the device a smaller chunk at a time, then syncs once), so a write never lands in a block not
-//! yet written and each fdatasync stays cheap, while an idle shard holds a step of zeros,
-//! not a segment. A segment is never re-created or truncated afterwards.
+//! which sends a smaller chunk at a time to the device, then syncs once), so a write never
+//! lands in a block not yet written and each fdatasync stays cheap, while an idle shard
+//! holds a step of zeros, not a segment. A segment is never re-created or truncated afterwards.
 //! Records are located by `ordinal << 32 | position`.
 //!
 //! Only the active (last) segment keeps its file open, for writing; a sealed one is read
@@ -268,10 +268,13 @@ pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64) -> io::Result
 /// waiting for it (a shard's commit never waits behind more than one chunk of zeros in the
 /// device queue), then syncs once: once it returns, writes there need no new block
 /// (`VfsFile::written_end`). One sync for the whole range, not one per chunk: each sync
-/// also writes the file's block allocation (the chunks' blocks turned from unwritten to
-/// written) and flushes the device cache, and on a slow disk a housekeeper paying that per
-/// chunk fell behind the shards, which then waited for their zeros.
+/// also writes the file's block allocation (the blocks the chunks' writes allocated in the
+/// sparse file) and flushes the device cache, and on a slow disk a housekeeper paying that
+/// per chunk fell behind the shards, which then waited for their zeros.
 pub fn zero_fill(file: &dyn VfsFile, from: u64, to: u64) -> io::Result<()> {
+    if from >= to {
+        return Ok(());
+    }
     let zeros = [0u8; PAGE_BYTES as usize];
     let mut written = from;
     while written < to {
