@@ -198,17 +198,15 @@ async fn answer(
         let method = request.method().clone();
         let waits = router::waits_for_data(&method, request.uri());
         let mut route = Box::pin(router::handle(Arc::clone(app), *request));
-        let routed = match waits {
-            true => unless_gone(socket, route.as_mut()).await,
-            false => Some(route.as_mut().await),
+        let Some(routed) = unless_gone(socket, route.as_mut(), waits).await else {
+            return Ok(Answered::Done);
         };
-        let Some(routed) = routed else { return Ok(Answered::Done) };
         drop(route);
         let response: Response<Body> = match routed {
             Routed::Now(response) => response,
             // A long-poll: only its own boxed wait is held while it waits.
             Routed::Later(mut waiting) => {
-                let Some(response) = unless_gone(socket, waiting.as_mut()).await else {
+                let Some(response) = unless_gone(socket, waiting.as_mut(), true).await else {
                     return Ok(Answered::Done);
                 };
                 response
@@ -223,11 +221,7 @@ async fn answer(
     }
     let live = matches!(body, Body::Live(_));
     let mut send = std::pin::pin!(reply::send(socket, head, body, framing, app));
-    let sent = match live {
-        true => unless_gone(socket, send.as_mut()).await,
-        false => Some(send.as_mut().await),
-    };
-    match sent {
+    match unless_gone(socket, send.as_mut(), live).await {
         Some(sent) => sent.map(|()| if close { Answered::Done } else { Answered::Again }),
         None => Ok(Answered::Done),
     }
@@ -243,15 +237,16 @@ fn sse_handoff(body: &mut Body, framing: Framing) -> Option<SseHandoff> {
     Some(*taken.downcast::<SseHandoff>().expect("only SSE readers are handed off"))
 }
 
-/// Runs `work` to its end, unless the client closes its end of the connection first
-/// (`None`). Watching stops once the client has sent more (its next request, read after
-/// this answer). Polled in place: no readiness future is stored, so a waiting reader stays
-/// small.
+/// Runs `work` to its end, unless `watch` and the client closes its end of the connection
+/// first (`None`). Watching stops once the client has sent more (its next request, read
+/// after this answer). Polled in place: no readiness future is stored, so a waiting reader
+/// stays small.
 fn unless_gone<'a, F: Future + ?Sized>(
     socket: &'a TcpStream,
     mut work: Pin<&'a mut F>,
+    watch: bool,
 ) -> impl Future<Output = Option<F::Output>> + 'a {
-    let mut watching = true;
+    let mut watching = watch;
     std::future::poll_fn(move |cx| {
         if let Poll::Ready(output) = work.as_mut().poll(cx) {
             return Poll::Ready(Some(output));
