@@ -78,6 +78,7 @@ use ds_engine::{Engine, StorageMode};
 use tokio::net::TcpListener;
 
 use crate::app::App;
+use crate::shutdown::StopSignals;
 
 /// Why the server could not run.
 #[derive(Debug)]
@@ -105,6 +106,16 @@ impl std::error::Error for RunError {}
 
 /// Runs the server until SIGINT or SIGTERM, then shuts down gracefully.
 pub async fn run(config: Config) -> Result<(), RunError> {
+    let stop_signals = StopSignals::watch();
+    tracing::info!(
+        "ds-server {} starting (mode {}{})",
+        env!("CARGO_PKG_VERSION"),
+        config.engine.mode,
+        match config.engine.mode {
+            StorageMode::Memory => String::new(),
+            _ => format!(", data directory {}", config.engine.data_dir.display()),
+        }
+    );
     let tls = config
         .tls
         .as_ref()
@@ -131,7 +142,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     );
     log_recovery(&engine);
     log_shard_hint(&engine);
-    tokio::spawn(trigger_on_signal(Arc::clone(&app)));
+    tokio::spawn(shut_down_on(stop_signals, Arc::clone(&app)));
     serve::serve(listener, app, tls).await;
     let stats = engine.stats();
     tokio::task::spawn_blocking(move || engine.shutdown()).await.ok();
@@ -206,26 +217,9 @@ fn log_recovery(engine: &Engine) {
     }
 }
 
-/// Fires the shutdown signal on SIGINT or SIGTERM.
-async fn trigger_on_signal(app: Arc<App>) {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot watch SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = interrupt => tracing::info!("SIGINT: shutting down"),
-        _ = terminate => tracing::info!("SIGTERM: shutting down"),
-    }
+/// Fires the shutdown signal on SIGINT or SIGTERM (also one that came during the start).
+async fn shut_down_on(signals: StopSignals, app: Arc<App>) {
+    let which = signals.first().await;
+    tracing::info!("{which}: shutting down");
     app.begin_shutdown();
 }

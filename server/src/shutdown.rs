@@ -1,4 +1,5 @@
-//! The server-wide shutdown signal: set once, seen by the accept loop and by live readers.
+//! The server-wide shutdown signal: set once, seen by the accept loop and by live readers;
+//! and the process signals that fire it ([`StopSignals`]).
 //!
 //! Live reads (long-poll waits, SSE bodies) end when it fires so clients reconnect elsewhere
 //! or later, resuming from their offsets; nothing is lost.
@@ -6,6 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::Notify;
 
 #[derive(Default)]
@@ -35,5 +37,48 @@ impl Shutdown {
             return;
         }
         notified.await;
+    }
+}
+
+/// SIGINT and SIGTERM, watched from the first moment of a run: one that comes while the
+/// engine starts (a recovery can take seconds) is kept, and stops the server as soon as it
+/// serves. Watched only later, a SIGINT sent then was lost where the process had inherited
+/// it as ignored (a server started in the background by a shell script), and a SIGTERM
+/// killed the process outright.
+pub struct StopSignals {
+    interrupt: Option<Signal>,
+    terminate: Option<Signal>,
+}
+
+impl StopSignals {
+    /// Starts watching; must be called inside the runtime.
+    pub fn watch() -> StopSignals {
+        let watch = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(watched) => Some(watched),
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch {name}");
+                None
+            }
+        };
+        StopSignals {
+            interrupt: watch(SignalKind::interrupt(), "SIGINT"),
+            terminate: watch(SignalKind::terminate(), "SIGTERM"),
+        }
+    }
+
+    /// Waits for the first of them (at once if one came already) and says which.
+    pub async fn first(mut self) -> &'static str {
+        async fn next(watched: &mut Option<Signal>) {
+            match watched {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        tokio::select! {
+            () = next(&mut self.interrupt) => "SIGINT",
+            () = next(&mut self.terminate) => "SIGTERM",
+        }
     }
 }

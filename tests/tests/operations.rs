@@ -1,14 +1,19 @@
 //! What operators rely on: `/metrics` scraped for real, the connection limit, the bound on
-//! a reader that stops reading, and a graceful shutdown under load.
+//! a reader that stops reading, a graceful shutdown under load, and a stop signal sent
+//! while the server starts.
 
 use std::collections::HashMap;
-use std::io::{BufReader, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt as _;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ds_tests::client::read_response;
+use ds_tests::data_dir::DataDir;
 use ds_tests::{Client, Server};
 
 /// The samples of a Prometheus text exposition: `name{labels}` → value.
@@ -224,5 +229,81 @@ fn sigterm_ends_live_reads_finishes_writes_and_exits_cleanly() {
     let stored = server.client().get(&format!("{path}?offset=-1")).text();
     for message in &acknowledged {
         assert!(stored.contains(message.as_str()), "acknowledged {message} survived the shutdown");
+    }
+}
+
+/// Starts `ds-server` in acid on `dir` with SIGINT ignored, as a shell script's background
+/// job inherits it; returns the process and a channel of its log lines.
+fn spawn_with_sigint_ignored(dir: &DataDir) -> (Child, Receiver<String>) {
+    let mut command = Command::new(ds_tests::server::binary("ds-server"));
+    command
+        .env_clear()
+        .env("RUST_LOG", "info")
+        .env("DS_SERVER__HOST", "127.0.0.1")
+        .env("DS_SERVER__PORT", "0")
+        .env("DS_STORAGE__MODE", "acid")
+        .env("DS_STORAGE__DATA_DIR", dir.path())
+        .envs(ds_tests::server::TEST_STORAGE)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: the closure only makes one async-signal-safe system call in the child.
+    unsafe {
+        command.pre_exec(|| match libc::signal(libc::SIGINT, libc::SIG_IGN) {
+            libc::SIG_ERR => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+    let mut child = command.spawn().expect("ds-server starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    (child, lines)
+}
+
+/// Waits up to 20 s for `child` to exit, gathering its log lines into `log`.
+fn exit_status(child: &mut Child, lines: &Receiver<String>, log: &mut String) -> Option<ExitStatus> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        log.extend(lines.try_iter().map(|line| line + "\n"));
+        if let Some(status) = child.try_wait().expect("wait on ds-server") {
+            std::thread::sleep(Duration::from_millis(50));
+            log.extend(lines.try_iter().map(|line| line + "\n"));
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// A stop signal sent while the server starts (here as soon as it says it is starting,
+/// while the engine opens its data directory) is kept: the server starts, stops cleanly and
+/// exits 0. SIGINT is sent to a process that inherited it as ignored, SIGTERM to one with
+/// the default action (which would have killed it mid-start).
+#[test]
+fn a_stop_signal_during_the_start_stops_the_server_cleanly() {
+    for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
+        let dir = DataDir::new("acid");
+        let (mut child, lines) = spawn_with_sigint_ignored(&dir);
+        let mut log = String::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !log.contains("starting (mode acid") {
+            let line = lines.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+            log.push_str(&line.unwrap_or_else(|_| panic!("{name}: no start line; log:\n{log}")));
+            log.push('\n');
+        }
+        // SAFETY: kill only sends a signal to the child this test started.
+        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0, "{name}: kill");
+        let status = exit_status(&mut child, &lines, &mut log);
+        let status = status.unwrap_or_else(|| panic!("{name}: still running 20 s later; log:\n{log}"));
+        assert_eq!(status.code(), Some(0), "{name}: exit status {status}; log:\n{log}");
+        for said in [format!("{name}: shutting down"), "ds-server stopped".to_string()] {
+            assert!(log.contains(&said), "{name}: the log says {said:?}; log:\n{log}");
+        }
     }
 }
