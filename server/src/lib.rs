@@ -76,6 +76,7 @@ use std::sync::Arc;
 
 use ds_engine::{Engine, StorageMode};
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 
 use crate::app::App;
 use crate::shutdown::StopSignals;
@@ -106,7 +107,8 @@ impl std::error::Error for RunError {}
 
 /// Runs the server until SIGINT or SIGTERM, then shuts down gracefully.
 pub async fn run(config: Config) -> Result<(), RunError> {
-    let stop_signals = StopSignals::watch();
+    let (serving, app_ready) = tokio::sync::oneshot::channel();
+    tokio::spawn(stop_on_signals(StopSignals::watch(), app_ready));
     tracing::info!(
         "ds-server {} starting (mode {}{})",
         env!("CARGO_PKG_VERSION"),
@@ -142,7 +144,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     );
     log_recovery(&engine);
     log_shard_hint(&engine);
-    tokio::spawn(shut_down_on(stop_signals, Arc::clone(&app)));
+    let _ = serving.send(Arc::clone(&app));
     serve::serve(listener, app, tls).await;
     let stats = engine.stats();
     tokio::task::spawn_blocking(move || engine.shutdown()).await.ok();
@@ -217,9 +219,37 @@ fn log_recovery(engine: &Engine) {
     }
 }
 
-/// Fires the shutdown signal on SIGINT or SIGTERM (also one that came during the start).
-async fn shut_down_on(signals: StopSignals, app: Arc<App>) {
-    let which = signals.first().await;
-    tracing::info!("{which}: shutting down");
+/// The first SIGINT or SIGTERM shuts the server down gracefully: at once when it serves
+/// (`app_ready` has its app), else as soon as its start is done (recovering a data directory
+/// cannot be cut short). The next one ends the process at once by the signal's default
+/// action, as a crash would (nothing acknowledged is lost; the next start recovers; access
+/// lines still gathered by a worker are).
+async fn stop_on_signals(mut signals: StopSignals, mut app_ready: oneshot::Receiver<Arc<App>>) {
+    let (first, _) = signals.next().await;
+    let app = match app_ready.try_recv() {
+        Ok(app) => app,
+        // The start failed: the process is on its way out.
+        Err(oneshot::error::TryRecvError::Closed) => return,
+        Err(oneshot::error::TryRecvError::Empty) => {
+            tracing::info!(
+                "{first} during the start: the server stops once it is up (send it again to exit at once)"
+            );
+            tokio::select! {
+                app = app_ready => match app {
+                    Ok(app) => app,
+                    Err(_) => return,
+                },
+                (again, number) = signals.next() => exit_at_once(again, number),
+            }
+        }
+    };
+    tracing::info!("{first}: shutting down");
     app.begin_shutdown();
+    let (again, number) = signals.next().await;
+    exit_at_once(again, number);
+}
+
+fn exit_at_once(name: &str, number: libc::c_int) -> ! {
+    tracing::warn!("{name} again: exiting at once, without a clean shutdown (the next start recovers)");
+    shutdown::die_by(number)
 }

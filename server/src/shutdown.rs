@@ -40,11 +40,10 @@ impl Shutdown {
     }
 }
 
-/// SIGINT and SIGTERM, watched from the first moment of a run: one that comes while the
-/// engine starts (a recovery can take seconds) is kept, and stops the server as soon as it
-/// serves. Watched only later, a SIGINT sent then was lost where the process had inherited
-/// it as ignored (a server started in the background by a shell script), and a SIGTERM
-/// killed the process outright.
+/// SIGINT and SIGTERM, watched from the first moment of a run, so that one that comes while
+/// the engine starts (a recovery can take seconds) is kept. Watched only later, a SIGINT sent
+/// then was lost where the process had inherited it as ignored (a server started in the
+/// background by a shell script), and a SIGTERM killed the process outright.
 pub struct StopSignals {
     interrupt: Option<Signal>,
     terminate: Option<Signal>,
@@ -66,9 +65,9 @@ impl StopSignals {
         }
     }
 
-    /// Waits for the first of them (at once if one came already) and says which.
-    pub async fn first(mut self) -> &'static str {
-        async fn next(watched: &mut Option<Signal>) {
+    /// Waits for the next of them (at once if one came already): its name and number.
+    pub async fn next(&mut self) -> (&'static str, libc::c_int) {
+        async fn received(watched: &mut Option<Signal>) {
             match watched {
                 Some(signal) => {
                     signal.recv().await;
@@ -77,8 +76,20 @@ impl StopSignals {
             }
         }
         tokio::select! {
-            () = next(&mut self.interrupt) => "SIGINT",
-            () = next(&mut self.terminate) => "SIGTERM",
+            () = received(&mut self.interrupt) => ("SIGINT", libc::SIGINT),
+            () = received(&mut self.terminate) => ("SIGTERM", libc::SIGTERM),
         }
     }
+}
+
+/// Ends the process at once by `signal`'s default action, as if it had never been watched.
+pub fn die_by(signal: libc::c_int) -> ! {
+    // SAFETY: restoring a signal's default action and raising it are plain system calls;
+    // no other code relies on the handler being installed once the process ends.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+    // Only if the signal could not end the process (it is blocked on this thread).
+    std::process::abort()
 }

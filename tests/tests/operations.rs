@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt as _;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -306,4 +306,39 @@ fn a_stop_signal_during_the_start_stops_the_server_cleanly() {
             assert!(log.contains(&said), "{name}: the log says {said:?}; log:\n{log}");
         }
     }
+}
+
+/// A second stop signal ends a shutdown that waits for a request in flight: the process ends
+/// at once, by the signal, and the next start has everything acknowledged.
+#[test]
+fn a_second_stop_signal_exits_at_once() {
+    let mut server = Server::start_in("acid", &[("DS_SERVER__BODY_TIMEOUT_SECS", "120")]);
+    let client = server.client();
+    let path = "/v1/stream/kept";
+    assert_eq!(client.put(path, "text/plain", b"").status, 201);
+    assert_eq!(client.post(path, "text/plain", b"acknowledged").status, 204);
+    // An append whose body stops arriving: the graceful shutdown waits for it (10 s).
+    let mut held = TcpStream::connect(server.addr).expect("connect");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: ds\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\n"
+    );
+    held.write_all(head.as_bytes()).and_then(|()| held.write_all(b"partial")).expect("send");
+    server.wait_for_metric("ds_request_body_held_bytes", 1000);
+
+    // SAFETY: kill only sends a signal to the server this test started.
+    assert_eq!(unsafe { libc::kill(server.pid() as libc::pid_t, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server.log().contains("SIGTERM: shutting down") {
+        assert!(Instant::now() < deadline, "no shutdown; log:\n{}", server.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = server.terminate();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "exit status {status}; log:\n{}", server.log());
+    let log = server.log();
+    assert!(log.contains("SIGTERM again: exiting at once"), "{log}");
+    assert!(!log.contains("ds-server stopped"), "no clean stop; log:\n{log}");
+    drop(held);
+
+    server.restart();
+    assert_eq!(server.client().get(&format!("{path}?offset=-1")).text(), "acknowledged");
 }
