@@ -5,7 +5,8 @@
 //! microseconds, and the subject a proxy in front forwarded in `X-JWT-Sub` (`-` when none),
 //! so operators can see who wrote what. The request's path and subject are copied only when
 //! the line is enabled: `RUST_LOG=info,ds::access=off` turns the log off at the cost of one
-//! level check per request.
+//! level check per request. A request too malformed to parse has a line too, with `-` for
+//! what it did not say.
 
 use hyper::header::HeaderName;
 use hyper::{Method, Request};
@@ -62,6 +63,21 @@ impl AccessRecord {
             subject = %self.subject,
         );
     }
+}
+
+/// Writes the line of a request that could not be parsed, answered `status` with a body of
+/// `bytes` (`serve::canned`): there is no method, path or subject to say (`-`), nor a start
+/// to measure from.
+pub fn unparsed(status: u16, bytes: usize) {
+    tracing::info!(
+        target: ACCESS_TARGET,
+        method = %"-",
+        path = %"-",
+        status,
+        bytes,
+        latency_us = %"-",
+        subject = %"-",
+    );
 }
 
 /// At most `bytes_max` bytes of `text`, cut at a character boundary.

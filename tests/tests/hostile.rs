@@ -351,13 +351,19 @@ fn oversized_request_heads_are_refused_in(mode: &str) {
     assert!(too_many.text().contains("urn:ds:problem:head-too-large"), "{}", too_many.text());
     let long_uri = format!("/v1/stream/{}", "u".repeat(9 * 1024));
     assert_eq!(client.get(&long_uri).status, 414);
+    let garbage = client.raw(b"NOT HTTP AT ALL\r\n\r\n", false);
+    assert_eq!(garbage.status, 400);
+    assert!(garbage.text().contains("urn:ds:problem:malformed-request"), "{}", garbage.text());
     assert!(server.terminate().success());
-    // Requests the router refuses are in the access log like any other (hyper answers the
-    // one with too many headers itself), their paths cut short.
+    // Every refused request is in the access log, its path cut short: those the router
+    // refuses like any other, those hyper answers itself (too many headers, the garbage)
+    // with `-` for the method and path they did not give.
     let log = server.log();
     let access: Vec<&str> = log.lines().filter(|line| line.contains("ds::access")).collect();
     let with = |status: &str| access.iter().filter(|line| line.contains(status)).count();
-    assert_eq!((with("status=431"), with("status=414")), (1, 1), "{log}");
+    assert_eq!((with("status=431"), with("status=414"), with("status=400")), (2, 1, 1), "{log}");
+    let unparsed = access.iter().filter(|line| line.contains("method=- path=-")).count();
+    assert_eq!(unparsed, 2, "{log}");
     assert!(access.iter().all(|line| line.len() < 4400), "{log}");
 }
 

@@ -5,7 +5,8 @@
 //! (`content-length: 0`, `connection: close`) and closes the connection. [`Canned`] sits
 //! between hyper and the connection and replaces such a head with a complete answer: the
 //! same status, a short `application/problem+json` body, and the headers every answer
-//! carries. It tells hyper's heads from ours by what only ours have (`x-content-type-
+//! carries; and it writes the request's access line, which the router writes for every
+//! other. It tells hyper's heads from ours by what only ours have (`x-content-type-
 //! options`, added to every routed answer). Everything else passes through untouched.
 
 use std::io;
@@ -15,6 +16,8 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use hyper::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::access_log;
 
 /// Longest write that can be one of hyper's bare error heads.
 const BARE_HEAD_BYTES_MAX: usize = 512;
@@ -31,9 +34,13 @@ impl<I> Canned<I> {
         Canned { inner, pending: None }
     }
 
-    /// The answer to write instead of `bytes`, if they are one of hyper's bare error heads.
+    /// The answer to write instead of `bytes`, if they are one of hyper's bare error heads
+    /// (its access line written: the router never saw the request).
     fn replacement(&self, bytes: &[u8]) -> Option<Bytes> {
-        bare_error_status(bytes).map(problem_answer)
+        let status = bare_error_status(bytes)?;
+        let (answer, body_bytes) = problem_answer(status);
+        access_log::unparsed(status.as_u16(), body_bytes);
+        Some(answer)
     }
 }
 
@@ -65,8 +72,9 @@ fn status_code(bytes: &[u8]) -> Option<u16> {
         .try_fold(0u16, |code, digit| digit.is_ascii_digit().then(|| code * 10 + u16::from(digit - b'0')))
 }
 
-/// A complete answer of `status` with its problem document and the common headers.
-fn problem_answer(status: StatusCode) -> Bytes {
+/// A complete answer of `status` with its problem document and the common headers, and the
+/// document's length.
+fn problem_answer(status: StatusCode) -> (Bytes, usize) {
     let (kind, detail) = match status {
         StatusCode::URI_TOO_LONG => ("uri-too-long", "the request line is too long"),
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => {
@@ -80,13 +88,14 @@ fn problem_answer(status: StatusCode) -> Bytes {
         "{{\"type\":\"urn:ds:problem:{kind}\",\"title\":\"{reason}\",\"status\":{},\"detail\":\"{detail}\"}}",
         status.as_u16()
     );
-    Bytes::from(format!(
+    let answer = Bytes::from(format!(
         "HTTP/1.1 {} {reason}\r\ncontent-type: application/problem+json\r\ncache-control: no-store\r\n\
          x-content-type-options: nosniff\r\ncross-origin-resource-policy: cross-origin\r\n\
          connection: close\r\ncontent-length: {}\r\n\r\n{body}",
         status.as_u16(),
         body.len()
-    ))
+    ));
+    (answer, body.len())
 }
 
 impl<I: AsyncWrite + Unpin> Canned<I> {
@@ -191,9 +200,10 @@ mod tests {
 
     #[test]
     fn answers_are_complete_problem_documents() {
-        let answer = problem_answer(StatusCode::URI_TOO_LONG);
+        let (answer, body_bytes) = problem_answer(StatusCode::URI_TOO_LONG);
         let text = std::str::from_utf8(&answer).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert_eq!(body.len(), body_bytes);
         assert!(head.starts_with("HTTP/1.1 414 URI Too Long\r\n"), "{head}");
         assert!(head.contains(&format!("content-length: {}", body.len())));
         assert!(head.contains("x-content-type-options: nosniff") && head.contains("cache-control: no-store"));
