@@ -85,6 +85,10 @@ impl ErrorKind {
     }
 }
 
+/// Most connections lingering at once (`crate::serve::linger` holds to it; the gauge's help
+/// says it).
+pub const CONNECTIONS_LINGERING_MAX: i64 = 1024;
+
 /// Status codes counted one by one: 100 to 599.
 const STATUS_FIRST: u16 = 100;
 const STATUSES: usize = 500;
@@ -262,9 +266,10 @@ fn render_front(out: &mut String, metrics: &Metrics) {
     let open = metrics.connections_open.load(Ordering::Relaxed);
     single(out, "ds_connections", "gauge", "Client connections open.", open);
     let lingering = metrics.connections_lingering.load(Ordering::Relaxed);
-    let lingering_help =
-        "Connections the server closed, read until the client ends its side (at most 1,024).";
-    single(out, "ds_connections_lingering", "gauge", lingering_help, lingering);
+    let lingering_help = format!(
+        "Connections the server closed, read until the client ends its side (at most {CONNECTIONS_LINGERING_MAX})."
+    );
+    single(out, "ds_connections_lingering", "gauge", &lingering_help, lingering);
     let refused_help = "Connections refused (503) past the connection limit.";
     single(out, "ds_connections_refused_total", "counter", refused_help, load(&metrics.connections_refused));
     let bare_help = "Requests without a body answered by the bare HTTP/1.1 front.";

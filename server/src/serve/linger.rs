@@ -24,14 +24,14 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, CONNECTIONS_LINGERING_MAX};
 
 /// Longest a closed connection is read before its socket is closed (milliseconds).
 const LINGER_MS: u64 = 2000;
 /// Most bytes read from a closed connection before its socket is closed.
 const LINGER_BYTES_MAX: usize = 16 << 20;
 /// Most connections lingering at once.
-const LINGERING_MAX: usize = 1024;
+const LINGERING_MAX: i64 = CONNECTIONS_LINGERING_MAX;
 /// Bytes read per call while lingering (a buffer of each lingering connection's own).
 const SCRATCH_BYTES: usize = 16 << 10;
 
@@ -85,7 +85,7 @@ struct LingerSlot {
 impl LingerSlot {
     fn take(metrics: &Arc<Metrics>) -> Option<LingerSlot> {
         let before = metrics.connections_lingering.fetch_add(1, Ordering::Relaxed);
-        if before >= LINGERING_MAX as i64 {
+        if before >= LINGERING_MAX {
             metrics.connections_lingering.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
