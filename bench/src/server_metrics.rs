@@ -1,7 +1,8 @@
 //! The server's own counters, read from its `/metrics` around the measured phase: how many
 //! device flushes made the run's writes durable, what each covered and how long each took,
 //! and how many records each shard commit carried (each commit is a write-back of its own:
-//! the figure that says what a run's device work costs per record); and, for a phase that
+//! the figure that says what a run's device work costs per record), and how often and how
+//! long shards waited for zeros (acid's zero-fill ahead, a tail-latency cause); and, for a phase that
 //! read, how many catch-up reads a kept answer served and how many found the copies cap
 //! reached and went out as slices of the log (what explains a catch-up figure better than
 //! one A/B ratio on a noisy machine).
@@ -24,6 +25,10 @@ pub struct FlushCounters {
     pub commits: f64,
     pub records: f64,
     pub flush_seconds: f64,
+    /// Times shards waited for zeros, and how long in all (0 from a server that does not
+    /// count them).
+    pub zero_waits: f64,
+    pub zero_wait_seconds: f64,
 }
 
 /// The read path's counters at one moment.
@@ -117,12 +122,14 @@ impl FlushCounters {
             commits: value("ds_flush_commits_total").unwrap_or(0.0),
             records: value("ds_flush_records_total")?,
             flush_seconds: value("ds_flush_seconds_sum")?,
+            zero_waits: value("ds_wal_zero_waits_total").unwrap_or(0.0),
+            zero_wait_seconds: value("ds_wal_zero_wait_seconds_sum").unwrap_or(0.0),
         })
     }
 
-    /// Adds flushes per second, records per flush, the mean flush time and (where the server
-    /// counts commits) records per shard commit, between `self` (the start) and `after`, over
-    /// `seconds`.
+    /// Adds flushes per second, records per flush, the mean flush time, (where the server
+    /// counts commits) records per shard commit, and the shards' waits for zeros (how many,
+    /// and their time in all), between `self` (the start) and `after`, over `seconds`.
     pub fn report(&self, after: &FlushCounters, seconds: f64, report: &mut Report) {
         let flushes = after.flushes - self.flushes;
         if flushes <= 0.0 {
@@ -136,6 +143,11 @@ impl FlushCounters {
         if commits > 0.0 {
             report.add("records_per_commit", (after.records - self.records) / commits, "");
         }
+        report.add("zero_waits", after.zero_waits - self.zero_waits, "").add(
+            "zero_wait_total_ms",
+            (after.zero_wait_seconds - self.zero_wait_seconds) * 1e3,
+            "ms",
+        );
     }
 }
 
@@ -151,15 +163,31 @@ mod tests {
         let before = FlushCounters::parse(text).unwrap();
         assert_eq!(
             before,
-            FlushCounters { flushes: 10.0, commits: 40.0, records: 160.0, flush_seconds: 0.002 }
+            FlushCounters {
+                flushes: 10.0,
+                commits: 40.0,
+                records: 160.0,
+                flush_seconds: 0.002,
+                zero_waits: 0.0,
+                zero_wait_seconds: 0.0
+            }
         );
-        let after = FlushCounters { flushes: 110.0, commits: 440.0, records: 1760.0, flush_seconds: 0.102 };
+        let after = FlushCounters {
+            flushes: 110.0,
+            commits: 440.0,
+            records: 1760.0,
+            flush_seconds: 0.102,
+            zero_waits: 3.0,
+            zero_wait_seconds: 0.012,
+        };
         let mut report = Report::new("append");
         before.report(&after, 2.0, &mut report);
         assert_eq!(report.get("flushes_per_s").and_then(|v| v.as_f64()), Some(50.0));
         assert_eq!(report.get("records_per_flush").and_then(|v| v.as_f64()), Some(16.0));
         assert!((report.get("flush_mean_ms").and_then(|v| v.as_f64()).unwrap() - 1.0).abs() < 1e-9);
         assert_eq!(report.get("records_per_commit").and_then(|v| v.as_f64()), Some(4.0));
+        assert_eq!(report.get("zero_waits").and_then(|v| v.as_f64()), Some(3.0));
+        assert!((report.get("zero_wait_total_ms").and_then(|v| v.as_f64()).unwrap() - 12.0).abs() < 1e-9);
         assert_eq!(FlushCounters::parse("ds_streams 3\n"), None, "no flushes, no figures");
         let uncounted =
             FlushCounters::parse("ds_flushes_total 1\nds_flush_records_total 2\nds_flush_seconds_sum 0\n");

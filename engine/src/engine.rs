@@ -28,6 +28,7 @@ use crate::producer::PRODUCER_IDLE_MS_MAX;
 use crate::shard::{self, worker_count, Doorbell, Shard, ShardSettings, ShardShared, Worker};
 use crate::storage::flush::{FlushGroup, FlushStats};
 use crate::storage::open::{self, OpenError, OpenedStore, StoreSettings};
+use crate::storage::wal::zero_waits::{ZeroWaitStats, ZeroWaits};
 use crate::storage::RecoveryReport;
 use crate::storage::StorageMode;
 use crate::stream::fork::Unpinned;
@@ -48,6 +49,8 @@ struct EngineInner {
     recovery: Vec<RecoveryReport>,
     /// How commits become durable (acid): one group per file system.
     flush_groups: Vec<Arc<FlushGroup>>,
+    /// How long shards waited for zeros (acid).
+    zero_waits: Option<Arc<ZeroWaits>>,
 }
 
 /// What runs the shards, and what must outlive them.
@@ -118,7 +121,7 @@ impl Engine {
     /// the shards.
     pub fn start(config: EngineConfig) -> Result<Engine, EngineError> {
         config.validate()?;
-        let OpenedStore { shards: opened, lock, housekeeper, flush_groups } =
+        let OpenedStore { shards: opened, lock, housekeeper, flush_groups, zero_waits } =
             open::open(&store_settings(&config)).map_err(|error| match error {
                 OpenError::Storage(detail) => EngineError::Storage(detail),
                 OpenError::Spawn(error) => EngineError::Spawn(error),
@@ -156,7 +159,8 @@ impl Engine {
             Threading::Threads => Runners::Threads { shards: spawn_workers(workers)?, housekeeper, lock },
         };
         let runners = Mutex::new(runners);
-        let inner = EngineInner { config, shards: shareds, runners, budget, recovery, flush_groups };
+        let inner =
+            EngineInner { config, shards: shareds, runners, budget, recovery, flush_groups, zero_waits };
         release_freed_memory();
         Ok(Engine { inner: Arc::new(inner) })
     }
@@ -318,6 +322,11 @@ impl Engine {
             total.merge(&group.stats());
         }
         total
+    }
+
+    /// How long shards waited for zeros before writing (acid; `None` in other modes).
+    pub fn zero_wait_stats(&self) -> Option<ZeroWaitStats> {
+        self.inner.zero_waits.as_ref().map(|waits| waits.stats())
     }
 
     /// Wakes every live reader of every stream, whether or not its stream moved (the

@@ -108,6 +108,7 @@ pub use shard::wake_batch;
 pub use storage::chunk::{json_array, Chunk, Message, ReadError};
 pub use storage::flush::FlushStats;
 pub use storage::renewals::SAVE_INTERVAL_MS as RENEWALS_SAVE_INTERVAL_MS;
+pub use storage::wal::zero_waits::ZeroWaitStats;
 pub use storage::{Damage, RecoveryReport, StorageMode};
 pub use stream::fork::{ForkBase, FORK_DEPTH_MAX};
 pub use stream::handle::{MessagesResult, ReadResult, StreamHandle};

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use ds_engine::HistogramSnapshot;
-use ds_engine::{EngineStats, FlushStats, ShardStats};
+use ds_engine::{EngineStats, FlushStats, ShardStats, ZeroWaitStats};
 
 /// What a request was, for the `route` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,6 +199,8 @@ pub struct EngineView<'a> {
     pub disk: bool,
     /// The device flushes that made commits durable (acid).
     pub flushes: Option<&'a FlushStats>,
+    /// How long shards waited for zeros before writing (acid).
+    pub zero_waits: Option<&'a ZeroWaitStats>,
 }
 
 /// The whole exposition: the front's counters, then the engine's.
@@ -211,7 +213,18 @@ pub fn render(metrics: &Metrics, front: FrontGauges, engine: EngineView<'_>) -> 
     if let Some(flushes) = engine.flushes {
         render_flushes(&mut out, flushes);
     }
+    if let Some(zero_waits) = engine.zero_waits {
+        render_zero_waits(&mut out, zero_waits);
+    }
     out
+}
+
+/// acid's waits for zeros: a commit that caught up with its segment's zero-filled prefix.
+fn render_zero_waits(out: &mut String, waits: &ZeroWaitStats) {
+    let waits_help = "Times a shard waited for zeros before it could write (its records caught up with the zero-fill ahead of them); every shard of its worker waits too.";
+    single(out, "ds_wal_zero_waits_total", "counter", waits_help, waits.waits);
+    header(out, "ds_wal_zero_wait_seconds", "histogram", "Time one wait for zeros took.");
+    histogram(out, "ds_wal_zero_wait_seconds", &waits.wait_us, 1e-6);
 }
 
 /// The device flushes of acid's commits: how many, what each covered, how long each took.
@@ -410,6 +423,7 @@ mod tests {
         assert!(!text.contains("999"), "out-of-range statuses are not counted: {text}");
         assert!(!text.contains("ds_commit_seconds"), "no commit histogram in memory mode");
         assert!(!text.contains("ds_flushes_total"), "no flushes in memory mode");
+        assert!(!text.contains("ds_wal_zero_waits_total"), "no zero-fill in memory mode");
     }
 
     #[test]
@@ -445,8 +459,15 @@ mod tests {
             kept_answer_hits: 3,
             ..EngineStats::default()
         };
+        let zero_waits = ZeroWaitStats { waits: 2, wait_us: histogram.snapshot() };
         let shards = [shard];
-        let engine = EngineView { stats: &stats, shards: &shards, disk: true, flushes: Some(&flushes) };
+        let engine = EngineView {
+            stats: &stats,
+            shards: &shards,
+            disk: true,
+            flushes: Some(&flushes),
+            zero_waits: Some(&zero_waits),
+        };
         let text = render(&Metrics::default(), FrontGauges::default(), engine);
         assert!(text.contains("ds_batch_ops_bucket{le=\"4\"} 1\n"), "{text}");
         assert!(text.contains("ds_batch_ops_bucket{le=\"1024\"} 2\n"), "{text}");
@@ -463,9 +484,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("ds_flush_seconds_bucket{le=\"0.000004\"} 1\n"), "{text}");
+        assert!(text.contains("ds_wal_zero_waits_total 2\n"), "{text}");
+        assert!(text.contains("ds_wal_zero_wait_seconds_bucket{le=\"0.001024\"} 2\n"), "{text}");
     }
 
     fn memory(stats: &EngineStats) -> EngineView<'_> {
-        EngineView { stats, shards: &[], disk: false, flushes: None }
+        EngineView { stats, shards: &[], disk: false, flushes: None, zero_waits: None }
     }
 }

@@ -342,3 +342,21 @@ fn a_second_stop_signal_exits_at_once() {
     server.restart();
     assert_eq!(server.client().get(&format!("{path}?offset=-1")).text(), "acknowledged");
 }
+
+/// acid counts the times a shard waited for zeros: an append past the zero-filled prefix of
+/// a fresh segment (1 MiB, against the 384 KiB a 12 MiB segment starts with) waits for them.
+#[test]
+fn waits_for_zeros_are_counted() {
+    let server = Server::start_in("acid", &[]);
+    assert_eq!(server.metric("ds_wal_zero_waits_total"), 0, "nothing written yet");
+    let client = server.client();
+    assert_eq!(client.put("/v1/stream/big", "application/octet-stream", b"").status, 201);
+    let body = vec![7u8; 1 << 20];
+    assert_eq!(client.post("/v1/stream/big", "application/octet-stream", &body).status, 204);
+    let waits = server.metric("ds_wal_zero_waits_total");
+    assert!(waits >= 1, "the append waited for zeros");
+    assert_eq!(server.metric("ds_wal_zero_wait_seconds_count"), waits, "each wait timed");
+    let memory = Server::start(&[]);
+    let text = memory.client().get("/metrics").text();
+    assert!(!text.contains("ds_wal_zero_waits_total"), "memory mode fills no zeros");
+}

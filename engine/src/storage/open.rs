@@ -30,6 +30,7 @@ use crate::storage::wal::housekeeper::{Housekeeper, Task};
 use crate::storage::wal::ledger::Ledger;
 use crate::storage::wal::recovery::{self, Recovered, RecoverySettings};
 use crate::storage::wal::writer::{WalWriter, SYNC_RUN_BYTES_MAX};
+use crate::storage::wal::zero_waits::ZeroWaits;
 use crate::storage::wal::ShardFiles;
 use crate::storage::StorageMode;
 
@@ -69,6 +70,8 @@ pub(crate) struct OpenedStore {
     pub housekeeper: Option<JoinHandle<()>>,
     /// How commits become durable, one group per file system (acid), for statistics.
     pub flush_groups: Vec<Arc<FlushGroup>>,
+    /// How long the shards waited for zeros (acid), for statistics.
+    pub zero_waits: Option<Arc<ZeroWaits>>,
 }
 
 /// What opening a data directory needs (the engine's configuration, as storage sees it).
@@ -117,6 +120,7 @@ pub(crate) fn open(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             lock: None,
             housekeeper: None,
             flush_groups: Vec::new(),
+            zero_waits: None,
         }),
         StorageMode::Acid => open_acid(config),
         StorageMode::FileFast | StorageMode::FileDurable => open_files(config),
@@ -181,7 +185,13 @@ fn open_files(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             report: report.take(),
         });
     }
-    Ok(OpenedStore { shards, lock: Some(lock), housekeeper: None, flush_groups: Vec::new() })
+    Ok(OpenedStore {
+        shards,
+        lock: Some(lock),
+        housekeeper: None,
+        flush_groups: Vec::new(),
+        zero_waits: None,
+    })
 }
 
 /// Bytes past the last good record of an acid log within which a crash can have left a torn
@@ -226,6 +236,7 @@ fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
     let recovered = recover_shards(config, vfs.as_ref());
     let mut shards = Vec::with_capacity(recovered.len());
     let mut flush_groups = FlushGroups::default();
+    let zero_waits = Arc::new(ZeroWaits::default());
     for (shard, result) in recovered.into_iter().enumerate() {
         let recovered = result.map_err(storage_error(format!("recovering shard {shard}")))?;
         let dir = shard_dir(&config.data_dir, shard as u32);
@@ -242,6 +253,7 @@ fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             shard: shard as u32,
             segment_bytes: config.segment_bytes,
             root: Arc::clone(&root),
+            zero_waits: Arc::clone(&zero_waits),
         };
         let writer = WalWriter::new(
             files,
@@ -270,7 +282,13 @@ fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
         "device flushes {}",
         if shared { "shared by the shards of each file system" } else { "per shard" }
     );
-    Ok(OpenedStore { shards, lock: Some(lock), housekeeper: thread, flush_groups })
+    Ok(OpenedStore {
+        shards,
+        lock: Some(lock),
+        housekeeper: thread,
+        flush_groups,
+        zero_waits: Some(zero_waits),
+    })
 }
 
 /// One shared flush group per file system that allows it, one per-file group for the rest.

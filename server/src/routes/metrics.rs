@@ -22,11 +22,13 @@ pub fn metrics(app: &App, method: &Method) -> Result<Response<Body>, Problem> {
     let mode = app.engine.config().mode;
     let front = FrontGauges { body_held_bytes: app.body.budget.held() };
     let (stats, shards, flushes) = (app.engine.stats(), app.engine.shard_stats(), app.engine.flush_stats());
+    let zero_waits = app.engine.zero_wait_stats();
     let engine = EngineView {
         stats: &stats,
         shards: &shards,
         disk: mode != StorageMode::Memory,
         flushes: (mode == StorageMode::Acid).then_some(&flushes),
+        zero_waits: zero_waits.as_ref(),
     };
     let text = render(&app.metrics, front, engine);
     let mut reply = response(StatusCode::OK, Body::full(text.into_bytes()));

@@ -108,7 +108,13 @@ mod tests {
         let error = guarded.write_all(&[7; 64]).await.expect_err("the peer reads nothing");
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         let stats = Default::default();
-        let engine = crate::metrics::EngineView { stats: &stats, shards: &[], disk: false, flushes: None };
+        let engine = crate::metrics::EngineView {
+            stats: &stats,
+            shards: &[],
+            disk: false,
+            flushes: None,
+            zero_waits: None,
+        };
         let text = crate::metrics::render(&metrics, Default::default(), engine);
         assert!(text.contains("ds_errors_total{kind=\"write-stall\"} 1"), "{text}");
     }

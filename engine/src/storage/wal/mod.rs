@@ -15,6 +15,7 @@
 //! - `ledger`: live bytes per segment, for removing dead ones.
 //! - `housekeeper`: a background thread that prepares segments, writes checkpoints,
 //!   reclaims deleted streams' space and removes dead segments.
+//! - `zero_waits`: how long shards waited for zeros (the zero-fill ahead of the records).
 //!
 //! A record's location is `ordinal << 32 | position` within its segment. Readers' TTL
 //! renewals are saved next to the segments, in [`RENEWALS_FILE`], keyed by stream id.
@@ -31,6 +32,7 @@ pub mod segment;
 mod snapshots;
 pub mod source;
 pub mod writer;
+pub mod zero_waits;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -41,6 +43,7 @@ use crate::storage::flush::FlushGroup;
 use crate::storage::root_watch::RootWatch;
 use crate::storage::vfs::Vfs;
 use segment::Segment;
+use zero_waits::ZeroWaits;
 
 /// The file in a shard's directory that holds its readers' TTL renewals.
 pub const RENEWALS_FILE: &str = "renewals.bin";
@@ -56,6 +59,8 @@ pub struct ShardFiles {
     pub flush: Arc<FlushGroup>,
     /// Whether the data directory is still there (no writes once it is not).
     pub root: Arc<RootWatch>,
+    /// Where waits for zeros are counted (shared by the engine's shards).
+    pub zero_waits: Arc<ZeroWaits>,
 }
 
 /// Where a shard's log continues.

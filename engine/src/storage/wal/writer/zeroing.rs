@@ -8,10 +8,12 @@
 //! and a spare as far as a planned batch reaches into it ([`WalWriter::zero_spare`]). While
 //! the housekeeper fills a range the shard writes nothing there: records stay below
 //! `zeroed_to`, and a write that could reach past it (a batch that outgrew its plan, a
-//! seal) first waits for the fill.
+//! seal) first waits for the fill. Each time a shard waits for zeros (for the housekeeper's
+//! fill, or filling on its own thread) it is counted (`crate::storage::wal::zero_waits`).
 
 use std::io;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
@@ -39,6 +41,7 @@ impl WalWriter {
             return Ok(());
         }
         self.refused_while_failing()?;
+        let started = Instant::now();
         assert!(needed <= self.active.size(), "room is sought inside the segment");
         assert!(self.in_flight.is_none(), "each commit is finished before room is sought");
         if self.run_start > self.zeroed_to {
@@ -50,7 +53,9 @@ impl WalWriter {
         // these zeros.
         let from = self.zeroed_to;
         let to = self.step_past(needed, self.active.size());
-        match segment::zero_fill(self.active.file().as_ref(), from, to) {
+        let filled = segment::zero_fill(self.active.file().as_ref(), from, to);
+        self.files.zero_waits.record(started.elapsed());
+        match filled {
             Ok(()) => {
                 self.zeroed_to = to;
                 Ok(())
@@ -66,10 +71,12 @@ impl WalWriter {
             return Ok(());
         }
         self.refused_while_failing()?;
+        let started = Instant::now();
         let to = self.step_past(needed, self.files.segment_bytes);
         let path = &self.spares.ready[index].path;
         let filled =
             self.files.vfs.open(path).and_then(|file| segment::zero_fill(file.as_ref(), zeroed_to, to));
+        self.files.zero_waits.record(started.elapsed());
         match filled {
             Ok(()) => {
                 self.spares.ready[index].zeroed_to = to;
@@ -102,12 +109,18 @@ impl WalWriter {
         self.collect_zeroing(false);
     }
 
-    /// Takes the housekeeper's fill if it is done (waiting for it with `wait`).
+    /// Takes the housekeeper's fill if it is done (waiting for it with `wait`, counted as a
+    /// wait for zeros when it was not done yet).
     pub(super) fn collect_zeroing(&mut self, wait: bool) {
         let Some(zeroing) = &self.zeroing else { return };
-        let answer = match wait {
-            true => zeroing.done.recv().map_err(|_| TryRecvError::Disconnected),
-            false => zeroing.done.try_recv(),
+        let answer = match (wait, zeroing.done.try_recv()) {
+            (true, Err(TryRecvError::Empty)) => {
+                let started = Instant::now();
+                let answer = zeroing.done.recv().map_err(|_| TryRecvError::Disconnected);
+                self.files.zero_waits.record(started.elapsed());
+                answer
+            }
+            (_, answer) => answer,
         };
         let filled = match answer {
             Ok(filled) => filled,
