@@ -107,7 +107,7 @@ impl std::error::Error for RunError {}
 
 /// Runs the server until SIGINT or SIGTERM, then shuts down gracefully.
 pub async fn run(config: Config) -> Result<(), RunError> {
-    let (serving, app_ready) = tokio::sync::oneshot::channel();
+    let (serving, app_ready) = oneshot::channel();
     tokio::spawn(stop_on_signals(StopSignals::watch(), app_ready));
     tracing::info!(
         "ds-server {} starting (mode {}{})",
