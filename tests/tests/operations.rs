@@ -1,6 +1,7 @@
 //! What operators rely on: `/metrics` scraped for real, the connection limit, the bound on
-//! a reader that stops reading, a graceful shutdown under load, and a stop signal sent
-//! while the server starts.
+//! a reader that stops reading, a graceful shutdown under load, stop signals sent while the
+//! server starts or a second one while it shuts down, and the count of acid's waits for
+//! zeros.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -270,8 +271,11 @@ fn exit_status(child: &mut Child, lines: &Receiver<String>, log: &mut String) ->
     while Instant::now() < deadline {
         log.extend(lines.try_iter().map(|line| line + "\n"));
         if let Some(status) = child.try_wait().expect("wait on ds-server") {
-            std::thread::sleep(Duration::from_millis(50));
-            log.extend(lines.try_iter().map(|line| line + "\n"));
+            // Its last lines: until the reader sees the end of its stderr (5 s at most).
+            while let Ok(line) = lines.recv_timeout(Duration::from_secs(5)) {
+                log.push_str(&line);
+                log.push('\n');
+            }
             return Some(status);
         }
         std::thread::sleep(Duration::from_millis(20));
