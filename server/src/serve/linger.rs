@@ -11,9 +11,9 @@
 //! reads and discards what the client still sends, until the client closes its side,
 //! [`LINGER_BYTES_MAX`] bytes or [`LINGER_MS`] — the answer has reached the client by then —
 //! and only then closes the socket. A connection the client closed first (its end was read)
-//! needs none of this. At most [`LINGERING_MAX`] connections linger at once, so that they
-//! cannot hold descriptors without bound; past that a connection is closed at once, as
-//! without this wrapper. `ds_connections_lingering` shows how many linger.
+//! needs none of this. At most [`CONNECTIONS_LINGERING_MAX`] connections linger at once,
+//! so that they cannot hold descriptors without bound; past that a connection is closed at
+//! once, as without this wrapper. `ds_connections_lingering` shows how many linger.
 
 use std::io;
 use std::pin::Pin;
@@ -30,8 +30,6 @@ use crate::metrics::{Metrics, CONNECTIONS_LINGERING_MAX};
 const LINGER_MS: u64 = 2000;
 /// Most bytes read from a closed connection before its socket is closed.
 const LINGER_BYTES_MAX: usize = 16 << 20;
-/// Most connections lingering at once.
-const LINGERING_MAX: i64 = CONNECTIONS_LINGERING_MAX;
 /// Bytes read per call while lingering (a buffer of each lingering connection's own).
 const SCRATCH_BYTES: usize = 16 << 10;
 
@@ -76,8 +74,9 @@ impl<I: AsyncRead + Unpin + Send + 'static> Drop for Lingering<I> {
     }
 }
 
-/// One of the [`LINGERING_MAX`] places to linger, counted in the metrics' gauge and given
-/// back when dropped (also when the lingering task is dropped unrun, at a runtime's shutdown).
+/// One of the [`CONNECTIONS_LINGERING_MAX`] places to linger, counted in the metrics' gauge
+/// and given back when dropped (also when the lingering task is dropped unrun, at a
+/// runtime's shutdown).
 struct LingerSlot {
     metrics: Arc<Metrics>,
 }
@@ -85,7 +84,7 @@ struct LingerSlot {
 impl LingerSlot {
     fn take(metrics: &Arc<Metrics>) -> Option<LingerSlot> {
         let before = metrics.connections_lingering.fetch_add(1, Ordering::Relaxed);
-        if before >= LINGERING_MAX {
+        if before >= CONNECTIONS_LINGERING_MAX {
             metrics.connections_lingering.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
