@@ -348,14 +348,15 @@ fn a_second_stop_signal_exits_at_once() {
 }
 
 /// acid counts the times a shard waited for zeros: an append past the zero-filled prefix of
-/// a fresh segment (1 MiB, against the 384 KiB a 12 MiB segment starts with) waits for them.
+/// a fresh segment (2 MiB, against the 384 KiB a 12 MiB segment starts with and the three
+/// more steps of 384 KiB at most the housekeeper fills ahead) waits for them.
 #[test]
 fn waits_for_zeros_are_counted() {
     let server = Server::start_in("acid", &[]);
     assert_eq!(server.metric("ds_wal_zero_waits_total"), 0, "nothing written yet");
     let client = server.client();
     assert_eq!(client.put("/v1/stream/big", "application/octet-stream", b"").status, 201);
-    let body = vec![7u8; 1 << 20];
+    let body = vec![7u8; 2 << 20];
     assert_eq!(client.post("/v1/stream/big", "application/octet-stream", &body).status, 204);
     let waits = server.metric("ds_wal_zero_waits_total");
     assert!(waits >= 1, "the append waited for zeros");
