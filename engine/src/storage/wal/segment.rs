@@ -14,8 +14,8 @@
 //! The writer zero-fills the rest a step at a time ahead of its records ([`zero_fill`],
 //! which sends a smaller chunk at a time to the device, then syncs once), so a write never
 //! lands in a block not yet written and each fdatasync stays cheap, while an idle shard
-//! holds a few steps of zeros, not a segment. A segment is never re-created or truncated afterwards.
-//! Records are located by `ordinal << 32 | position`.
+//! holds a few steps of zeros, not a segment. A segment is never re-created or truncated
+//! afterwards. Records are located by `ordinal << 32 | position`.
 //!
 //! Only the active (last) segment keeps its file open, for writing; a sealed one is read
 //! through its map alone ([`Segment::sealed`]), so a log of thousands of segments holds a
