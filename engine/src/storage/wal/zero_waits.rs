@@ -5,14 +5,14 @@
 //! (`writer::zeroing`). The housekeeper fills a few steps ahead of the records, but when a
 //! shard's records catch up with its zeroed prefix (a burst, a slow disk, a housekeeper
 //! starved of the CPU at its low priority), the shard waits for the fill in flight or fills
-//! on its own thread — and every shard of its worker waits with it. That shows in a commit's tail
-//! latency and nowhere else, so it is counted here: one set of counters per engine, shared
-//! by the shards' writers (relaxed atomics, touched only on those slow paths).
+//! on its own thread — and every shard of its worker waits with it. That shows in a
+//! commit's tail latency and nowhere else, so it is counted here: one set of counters per
+//! engine, shared by the shards' writers (relaxed atomics, touched only on those slow paths).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::histogram::{Histogram, HistogramSnapshot};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The counters the writers share.
 #[derive(Default)]
