@@ -8,6 +8,8 @@
 //! level check per request. A request too malformed to parse has a line too, with `-` for
 //! what it did not say.
 
+use std::fmt::Display;
+
 use hyper::header::HeaderName;
 use hyper::{Method, Request};
 use tokio::time::Instant;
@@ -53,15 +55,7 @@ impl AccessRecord {
     pub fn finish(self, status: u16, bytes: Option<u64>) {
         let latency_us = self.started.elapsed().as_micros() as u64;
         let bytes = bytes.map_or_else(|| "-".to_string(), |bytes| bytes.to_string());
-        tracing::info!(
-            target: ACCESS_TARGET,
-            method = %self.method,
-            path = %self.path,
-            status,
-            bytes = %bytes,
-            latency_us,
-            subject = %self.subject,
-        );
+        line(&self.method, &self.path, status, &bytes, &latency_us, &self.subject);
     }
 }
 
@@ -69,14 +63,26 @@ impl AccessRecord {
 /// `bytes` (`serve::canned`): there is no method, path or subject to say (`-`), nor a start
 /// to measure from.
 pub fn unparsed(status: u16, bytes: usize) {
+    line(&"-", &"-", status, &bytes, &"-", &"-");
+}
+
+/// One access line, its fields in the one order every line has.
+fn line(
+    method: &dyn Display,
+    path: &dyn Display,
+    status: u16,
+    bytes: &dyn Display,
+    latency_us: &dyn Display,
+    subject: &dyn Display,
+) {
     tracing::info!(
         target: ACCESS_TARGET,
-        method = %"-",
-        path = %"-",
+        method = %method,
+        path = %path,
         status,
-        bytes,
-        latency_us = %"-",
-        subject = %"-",
+        bytes = %bytes,
+        latency_us = %latency_us,
+        subject = %subject,
     );
 }
 

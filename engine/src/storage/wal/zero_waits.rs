@@ -10,7 +10,7 @@
 //! engine, shared by the shards' writers (relaxed atomics, touched only on those slow paths).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::histogram::{Histogram, HistogramSnapshot};
 
@@ -31,8 +31,16 @@ pub struct ZeroWaitStats {
 }
 
 impl ZeroWaits {
+    /// Runs `wait` (a wait for zeros) and counts it with its time.
+    pub fn time<T>(&self, wait: impl FnOnce() -> T) -> T {
+        let started = Instant::now();
+        let result = wait();
+        self.record(started.elapsed());
+        result
+    }
+
     /// Counts one wait of `waited`.
-    pub fn record(&self, waited: Duration) {
+    fn record(&self, waited: Duration) {
         self.waits.fetch_add(1, Ordering::Relaxed);
         self.wait_us.record(waited.as_micros() as u64);
     }
@@ -54,5 +62,7 @@ mod tests {
         waits.record(Duration::from_millis(2));
         let stats = waits.stats();
         assert_eq!((stats.waits, stats.wait_us.count(), stats.wait_us.sum), (2, 2, 2_003));
+        assert_eq!(waits.time(|| 7), 7, "a timed wait gives its result back");
+        assert_eq!(waits.stats().waits, 3, "and is counted");
     }
 }

@@ -13,7 +13,6 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
@@ -51,7 +50,6 @@ impl WalWriter {
             return Ok(());
         }
         self.refused_while_failing()?;
-        let started = Instant::now();
         assert!(needed <= self.active.size(), "room is sought inside the segment");
         assert!(self.in_flight.is_none(), "each commit is finished before room is sought");
         if self.run_start > self.zeroed_to {
@@ -63,9 +61,8 @@ impl WalWriter {
         // these zeros.
         let from = self.zeroed_to;
         let to = self.step_past(needed, self.active.size());
-        let filled = segment::zero_fill(self.active.file().as_ref(), from, to);
-        self.files.zero_waits.record(started.elapsed());
-        match filled {
+        let file = self.active.file();
+        match self.files.zero_waits.time(|| segment::zero_fill(file.as_ref(), from, to)) {
             Ok(()) => {
                 self.zeroed_to = to;
                 Ok(())
@@ -81,13 +78,10 @@ impl WalWriter {
             return Ok(());
         }
         self.refused_while_failing()?;
-        let started = Instant::now();
         let to = self.step_past(needed, self.files.segment_bytes);
-        let path = &self.spares.ready[index].path;
-        let filled =
-            self.files.vfs.open(path).and_then(|file| segment::zero_fill(file.as_ref(), zeroed_to, to));
-        self.files.zero_waits.record(started.elapsed());
-        match filled {
+        let (vfs, path) = (&self.files.vfs, &self.spares.ready[index].path);
+        let fill = || vfs.open(path).and_then(|file| segment::zero_fill(file.as_ref(), zeroed_to, to));
+        match self.files.zero_waits.time(fill) {
             Ok(()) => {
                 self.spares.ready[index].zeroed_to = to;
                 Ok(())
@@ -126,10 +120,7 @@ impl WalWriter {
         let Some(zeroing) = &self.zeroing else { return };
         let answer = match (wait, zeroing.done.try_recv()) {
             (true, Err(TryRecvError::Empty)) => {
-                let started = Instant::now();
-                let answer = zeroing.done.recv().map_err(|_| TryRecvError::Disconnected);
-                self.files.zero_waits.record(started.elapsed());
-                answer
+                self.files.zero_waits.time(|| zeroing.done.recv().map_err(|_| TryRecvError::Disconnected))
             }
             (_, answer) => answer,
         };
