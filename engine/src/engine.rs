@@ -103,6 +103,9 @@ pub struct EngineStats {
     pub map_faults: u64,
     /// Maps read without that guard because its table was full.
     pub maps_unguarded: u64,
+    /// Shards whose log could not be written: their streams take no more writes until a
+    /// restart (disk modes; reads go on).
+    pub shards_failed: usize,
 }
 
 /// One shard's activity, for metrics.
@@ -210,8 +213,9 @@ impl Engine {
     /// Creates a stream (or confirms an identical one exists).
     pub async fn create(&self, request: CreateRequest) -> Result<CreateOutcome, OpError> {
         let (reply, answer) = oneshot::channel();
-        self.shard(request.name.as_str()).submit(Op::Create(request, None, reply))?;
-        answer.await.unwrap_or(Err(OpError::ShuttingDown))
+        let shard = self.shard(request.name.as_str());
+        shard.submit(Op::Create(request, None, reply))?;
+        answer.await.unwrap_or_else(|_| Err(shard.gone()))
     }
 
     /// Creates a fork of `request.source` (or confirms an identical one exists). The source
@@ -234,8 +238,9 @@ impl Engine {
             Unpinned::Deleted => OpError::SourceDeleted,
         })?;
         let (reply, answer) = oneshot::channel();
-        let created = match self.shard(create.name.as_str()).submit(Op::Create(create, Some(base), reply)) {
-            Ok(()) => answer.await.unwrap_or(Err(OpError::ShuttingDown)),
+        let shard = self.shard(create.name.as_str());
+        let created = match shard.submit(Op::Create(create, Some(base), reply)) {
+            Ok(()) => answer.await.unwrap_or_else(|_| Err(shard.gone())),
             Err(error) => Err(error),
         };
         if !matches!(created, Ok(CreateOutcome { created: true, .. })) {
@@ -247,15 +252,17 @@ impl Engine {
     /// Appends to and/or closes a stream.
     pub async fn append(&self, request: AppendRequest) -> Result<AppendOutcome, OpError> {
         let (reply, answer) = oneshot::channel();
-        self.shard(request.name.as_str()).submit(Op::Append(request, reply))?;
-        answer.await.unwrap_or(Err(OpError::ShuttingDown))
+        let shard = self.shard(request.name.as_str());
+        shard.submit(Op::Append(request, reply))?;
+        answer.await.unwrap_or_else(|_| Err(shard.gone()))
     }
 
     /// Deletes a stream and all its data.
     pub async fn delete(&self, name: StreamName) -> Result<(), OpError> {
         let (reply, answer) = oneshot::channel();
-        self.shard(name.as_str()).submit(Op::Delete(name, reply))?;
-        answer.await.unwrap_or(Err(OpError::ShuttingDown))
+        let shard = self.shard(name.as_str());
+        shard.submit(Op::Delete(name, reply))?;
+        answer.await.unwrap_or_else(|_| Err(shard.gone()))
     }
 
     /// A read handle on the published stream called `name`, if there is one (a
@@ -299,6 +306,7 @@ impl Engine {
             kept_answer_hits: crate::stream::kept_answers::hits(),
             map_faults: crate::storage::vfs::fault_guard::faults(),
             maps_unguarded: crate::storage::vfs::fault_guard::unguarded(),
+            shards_failed: self.inner.shards.iter().filter(|s| s.commit_failed()).count(),
         }
     }
 

@@ -146,6 +146,11 @@ pub enum OpError {
     /// The data directory was removed under the server: writes are refused until it
     /// restarts (reads of what it holds go on).
     DirectoryRemoved,
+    /// The stream's shard could not write its log (a file system gone read-only, an I/O
+    /// error): the request was not acknowledged (as after a crash, a restart may or may not
+    /// find it), and the shard's streams take no more writes until a restart (reads of what
+    /// they hold go on).
+    StorageFailed,
     /// As many streams exist as may (`DS_LIMITS__MAX_STREAMS`).
     TooManyStreams,
     /// The stream was deleted while forks still read its data (410 Gone).
@@ -194,6 +199,11 @@ impl std::fmt::Display for OpError {
             OpError::DirectoryRemoved => f.write_str(
                 "the server's data directory was removed (or moved) under it: writes are refused \
                  until it restarts (reads go on)",
+            ),
+            OpError::StorageFailed => f.write_str(
+                "the server could not write this stream's log (see its log): the request was \
+                 not acknowledged (as after a crash, a restart may or may not find it), and the \
+                 stream takes no more writes until the server restarts (reads go on)",
             ),
             OpError::TooManyStreams => f.write_str("the server holds as many streams as it may"),
             OpError::Gone => f.write_str("the stream was deleted; its forks still read its data"),

@@ -326,6 +326,8 @@ fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], 
         single(out, "ds_map_faults_total", "counter", faults_help, engine.map_faults);
         let unguarded_help = "Data file maps read without that protection (its table of maps was full).";
         single(out, "ds_maps_unguarded_total", "counter", unguarded_help, engine.maps_unguarded);
+        let failed_help = "Shards whose log could not be written (a file system gone read-only, an I/O error): their streams refuse writes (503) until a restart; reads go on.";
+        single(out, "ds_shards_failed", "gauge", failed_help, engine.shards_failed);
     }
     header(out, "ds_shard_queue_depth", "gauge", "Operations waiting in each shard's queue.");
     for (index, shard) in shards.iter().enumerate() {

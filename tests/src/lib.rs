@@ -4,7 +4,8 @@
 //!   stops it (SIGTERM or kill) when the test is done.
 //! - `client`: a small blocking HTTP/1.1 client that also reads SSE bodies incrementally;
 //!   `http2`: an HTTP/2 client (async, on tokio) for the HTTP/2 tests.
-//! - `data_dir`: temporary data directories for servers of the disk modes.
+//! - `data_dir`: temporary data directories for servers of the disk modes; `scratch`: small
+//!   file systems of their own (a tmpfs, an ext4 image) for tests that make a disk fail.
 //! - `haproxy` and `jwt`: the shipped proxy configuration, started for end-to-end tests, and
 //!   tokens minted with the committed test-only keys.
 //! - `etcd`: a one-member etcd for the cluster tests, stopped and started at will.
@@ -21,6 +22,7 @@ pub mod haproxy;
 pub mod http2;
 pub mod jwt;
 pub mod prerequisites;
+pub mod scratch;
 pub mod server;
 
 pub use client::{Client, Response, StreamingResponse};

@@ -10,83 +10,15 @@
 //! image `mkfs.ext4` and a loop device; where one is missing the test says so on stderr and
 //! checks nothing.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ds_tests::data_dir::DataDir;
+use ds_tests::scratch::{skipped, start_server, Scratch};
 use ds_tests::Server;
 
-/// Size of the file system the server gets.
-const FILE_SYSTEM_BYTES: u64 = 48 << 20;
 /// A file that takes space on it, removed to give space back.
 const FILLER_BYTES: usize = 6 << 20;
 const BODY_BYTES: usize = 32 << 10;
-
-/// A small file system mounted on a temporary directory, unmounted when dropped (before the
-/// image it may live in is removed).
-struct Scratch {
-    dir: DataDir,
-    /// The directory holding an ext4 image.
-    _image: Option<DataDir>,
-}
-
-impl Scratch {
-    fn tmpfs() -> Option<Scratch> {
-        let dir = DataDir::new("tmpfs");
-        let size = format!("size={FILE_SYSTEM_BYTES}");
-        quietly(Command::new("mount").args(["-t", "tmpfs", "-o", &size, "tmpfs"]).arg(dir.path()))
-            .then_some(Scratch { dir, _image: None })
-    }
-
-    /// ext4 with 4 KiB blocks (what `mkfs` gives a disk of any real size) and its default
-    /// journal, in an image file mounted through a loop device.
-    fn ext4() -> Option<Scratch> {
-        let image_dir = DataDir::new("ext4-image");
-        let image = image_dir.path().join("fs.img");
-        std::fs::File::create(&image).ok()?.set_len(FILE_SYSTEM_BYTES).ok()?;
-        let dir = DataDir::new("ext4");
-        let made =
-            quietly(Command::new(system_tool("mkfs.ext4")).args(["-q", "-F", "-b", "4096"]).arg(&image));
-        let mounted = made && quietly(Command::new("mount").args(["-o", "loop"]).arg(&image).arg(dir.path()));
-        mounted.then_some(Scratch { dir, _image: Some(image_dir) })
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = quietly(Command::new("umount").arg(self.dir.path()));
-    }
-}
-
-/// `name` where a user's PATH may not reach it (Debian keeps mkfs in /usr/sbin), else `name`.
-fn system_tool(name: &str) -> PathBuf {
-    let sbin = ["/usr/sbin", "/sbin"].iter().map(|dir| Path::new(dir).join(name)).find(|path| path.exists());
-    sbin.unwrap_or_else(|| PathBuf::from(name))
-}
-
-/// Runs `command` with its output dropped; whether it ran and succeeded.
-fn quietly(command: &mut Command) -> bool {
-    let status = command.stdout(Stdio::null()).stderr(Stdio::null()).status();
-    status.is_ok_and(|status| status.success())
-}
-
-fn start(mode: &str, data: &Path) -> Server {
-    let data_dir = data.display().to_string();
-    Server::start(&[
-        ("DS_STORAGE__MODE", mode),
-        ("DS_STORAGE__DATA_DIR", &data_dir),
-        ("DS_STORAGE__ACID_SHARD_COUNT", "4"),
-        ("DS_STORAGE__SEGMENT_BYTES", "1048576"),
-        ("DS_LIMITS__MAX_STREAM_BYTES", "262144"),
-        ("DS_LIMITS__MAX_MEMORY_BYTES", "1073741824"),
-    ])
-}
 
 /// Appends to streams `{prefix}-0`, `{prefix}-1`, … until the disk refuses; what each holds.
 fn fill(server: &Server, prefix: &str) -> Vec<(String, Vec<u8>)> {
@@ -158,7 +90,7 @@ fn a_full_tmpfs_is_back_pressure_not_death() {
 
 #[test]
 fn a_full_ext4_is_back_pressure_not_death() {
-    match Scratch::ext4() {
+    match Scratch::ext4("defaults") {
         Some(scratch) => back_pressure_not_death(&scratch, true),
         None => skipped(
             "a_full_ext4_is_back_pressure_not_death",
@@ -167,18 +99,13 @@ fn a_full_ext4_is_back_pressure_not_death() {
     }
 }
 
-/// Written past the test harness's capture, so the skip shows in the summary.
-fn skipped(test: &str, why: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-}
-
 /// `shared_flush`: whether acid's shards share each device flush there (ext4: they do).
 fn back_pressure_not_death(scratch: &Scratch, shared_flush: bool) {
     for mode in ["acid", "file-durable"] {
         let data = scratch.path().join(mode);
         let fillers =
             [filler(scratch, &format!("{mode}-filler-1")), filler(scratch, &format!("{mode}-filler-2"))];
-        let mut server = start(mode, &data);
+        let mut server = start_server(mode, &data);
         let client = server.client();
         if mode == "acid" {
             assert_eq!(server.metric("ds_flush_shared"), u64::from(shared_flush), "{mode}: ds_flush_shared");

@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::{Batch, Shard};
 use crate::meta::StreamSnapshot;
 use crate::storage::maintenance::{CheckpointKind, ShardCheckpoint};
-use crate::storage::Committing;
+use crate::storage::{CommitError, Committing};
 use crate::stream::cascade::HeldAnswer;
 use crate::stream::Published;
 
@@ -38,9 +38,16 @@ impl Shard {
         batch.places.clear();
         batch.started = Some(Instant::now());
         let committing = Committing { records: &batch.records, moves: &batch.moves, time_ms: batch.now_ms };
-        if let Err(error) = self.persist.commit(committing, &mut batch.places) {
-            self.fail("commit", &error);
-            return None;
+        match self.persist.commit(committing, &mut batch.places) {
+            Ok(()) => {}
+            Err(CommitError::Unwritten(error)) => {
+                self.stop_writing(&error);
+                return None;
+            }
+            Err(CommitError::Unsynced(error)) => {
+                self.fail("commit", &error);
+                return None;
+            }
         }
         assert_eq!(batch.places.len(), batch.records.len() + batch.moves.len(), "one place each");
         Some(batch)
@@ -87,11 +94,27 @@ impl Shard {
         self.recycled = Some(batch);
     }
 
-    /// A write or flush failed: under the policy the process stops; otherwise this shard
-    /// takes no more ops and answers nothing of the batch.
+    /// A sync failed: under the policy the process stops; otherwise this shard takes no
+    /// more ops and answers nothing of the batch.
     fn fail(&mut self, what: &str, error: &std::io::Error) {
         self.settings.io_error_policy.fatal(what, error);
         self.failed = true;
+        self.shared.commit_failed.store(true, Ordering::Release);
+    }
+
+    /// The batch could not be written, but every sync so far succeeded, so what earlier
+    /// commits made durable is durable: the process goes on. This shard takes no more ops
+    /// (the batch's requesters, and later ones, are refused: `OpError::StorageFailed`), and
+    /// its streams are read as they were last published, until a restart.
+    fn stop_writing(&mut self, error: &std::io::Error) {
+        let streams = self.shared.directory.len();
+        tracing::error!(
+            %error,
+            streams,
+            "cannot write a shard's log: its streams take no more writes until a restart (reads go on); the batch was not acknowledged"
+        );
+        self.failed = true;
+        self.shared.commit_failed.store(true, Ordering::Release);
     }
 
     /// Step 4: readers see the batch, requesters get their answers, live readers wake.

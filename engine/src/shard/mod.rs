@@ -29,7 +29,7 @@ pub(crate) use install::install_recovered;
 pub(crate) use worker::{worker_count, Worker};
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
@@ -71,6 +71,9 @@ pub(crate) struct ShardShared {
     doorbell: Arc<Doorbell>,
     /// A reader renewed a TTL window since the shard last saved renewals (`renewals`).
     renewed_by_read: AtomicBool,
+    /// A commit failed: the shard is gone, and its streams take no more writes until a
+    /// restart (they are read as they were last published).
+    commit_failed: AtomicBool,
 }
 
 impl ShardShared {
@@ -78,10 +81,23 @@ impl ShardShared {
     pub fn submit(&self, op: Op) -> Result<(), OpError> {
         self.ops.try_send(op).map_err(|error| match error {
             TrySendError::Full(_) => OpError::Overloaded,
-            TrySendError::Disconnected(_) => OpError::ShuttingDown,
+            TrySendError::Disconnected(_) => self.gone(),
         })?;
         wake_batch::ring(&self.doorbell);
         Ok(())
+    }
+
+    /// Why an op the shard will never answer failed: its commit failed, or it stopped.
+    pub fn gone(&self) -> OpError {
+        match self.commit_failed.load(Ordering::Acquire) {
+            true => OpError::StorageFailed,
+            false => OpError::ShuttingDown,
+        }
+    }
+
+    /// Whether a commit of this shard failed (it takes no more writes until a restart).
+    pub fn commit_failed(&self) -> bool {
+        self.commit_failed.load(Ordering::Acquire)
     }
 
     /// Best-effort housekeeping request (dropped when the queue is busy).
@@ -175,7 +191,8 @@ pub(crate) struct Shard {
     recycled: Option<Batch>,
     /// Streams keep their bytes in memory (memory mode) rather than in a log.
     in_memory: bool,
-    /// A commit failed (under `IoErrorPolicy::Fail`): the shard takes no more ops.
+    /// A commit failed (its write, or a sync under `IoErrorPolicy::Fail`): the shard takes
+    /// no more ops.
     failed: bool,
     /// Streams compaction wants moved (acid), one per batch.
     moves: VecDeque<Resident>,
@@ -267,6 +284,7 @@ impl Shard {
             counters: ShardCounters::default(),
             log: opened.log,
             renewed_by_read: AtomicBool::new(false),
+            commit_failed: AtomicBool::new(false),
         });
         let shard = Shard {
             in_memory: shared.log.is_none(),

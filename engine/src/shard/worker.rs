@@ -68,10 +68,13 @@ impl Worker {
     }
 
     /// One step of every shard (with work or not), for engines whose caller drives the
-    /// shards; returns whether an op was taken.
+    /// shards; returns whether an op was taken. Shards that stopped or failed leave, as
+    /// under threads (their queues close: later requests are refused at once).
     pub fn step_all(&mut self) -> bool {
         let now_ms = self.clock.now_ms();
-        self.turn(true, now_ms).took_op
+        let took_op = self.turn(true, now_ms).took_op;
+        self.retire_done();
+        took_op
     }
 
     /// Finishes every shard (the clean end, or what a crash leaves when dropped instead).

@@ -141,11 +141,33 @@ pub(crate) struct Committing<'a> {
     pub time_ms: u64,
 }
 
+/// Why a commit failed. Nothing of the batch is acknowledged either way; what differs is
+/// whether what earlier commits made durable can still be trusted.
+#[derive(Debug)]
+pub(crate) enum CommitError {
+    /// Writing the batch failed before any sync of it failed (a file system gone read-only,
+    /// an I/O error on a write, a file that cannot be created): earlier commits' syncs
+    /// succeeded, so what they made durable is untouched. The shard takes no more writes;
+    /// the process goes on serving reads.
+    Unwritten(std::io::Error),
+    /// A sync (or anything that includes one) failed: the kernel may have dropped dirty
+    /// pages, so nothing is known to be durable any more. Fatal under the engine's policy.
+    Unsynced(std::io::Error),
+}
+
+/// Anything but a batch's own data writes is a sync, or includes one.
+impl From<std::io::Error> for CommitError {
+    fn from(error: std::io::Error) -> CommitError {
+        CommitError::Unsynced(error)
+    }
+}
+
 /// Step 3 of the shard loop, in every mode.
 pub(crate) trait Persist: Send {
     /// Writes `batch` and says where each record and each move went (one place each,
-    /// records first, in order). An error is fatal: nothing of the batch is acknowledged.
-    fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> std::io::Result<()>;
+    /// records first, in order). On an error nothing of the batch is acknowledged, and the
+    /// shard takes no more writes ([`CommitError`] says whether the process may go on).
+    fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> Result<(), CommitError>;
 
     /// Starts sending the last commit's bytes to the device without waiting (acid: its
     /// write-back, and its place in a flush round). A worker calls it for each of its shards
@@ -205,7 +227,7 @@ pub(crate) trait Persist: Send {
 pub(crate) struct MemoryPersist;
 
 impl Persist for MemoryPersist {
-    fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> std::io::Result<()> {
+    fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> Result<(), CommitError> {
         debug_assert!(batch.moves.is_empty(), "memory is never compacted");
         places.extend(batch.records.iter().map(|_| Place::default()));
         Ok(())

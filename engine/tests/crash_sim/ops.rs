@@ -20,7 +20,8 @@ pub enum Answer {
         duplicate: bool,
     },
     Refused(OpError),
-    /// No answer (the shard stopped or the engine went away): not acknowledged.
+    /// No answer (the shard stopped or the engine went away), or its commit failed: not
+    /// acknowledged, and a restart may or may not find it.
     Lost,
 }
 
@@ -29,7 +30,7 @@ pub type Pending = Pin<Box<dyn Future<Output = Answer> + Send>>;
 pub fn classify<T>(result: Result<T, OpError>, duplicate: impl FnOnce(&T) -> bool) -> Answer {
     match result {
         Ok(value) => Answer::Ok { duplicate: duplicate(&value) },
-        Err(OpError::ShuttingDown) => Answer::Lost,
+        Err(OpError::ShuttingDown | OpError::StorageFailed) => Answer::Lost,
         Err(error) => Answer::Refused(error),
     }
 }

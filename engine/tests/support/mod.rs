@@ -38,6 +38,9 @@ pub struct Harness {
     pub segment_bytes: u64,
     /// Shards of the engine (1 unless a test asks for more).
     pub shard_count: u32,
+    /// What a failed sync does: stop the failing shard (crash tests), unless a test asks
+    /// for the server's policy (the process aborts).
+    pub io_error_policy: IoErrorPolicy,
     engine: Option<Engine>,
     /// The storage the last engine was given (to tell whether a stopped one let go of it).
     storage: Weak<dyn Vfs>,
@@ -92,6 +95,7 @@ impl Harness {
             clock: Clock::manual(T0),
             segment_bytes,
             shard_count,
+            io_error_policy: IoErrorPolicy::Fail,
             engine: None,
             storage: Weak::<SimVfs>::new(),
         };
@@ -111,7 +115,7 @@ impl Harness {
                 ..Limits::default()
             },
             segment_bytes: self.segment_bytes,
-            io_error_policy: IoErrorPolicy::Fail,
+            io_error_policy: self.io_error_policy,
             threading: Threading::Manual,
             vfs: VfsHandle(Arc::new(self.disk.clone())),
             clock: self.clock.clone(),

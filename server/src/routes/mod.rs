@@ -107,6 +107,7 @@ pub fn op_problem(error: OpError) -> Problem {
         OpError::DirectoryRemoved => {
             Problem::new(StatusCode::SERVICE_UNAVAILABLE, "data-directory-removed", detail)
         }
+        OpError::StorageFailed => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "storage-failed", detail),
         OpError::TooManyStreams => Problem::new(StatusCode::INSUFFICIENT_STORAGE, "too-many-streams", detail),
         OpError::Gone => Problem::new(StatusCode::GONE, "stream-deleted", detail),
         OpError::NameHeld => Problem::new(StatusCode::CONFLICT, "name-held-by-deleted-stream", detail),

@@ -7,8 +7,9 @@
 //! would find it: durable state, plus — chosen by a seeded generator — each unsynced write
 //! kept, dropped or torn (a random subset of its 512-byte sectors), and a random prefix of
 //! each directory's unsynced entry changes. [`SimVfs::fail_after`] makes every operation after the
-//! next `n` fail, which is how a test stops the world in the middle of a commit. Same seed,
-//! same disk.
+//! next `n` fail, which is how a test stops the world in the middle of a commit;
+//! [`SimVfs::set_read_only`] makes every change fail while reads go on, as a file system
+//! remounted read-only after an error does. Same seed, same disk.
 //!
 //! The device cache is modelled as ext4 and XFS behave (`storage::flush` relies on it):
 //! `write_back` (`sync_file_range`) sends a file's writes inside a range to the device
@@ -67,6 +68,9 @@ struct Disk {
     capacity: Option<usize>,
     /// Files with writes written back since the last device flush.
     written_back: Vec<FileRef>,
+    /// Every change fails ("read-only file system") while reads go on, as on a file system
+    /// remounted read-only after an error.
+    read_only: bool,
 }
 
 /// The simulated disk. Clones share it.
@@ -124,6 +128,11 @@ impl SimVfs {
     /// After `operations` more operations (reads included), every operation fails.
     pub fn fail_after(&self, operations: u64) {
         self.lock().operations_left = Some(operations);
+    }
+
+    /// Turns the disk read-only (every write, sync and change of a directory fails) or back.
+    pub fn set_read_only(&self, read_only: bool) {
+        self.lock().read_only = read_only;
     }
 
     /// Limits the bytes files may hold in all (`None`: no limit).
@@ -246,6 +255,15 @@ impl SimVfs {
         }
     }
 
+    /// Counts one operation that changes the disk; fails while it is read-only.
+    fn change(&self) -> io::Result<MutexGuard<'_, Disk>> {
+        let disk = self.operate()?;
+        match disk.read_only {
+            true => Err(io::Error::from_raw_os_error(libc::EROFS)),
+            false => Ok(disk),
+        }
+    }
+
     fn find(&self, path: &Path) -> io::Result<FileRef> {
         let (dir, name) = split(path);
         let disk = self.lock();
@@ -269,7 +287,7 @@ struct SimMap {
 
 impl Vfs for SimVfs {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        let mut disk = self.operate()?;
+        let mut disk = self.change()?;
         let mut missing = Vec::new();
         let mut current = Some(path);
         while let Some(dir) = current.filter(|dir| !disk.dirs.contains_key(*dir)) {
@@ -317,7 +335,7 @@ impl Vfs for SimVfs {
 
     fn create_new(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
         let (dir, name) = split(path);
-        let mut disk = self.operate()?;
+        let mut disk = self.change()?;
         let directory = disk.dir_mut(&dir)?;
         if directory.current.contains_key(&name) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} exists", path.display())));
@@ -330,7 +348,7 @@ impl Vfs for SimVfs {
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let (dir, name) = split(path);
-        let mut disk = self.operate()?;
+        let mut disk = self.change()?;
         let directory = disk.dir_mut(&dir)?;
         if directory.current.remove(&name).is_none() {
             return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display())));
@@ -341,7 +359,7 @@ impl Vfs for SimVfs {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let ((from_dir, from_name), (to_dir, to_name)) = (split(from), split(to));
-        let mut disk = self.operate()?;
+        let mut disk = self.change()?;
         // Like rename(2): a missing target directory fails before the source is touched.
         disk.dir_mut(&to_dir)?;
         let source = disk.dir_mut(&from_dir)?;
@@ -357,12 +375,12 @@ impl Vfs for SimVfs {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.operate()?.make_entries_durable(dir)
+        self.change()?.make_entries_durable(dir)
     }
 
     /// The whole simulated disk is one file system.
     fn sync_file_system(&self, _path: &Path) -> io::Result<()> {
-        let mut disk = self.operate()?;
+        let mut disk = self.change()?;
         let dirs: Vec<PathBuf> = disk.dirs.keys().cloned().collect();
         for dir in &dirs {
             let files = disk.dir_mut(dir)?.current.values();
@@ -398,7 +416,7 @@ impl VfsFile for SimFile {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        drop(self.vfs.operate()?);
+        drop(self.vfs.change()?);
         let size = self.data.lock().expect("sim file lock").current.len();
         self.vfs.make_room((len as usize).saturating_sub(size))?;
         let mut data = self.data.lock().expect("sim file lock");
@@ -409,7 +427,7 @@ impl VfsFile for SimFile {
     }
 
     fn write_all_at(&self, position: u64, parts: &[&[u8]]) -> io::Result<()> {
-        drop(self.vfs.operate()?);
+        drop(self.vfs.change()?);
         let bytes = parts.concat();
         let size = self.data.lock().expect("sim file lock").current.len();
         self.vfs.make_room((position as usize + bytes.len()).saturating_sub(size))?;
@@ -429,14 +447,14 @@ impl VfsFile for SimFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        let mut disk = self.vfs.operate()?;
+        let mut disk = self.vfs.change()?;
         self.data.lock().expect("sim file lock").make_durable();
         disk.flush_device();
         Ok(())
     }
 
     fn write_back(&self, position: u64, len: u64) -> io::Result<()> {
-        let mut disk = self.vfs.operate()?;
+        let mut disk = self.vfs.change()?;
         let mut data = self.data.lock().expect("sim file lock");
         let before = data.written_back;
         data.write_back(position as usize, (position + len) as usize);
