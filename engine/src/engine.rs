@@ -131,6 +131,7 @@ impl Engine {
             })?;
         let budget = Arc::new(ByteBudget::new(config.limits.total_bytes_max, config.limits.streams_max));
         let settings = ShardSettings {
+            index: 0,
             limits: config.limits,
             producer_idle_ms_max: (config.mode == StorageMode::Memory).then_some(PRODUCER_IDLE_MS_MAX),
             batch_ops_max: config.batch_ops_max,
@@ -150,8 +151,9 @@ impl Engine {
         for (index, mut opened) in opened.into_iter().enumerate() {
             recovered.push(std::mem::take(&mut opened.streams));
             let doorbell = Arc::clone(&doorbells[index % workers]);
+            let settings = ShardSettings { index, ..settings.clone() };
             let (shard, shared) =
-                Shard::new(config.queue_capacity, Arc::clone(&budget), settings.clone(), opened, doorbell);
+                Shard::new(config.queue_capacity, Arc::clone(&budget), settings, opened, doorbell);
             shareds.push(shared);
             shards.push(shard);
         }

@@ -110,6 +110,7 @@ impl Shard {
         let streams = self.shared.directory.len();
         tracing::error!(
             %error,
+            shard = self.settings.index,
             streams,
             "cannot write a shard's log: its streams take no more writes until a restart (reads go on); the batch was not acknowledged"
         );

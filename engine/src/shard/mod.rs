@@ -164,9 +164,11 @@ pub(crate) struct ShardCounters {
     pub damage: DamageCounter,
 }
 
-/// Batch limits and the clock of a shard.
+/// Which shard, its batch limits and the clock.
 #[derive(Clone, Debug)]
 pub(crate) struct ShardSettings {
+    /// Which shard this is (its place in the engine's shards), for the log.
+    pub index: usize,
     pub limits: Limits,
     /// Forget producers idle this long (memory mode); `None` keeps them for the stream's life.
     pub producer_idle_ms_max: Option<u64>,

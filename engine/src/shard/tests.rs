@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 
 fn shard(queue_capacity: usize) -> (Shard, Arc<ShardShared>) {
     let settings = ShardSettings {
+        index: 0,
         limits: Limits::default(),
         producer_idle_ms_max: None,
         batch_ops_max: 64,
