@@ -10,9 +10,9 @@ use crate::storage::vfs::Vfs;
 use crate::storage::StorageMode;
 use crate::time::Clock;
 
-/// What happens when a commit's sync fails (or a write that is part of one: a segment's
-/// seal or rotation). A commit whose own writes fail before any sync does stops only its
-/// shard, whatever the policy (`storage::CommitError::Unwritten`).
+/// What happens when a commit's sync fails (or making a new segment active does). A
+/// commit whose own writes fail before any sync does stops only its shard, whatever the
+/// policy (`storage::CommitError::Unwritten`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum IoErrorPolicy {
     /// Stop the process at once: it never acknowledges what it could not make durable, and

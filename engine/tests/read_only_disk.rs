@@ -52,3 +52,46 @@ fn a_read_only_file_system_refuses_writes_and_keeps_reads() {
         assert_eq!(harness.engine().stats().shards_failed, 0, "{mode}");
     }
 }
+
+/// An acid batch that does not fit its segment seals it and moves to the next: on the
+/// read-only disk the seal's write is what fails, and that too stops the shard, not the
+/// process.
+#[test]
+fn a_batch_that_starts_a_new_segment_on_a_read_only_disk_is_refused() {
+    // Segments whose first zero-filled step holds a whole append, so the append that does
+    // not fit the first segment needs no zeros the read-only disk could refuse.
+    const SEGMENT_BYTES: u64 = 1 << 20;
+    let body = |i: usize| format!("{i:04}{}", "k".repeat(20_000));
+    let fill = |harness: &Harness, count: usize| -> String {
+        let mut acknowledged = String::new();
+        for i in 0..count {
+            harness.append(append_request("kept", &body(i))).unwrap();
+            acknowledged.push_str(&body(i));
+        }
+        acknowledged
+    };
+    // How many appends the first segment takes, on a disk that stays writable.
+    let trial = Harness::new(SEGMENT_BYTES);
+    trial.create("kept", plain_config()).unwrap();
+    let rotated_at = (1..200).find(|_| {
+        fill(&trial, 1);
+        trial.segments().len() > 1
+    });
+    let fitting = rotated_at.expect("the first segment fills") - 1;
+
+    let mut harness = Harness::new(SEGMENT_BYTES);
+    harness.shutdown();
+    harness.io_error_policy = IoErrorPolicy::Abort;
+    harness.start();
+    harness.create("kept", plain_config()).unwrap();
+    let acknowledged = fill(&harness, fitting);
+    assert_eq!(harness.segments().len(), 1, "they fit the first segment");
+    harness.disk.set_read_only(true);
+    let refused = harness.append(append_request("kept", &body(fitting)));
+    assert_eq!(refused.err(), Some(OpError::StorageFailed));
+    assert_eq!(harness.read("kept").as_deref(), Some(acknowledged.as_str()), "reads go on");
+    harness.shutdown();
+    harness.disk.set_read_only(false);
+    harness.start();
+    assert_eq!(harness.read("kept").as_deref(), Some(acknowledged.as_str()), "after a restart");
+}

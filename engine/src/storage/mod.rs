@@ -155,10 +155,38 @@ pub(crate) enum CommitError {
     Unsynced(std::io::Error),
 }
 
-/// Anything but a batch's own data writes is a sync, or includes one.
+/// A failed write of a batch's records, made before any sync of it failed, on its way to
+/// the commit inside an `io::Error` (through the writers' helpers that return those).
+#[derive(Debug)]
+struct WriteFailed(std::io::Error);
+
+impl std::fmt::Display for WriteFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for WriteFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// Marks `error`, from a write of a batch's records, as [`CommitError::Unwritten`] once it
+/// reaches the commit (its kind is kept).
+pub(crate) fn write_failed(error: std::io::Error) -> std::io::Error {
+    std::io::Error::new(error.kind(), WriteFailed(error))
+}
+
+/// An error marked by [`write_failed`] is `Unwritten`; anything else is a sync, or includes
+/// one.
 impl From<std::io::Error> for CommitError {
     fn from(error: std::io::Error) -> CommitError {
-        CommitError::Unsynced(error)
+        if !error.get_ref().is_some_and(|inner| inner.is::<WriteFailed>()) {
+            return CommitError::Unsynced(error);
+        }
+        let inner = error.into_inner().and_then(|inner| inner.downcast::<WriteFailed>().ok());
+        CommitError::Unwritten(inner.expect("checked to be a failed write").0)
     }
 }
 

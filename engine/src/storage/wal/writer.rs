@@ -37,7 +37,7 @@ use crate::storage::maintenance::{CheckpointKind, Maintenance, Resident, ShardCh
 use crate::storage::record::codec::{HEADER_BYTES, RECORD_ALIGN};
 use crate::storage::record::{encode, Record};
 use crate::storage::renewals::{Renewal, RenewalStore};
-use crate::storage::{CommitError, Committing, NoRoom, Persist, Place, Purpose, Unprepared};
+use crate::storage::{write_failed, CommitError, Committing, NoRoom, Persist, Place, Purpose, Unprepared};
 
 mod compact;
 mod in_flight;
@@ -177,7 +177,7 @@ impl WalWriter {
     }
 
     /// Writes and syncs the run so far once it is long (the batch goes on).
-    fn sync_run_when_long(&mut self) -> Result<(), CommitError> {
+    fn sync_run_when_long(&mut self) -> io::Result<()> {
         match self.position - self.synced_to >= SYNC_RUN_BYTES_MAX {
             true => self.sync_run(),
             false => Ok(()),
@@ -185,8 +185,8 @@ impl WalWriter {
     }
 
     /// Writes and syncs the run so far (the batch goes on).
-    fn sync_run(&mut self) -> Result<(), CommitError> {
-        self.write_run().map_err(CommitError::Unwritten)?;
+    fn sync_run(&mut self) -> io::Result<()> {
+        self.write_run()?;
         self.active.file().sync_data()?;
         self.synced_to = self.position;
         Ok(())
@@ -294,7 +294,7 @@ impl WalWriter {
                 Part::Body(body) => body.as_ref(),
             })
             .collect();
-        self.active.file().write_all_at(self.run_start, &slices)?;
+        self.active.file().write_all_at(self.run_start, &slices).map_err(write_failed)?;
         self.parts.clear();
         self.staging.clear();
         self.run_start = self.position;
@@ -348,9 +348,10 @@ impl Persist for WalWriter {
         self.load_levels(stream, chain_tail).map_err(Unprepared::from)
     }
 
-    /// The batch's records are written as runs (`write_run`): a failed run is
-    /// [`CommitError::Unwritten`]. Everything else here — a rotation's seal and new segment,
-    /// a sync of a long run or of new blocks — includes a sync, and its failure is not.
+    /// The batch's records are written as runs (`write_run`) and a full segment is sealed
+    /// with a write: either failing is [`CommitError::Unwritten`] (marked `write_failed`).
+    /// Everything else here — a seal's sync, a new segment, a sync of a long run or of new
+    /// blocks — is a sync or includes one, and its failure is not.
     fn commit(&mut self, batch: Committing<'_>, places: &mut Vec<Place>) -> Result<(), CommitError> {
         debug_assert!(self.parts.is_empty() && self.staging.is_empty());
         assert!(self.in_flight.is_none(), "each commit is finished before the next");
@@ -372,7 +373,7 @@ impl Persist for WalWriter {
         }
         // A batch that wrote nothing (answers only: pins, refusals, duplicates) answers from
         // state earlier commits made durable: nothing to flush.
-        self.write_run().map_err(CommitError::Unwritten)?;
+        self.write_run()?;
         if self.position > self.zeroed_to {
             // Past the zero-filled prefix (the batch outgrew its estimate): new blocks are
             // durable only through the file's own sync.

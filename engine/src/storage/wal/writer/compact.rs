@@ -38,7 +38,7 @@ use crate::storage::maintenance::{Move, Resident};
 use crate::storage::record::codec::{self, flags, Header, MetaRef, HEADER_BYTES};
 use crate::storage::wal::housekeeper::Task;
 use crate::storage::wal::{location, split_location};
-use crate::storage::{CommitError, Place};
+use crate::storage::Place;
 
 /// A segment is compacted when less than this share of it (percent) is live.
 const LIVE_SHARE_MAX_PERCENT: u64 = 25;
@@ -48,11 +48,11 @@ const DELETED_CHECK_MS: u64 = 1000;
 impl WalWriter {
     /// Copies the chain of the stream (ending at `chain_tail`, or later in this batch) to
     /// the head of the log, unless its record `witness_n` is no longer at `witness`.
-    pub(super) fn stage_move(&mut self, stream_move: &Move, time_ms: u64) -> Result<Place, CommitError> {
+    pub(super) fn stage_move(&mut self, stream_move: &Move, time_ms: u64) -> io::Result<Place> {
         let Move { stream, chain_tail, witness, witness_n } = *stream_move;
         let witness = (witness, witness_n);
         // Records staged earlier in this batch must be readable from the map to be copied.
-        self.write_run().map_err(CommitError::Unwritten)?;
+        self.write_run()?;
         let tail_location = self.chains.get(&stream).map_or(chain_tail, Levels::last);
         let Some((tail, locations)) = self.chain_to_move(stream, tail_location, witness) else {
             // Not the stream compaction found (moved since), or damaged: it stays where it is.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use super::{WalWriter, LINKED_CHECK_MS};
 use crate::storage::record::codec::{Header, HEADER_BYTES};
 use crate::storage::wal::segment::{self, Segment, SegmentHeader};
+use crate::storage::write_failed;
 
 impl WalWriter {
     /// Moves on to the next segment when the active one no longer reads as written (its
@@ -77,7 +78,7 @@ impl WalWriter {
         self.collect_zeroing(true);
         assert!(self.position + HEADER_BYTES as u64 <= self.active.size(), "the seal fits");
         let header = Header::seal(self.next_lsn, time_ms);
-        self.active.file().write_all_at(self.position, &[&header.encode()])?;
+        self.active.file().write_all_at(self.position, &[&header.encode()]).map_err(write_failed)?;
         self.active.file().sync_data()?;
         self.next_lsn = self.next_lsn.next();
         Ok(())
