@@ -172,8 +172,9 @@ impl std::error::Error for WriteFailed {
     }
 }
 
-/// Marks `error`, from a write of a batch's records, as [`CommitError::Unwritten`] once it
-/// reaches the commit (its kind is kept).
+/// Marks `error`, from a write of a batch's records (acid: a run, a seal; the file modes:
+/// every file made, written or removed before the batch's syncs), as
+/// [`CommitError::Unwritten`] once it reaches the commit (its kind is kept).
 pub(crate) fn write_failed(error: std::io::Error) -> std::io::Error {
     std::io::Error::new(error.kind(), WriteFailed(error))
 }

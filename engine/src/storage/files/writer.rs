@@ -41,7 +41,7 @@ use crate::storage::record::{encode, Record};
 use crate::storage::renewals::{self, Renewal, RenewalStore};
 use crate::storage::root_watch::RootWatch;
 use crate::storage::vfs::{read_exact_at, Vfs, VfsFile};
-use crate::storage::{CommitError, Committing, NoRoom, Persist, Place, Purpose, Unprepared};
+use crate::storage::{write_failed, CommitError, Committing, NoRoom, Persist, Place, Purpose, Unprepared};
 
 /// Streams whose writer state is kept between batches, at most (no more than the handle
 /// cache holds files: each remembered stream keeps its file open).
@@ -402,7 +402,7 @@ impl Persist for FileWriter {
         debug_assert!(batch.moves.is_empty(), "stream files are never compacted");
         // Files and directories are made, written and removed first, synced only after.
         for record in batch.records {
-            places.push(self.write(record, batch.time_ms).map_err(CommitError::Unwritten)?);
+            places.push(self.write(record, batch.time_ms).map_err(write_failed)?);
         }
         self.sync_touched()?;
         halve_when_over(&mut self.streams, STREAMS_CACHED_MAX.min(self.handles.capacity()));
