@@ -79,7 +79,7 @@ impl Shard {
                 self.checkpoint(CheckpointKind::Routine);
             }
         }
-        if self.moves.is_empty() && !self.failed {
+        if self.moves.is_empty() && !self.failed() {
             let idle = self.ops.is_empty();
             if let Some(log) = self.persist.maintenance() {
                 self.moves.extend(log.compaction_candidates(idle));
@@ -96,9 +96,8 @@ impl Shard {
 
     /// A sync failed: under the policy the process stops; otherwise this shard takes no
     /// more ops and answers nothing of the batch.
-    fn fail(&mut self, what: &str, error: &std::io::Error) {
+    fn fail(&self, what: &str, error: &std::io::Error) {
         self.settings.io_error_policy.fatal(what, error);
-        self.failed = true;
         self.shared.commit_failed.store(true, Ordering::Release);
     }
 
@@ -106,7 +105,7 @@ impl Shard {
     /// commits made durable is durable: the process goes on. This shard takes no more ops
     /// (the batch's requesters, and later ones, are refused: `OpError::StorageFailed`), and
     /// its streams are read as they were last published, until a restart.
-    fn stop_writing(&mut self, error: &std::io::Error) {
+    fn stop_writing(&self, error: &std::io::Error) {
         let streams = self.shared.directory.len();
         tracing::error!(
             %error,
@@ -114,7 +113,6 @@ impl Shard {
             streams,
             "cannot write a shard's log: its streams take no more writes until a restart (reads go on); the batch was not acknowledged"
         );
-        self.failed = true;
         self.shared.commit_failed.store(true, Ordering::Release);
     }
 

@@ -89,7 +89,7 @@ impl ShardShared {
 
     /// Why an op the shard will never answer failed: its commit failed, or it stopped.
     pub fn gone(&self) -> OpError {
-        match self.commit_failed.load(Ordering::Acquire) {
+        match self.commit_failed() {
             true => OpError::StorageFailed,
             false => OpError::ShuttingDown,
         }
@@ -193,9 +193,6 @@ pub(crate) struct Shard {
     recycled: Option<Batch>,
     /// Streams keep their bytes in memory (memory mode) rather than in a log.
     in_memory: bool,
-    /// A commit failed (its write, or a sync under `IoErrorPolicy::Fail`): the shard takes
-    /// no more ops.
-    failed: bool,
     /// Streams compaction wants moved (acid), one per batch.
     moves: VecDeque<Resident>,
     /// Readers' renewals are saved no earlier than this (clock milliseconds).
@@ -301,7 +298,6 @@ impl Shard {
             stream_id_next: opened.stream_id_next,
             batch_number: 0,
             recycled: None,
-            failed: false,
             moves: VecDeque::new(),
             renewals_due_ms: 0,
             written: None,
@@ -367,17 +363,23 @@ impl Shard {
         self.expiry.wait_ms(now_ms).unwrap_or(idle_ms).min(idle_ms)
     }
 
+    /// A commit failed (its write, or a sync under `IoErrorPolicy::Fail`): the shard takes
+    /// no more ops.
+    fn failed(&self) -> bool {
+        self.shared.commit_failed()
+    }
+
     /// The shard was asked to stop (or its queue is gone), or a commit failed: its worker
     /// finishes it.
     pub fn is_done(&self) -> bool {
-        self.stopping || self.failed
+        self.stopping || self.failed()
     }
 
     /// The clean end: readers' renewals and a final checkpoint (disk modes, unless a commit
     /// failed) or where each stream file ends (file modes), and every live reader woken
     /// to see the shard go.
     pub fn finish(mut self) {
-        if !self.failed {
+        if !self.failed() {
             self.save_renewals_if_read(true);
             self.checkpoint(CheckpointKind::Clean);
             self.save_clean_ends();

@@ -29,7 +29,7 @@ impl ShardShared {
 impl Shard {
     /// Saves the renewals when readers renewed a window and the interval has passed.
     pub(super) fn save_renewals_when_due(&mut self, now_ms: u64) {
-        if self.failed || now_ms < self.renewals_due_ms {
+        if self.failed() || now_ms < self.renewals_due_ms {
             return;
         }
         self.renewals_due_ms = now_ms.saturating_add(SAVE_INTERVAL_MS);
