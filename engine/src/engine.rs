@@ -27,6 +27,7 @@ use crate::op::{AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, Fork
 use crate::producer::PRODUCER_IDLE_MS_MAX;
 use crate::shard::{self, worker_count, Doorbell, Shard, ShardSettings, ShardShared, Worker};
 use crate::storage::flush::{FlushGroup, FlushStats};
+use crate::storage::maintenance::Upkeep;
 use crate::storage::open::{self, OpenError, OpenedStore, StoreSettings};
 use crate::storage::wal::zero_waits::{ZeroWaitStats, ZeroWaits};
 use crate::storage::RecoveryReport;
@@ -344,6 +345,16 @@ impl Engine {
     pub fn wake_live_readers(&self) {
         for shard in &self.inner.shards {
             shard.live.wake_all();
+        }
+    }
+
+    /// Asks every shard for `upkeep` of its log now (acid; the other modes have no log to
+    /// keep): a checkpoint, or a compaction whatever the live share. Best effort: a shard
+    /// whose queue is full drops the request. Crash tests use it to put compaction and
+    /// checkpoints at every point of a workload.
+    pub fn request_upkeep(&self, upkeep: Upkeep) {
+        for shard in &self.inner.shards {
+            shard.request(Op::Upkeep(upkeep));
         }
     }
 

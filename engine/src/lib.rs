@@ -107,6 +107,7 @@ pub use producer::{ProducerTag, PRODUCER_ID_BYTES_MAX, PRODUCER_NUMBER_MAX};
 pub use shard::wake_batch;
 pub use storage::chunk::{json_array, Chunk, Message, ReadError};
 pub use storage::flush::FlushStats;
+pub use storage::maintenance::Upkeep;
 pub use storage::renewals::SAVE_INTERVAL_MS as RENEWALS_SAVE_INTERVAL_MS;
 pub use storage::wal::zero_waits::ZeroWaitStats;
 pub use storage::{Damage, RecoveryReport, StorageMode};

@@ -244,6 +244,8 @@ pub(crate) enum Op {
         name: std::sync::Arc<str>,
         id: StreamId,
     },
+    /// Upkeep of the shard's log asked for out of turn.
+    Upkeep(crate::storage::maintenance::Upkeep),
     /// Finish the current batch and stop the shard.
     Stop,
 }

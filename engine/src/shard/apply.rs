@@ -47,6 +47,11 @@ impl Shard {
                     }
                 }
             }
+            Op::Upkeep(upkeep) => {
+                if let Some(log) = self.persist.maintenance() {
+                    log.request(upkeep);
+                }
+            }
             Op::Stop => unreachable!("the loop handles Stop"),
         }
     }

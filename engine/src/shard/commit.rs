@@ -38,16 +38,9 @@ impl Shard {
         batch.places.clear();
         batch.started = Some(Instant::now());
         let committing = Committing { records: &batch.records, moves: &batch.moves, time_ms: batch.now_ms };
-        match self.persist.commit(committing, &mut batch.places) {
-            Ok(()) => {}
-            Err(CommitError::Unwritten(error)) => {
-                self.stop_writing(&error);
-                return None;
-            }
-            Err(CommitError::Unsynced(error)) => {
-                self.fail("commit", &error);
-                return None;
-            }
+        if let Err(error) = self.persist.commit(committing, &mut batch.places) {
+            self.commit_failed("commit", error);
+            return None;
         }
         assert_eq!(batch.places.len(), batch.records.len() + batch.moves.len(), "one place each");
         Some(batch)
@@ -75,10 +68,8 @@ impl Shard {
             }
             self.shared.counters.commit_us.record(started.elapsed().as_micros() as u64);
             self.publish(&mut batch);
-            if self.persist.maintenance().is_some_and(|log| log.checkpoint_due()) {
-                self.checkpoint(CheckpointKind::Routine);
-            }
         }
+        self.upkeep_between_batches(batch.now_ms);
         if self.moves.is_empty() && !self.failed() {
             let idle = self.ops.is_empty();
             if let Some(log) = self.persist.maintenance() {
@@ -92,6 +83,32 @@ impl Shard {
         batch.move_owners.clear();
         batch.touched.clear();
         self.recycled = Some(batch);
+    }
+
+    /// The log's upkeep that goes between batches: a seal asked for, then a checkpoint when
+    /// one is due (after a rotation, or asked for, after a batch that may have written
+    /// nothing).
+    fn upkeep_between_batches(&mut self, now_ms: u64) {
+        if self.failed() {
+            return;
+        }
+        let Some(log) = self.persist.maintenance() else { return };
+        if let Err(error) = log.seal_when_asked(now_ms) {
+            self.commit_failed("seal", error);
+            return;
+        }
+        if log.checkpoint_due() {
+            self.checkpoint(CheckpointKind::Routine);
+        }
+    }
+
+    /// A write of the log failed (`what`): its shard stops writing, or, when a sync failed,
+    /// the process stops (under the policy).
+    fn commit_failed(&self, what: &str, error: CommitError) {
+        match error {
+            CommitError::Unwritten(error) => self.stop_writing(&error),
+            CommitError::Unsynced(error) => self.fail(what, &error),
+        }
     }
 
     /// A sync failed: under the policy the process stops; otherwise this shard takes no

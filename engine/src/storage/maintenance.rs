@@ -22,6 +22,26 @@ pub(crate) trait Maintenance {
     /// Streams to move out of a mostly-dead part of the log, when there are; `idle` says the
     /// shard has nothing queued (a good time to look for more).
     fn compaction_candidates(&mut self, idle: bool) -> Vec<Resident>;
+
+    /// Asks for `upkeep` now rather than when it falls due.
+    fn request(&mut self, upkeep: Upkeep);
+
+    /// Between batches (nothing planned or in flight): seals the active part of the log
+    /// when that was asked for. An error is a failed commit's.
+    fn seal_when_asked(&mut self, time_ms: u64) -> Result<(), super::CommitError>;
+}
+
+/// Upkeep of a log asked for out of turn ([`Engine::request_upkeep`](crate::Engine::request_upkeep)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Upkeep {
+    /// A checkpoint after the shard's next batch.
+    Checkpoint,
+    /// A compaction of the sealed segment with the fewest live bytes, whatever its live
+    /// share (its streams move to the head of the log once the shard idles).
+    Compact,
+    /// The active segment sealed after the shard's next batch, and the next one started
+    /// (unless nothing was written in it, or no next one can be prepared).
+    Seal,
 }
 
 /// A shard's state, handed to its log as a checkpoint.

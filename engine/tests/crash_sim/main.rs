@@ -37,7 +37,7 @@ use ds_engine::testing::{SimRng, SimVfs};
 use ds_engine::Clock;
 use ds_engine::Limits;
 use ds_engine::{Engine, EngineConfig, OpError, StorageMode};
-use ds_engine::{IoErrorPolicy, Threading};
+use ds_engine::{IoErrorPolicy, Threading, Upkeep};
 use model::{collect_cascades, forks_of, predict, ttl_of_name, SimOp, State};
 use ops::{observe, poll, submit, Answer, Pending};
 
@@ -46,9 +46,14 @@ const T0: u64 = 1_700_000_000_000;
 const TTL_SECS: u64 = 3600;
 const STREAM_BYTES_MAX: u64 = 8 * 1024;
 /// Small segments, so runs rotate, checkpoint and remove segments often.
-const SEGMENT_BYTES: u64 = 32 * 1024;
+const SEGMENT_BYTES: u64 = 20 * 1024;
+/// The largest append: what the workload sends, so that segments can be small.
+const APPEND_BYTES_MAX: u64 = 2 * 1024;
 const ROUNDS: usize = 60;
 const SEEDS_DEFAULT: u64 = 128;
+/// The share of the shards' steps (percent) before which a compaction or a checkpoint is
+/// asked for.
+const UPKEEP_PERCENT: u64 = 15;
 /// Most disk operations a failing round lets through before the disk stops.
 const FAIL_AFTER_MAX: u64 = 60;
 /// Batches every shard runs after a round or a restart, so that cascades (which hop from
@@ -70,8 +75,9 @@ struct Coverage {
     /// Recoveries that started from a checkpoint, and records replayed after one.
     from_checkpoint: u64,
     records_replayed: u64,
-    /// Streams compaction moved (acid).
+    /// Streams compaction moved (acid), and compactions or checkpoints asked for.
     moves: u64,
+    upkeeps: u64,
     /// Streams that expired when time passed beyond their TTL.
     expiries: u64,
     /// Acknowledged forks and soft deletes, and soft-deleted streams removed by a cascade.
@@ -120,6 +126,7 @@ impl Sim {
             limits: Limits {
                 total_bytes_max: 1 << 30,
                 stream_bytes_max: STREAM_BYTES_MAX,
+                append_bytes_max: APPEND_BYTES_MAX,
                 ..Limits::default()
             },
             segment_bytes: SEGMENT_BYTES,
@@ -141,6 +148,11 @@ impl Sim {
             engine.run_pending();
         }
         for report in engine.recovery_reports() {
+            assert_eq!(
+                report.damaged_streams, 0,
+                "seed {} round {}: recovery marked streams damaged on a disk that only loses unsynced writes: {:#?}",
+                self.seed, self.round, report.damage
+            );
             self.coverage.torn_recoveries += u64::from(!report.damage.is_empty() || report.stale_bytes > 0);
             self.coverage.from_checkpoint += u64::from(report.checkpoint_lsn.is_some());
             self.coverage.records_replayed += report.records_replayed;
@@ -212,6 +224,7 @@ impl Sim {
             // Each step's batches carry a time of their own, as batches do in a running
             // server: recovery tells a torn end from damage by the batches after it.
             self.clock.advance_ms(1);
+            self.request_upkeep(&engine);
             engine.run_pending();
             for (future, answer) in pending.iter_mut().zip(&mut answers) {
                 if answer.is_none() {
@@ -220,6 +233,21 @@ impl Sim {
             }
         }
         answers.into_iter().map(|answer| answer.unwrap_or(Answer::Lost)).collect()
+    }
+
+    /// Now and then asks the shards for a compaction (whatever the live share), a seal of
+    /// the active segment or a checkpoint, so that moves, checkpoints covering them and
+    /// crashes meet at every step.
+    fn request_upkeep(&mut self, engine: &Engine) {
+        if self.rng.chance(UPKEEP_PERCENT) {
+            let upkeep = match self.rng.below(3) {
+                0 => Upkeep::Compact,
+                1 => Upkeep::Seal,
+                _ => Upkeep::Checkpoint,
+            };
+            engine.request_upkeep(upkeep);
+            self.coverage.upkeeps += 1;
+        }
     }
 
     /// The running engine, its coverage counted.
@@ -396,6 +424,7 @@ fn acknowledged_operations_survive_every_simulated_crash() {
                 total.from_checkpoint += coverage.from_checkpoint;
                 total.records_replayed += coverage.records_replayed;
                 total.moves += coverage.moves;
+                total.upkeeps += coverage.upkeeps;
                 total.expiries += coverage.expiries;
                 total.forks += coverage.forks;
                 total.soft_deletes += coverage.soft_deletes;
@@ -418,6 +447,7 @@ fn acknowledged_operations_survive_every_simulated_crash() {
             total.from_checkpoint,
             total.records_replayed,
             total.moves,
+            total.upkeeps,
             total.expiries,
             total.forks,
             total.soft_deletes,

@@ -103,6 +103,9 @@ pub fn observe(engine: &Engine, name: &str) -> Option<Observed> {
     let handle = engine.open(&StreamName::new(name).unwrap())?;
     // A soft-deleted stream still reads (its forks read it this way).
     let status = handle.status()?;
+    // The simulated disk loses or tears what no sync covered and damages nothing: a
+    // stream marked damaged is recovery misreading what a crash left.
+    assert!(handle.damage().is_none(), "{name} is marked damaged: {:?}", handle.damage());
     let mut data = Vec::new();
     let mut at = ds_engine::Offset::ZERO;
     while at < status.tail {

@@ -33,7 +33,7 @@ use crate::ids::{ChainIndex, Location, Lsn, StreamId};
 use crate::limits::halve_when_over;
 use crate::storage::chain::{Chain, Levels};
 use crate::storage::chunk::ReadError;
-use crate::storage::maintenance::{CheckpointKind, Maintenance, Resident, ShardCheckpoint};
+use crate::storage::maintenance::{CheckpointKind, Maintenance, Resident, ShardCheckpoint, Upkeep};
 use crate::storage::record::codec::{HEADER_BYTES, RECORD_ALIGN};
 use crate::storage::record::{encode, Record};
 use crate::storage::renewals::{Renewal, RenewalStore};
@@ -89,6 +89,10 @@ pub struct WalWriter {
     survey: Option<Receiver<Vec<Resident>>>,
     /// A rotation happened since the last look for a segment to compact.
     compaction_due: bool,
+    /// The next look compacts whatever the live share (`Upkeep::Compact`).
+    compaction_forced: bool,
+    /// The active segment is to be sealed after this batch (`Upkeep::Seal`).
+    seal_asked: bool,
     chains: HashMap<StreamId, Levels>,
     /// Header, meta and JSON data of the records of the current run.
     staging: Vec<u8>,
@@ -157,6 +161,8 @@ impl WalWriter {
             now_ms: 0,
             survey: None,
             compaction_due: false,
+            compaction_forced: false,
+            seal_asked: false,
             chains: HashMap::new(),
             staging: Vec::new(),
             meta: Vec::new(),
@@ -431,6 +437,24 @@ impl Maintenance for WalWriter {
 
     fn compaction_candidates(&mut self, idle: bool) -> Vec<Resident> {
         WalWriter::compaction_candidates(self, idle)
+    }
+
+    fn request(&mut self, upkeep: Upkeep) {
+        match upkeep {
+            Upkeep::Checkpoint => self.checkpoint_due = true,
+            Upkeep::Compact => {
+                self.compaction_due = true;
+                self.compaction_forced = true;
+            }
+            Upkeep::Seal => self.seal_asked = true,
+        }
+    }
+
+    fn seal_when_asked(&mut self, time_ms: u64) -> Result<(), CommitError> {
+        match std::mem::take(&mut self.seal_asked) {
+            true => Ok(self.seal_between_batches(time_ms)?),
+            false => Ok(()),
+        }
     }
 }
 

@@ -249,17 +249,20 @@ impl WalWriter {
     }
 
     /// `salvage`, a segment deleted under the process, while it still holds live records;
-    /// else the older segment with the smallest live share under the threshold, if any.
-    fn victim(&self, salvage: Option<u32>) -> Option<u32> {
+    /// else the older segment with the smallest live share under the threshold (any share,
+    /// when compaction was asked for), if any.
+    fn victim(&mut self, salvage: Option<u32>) -> Option<u32> {
         let active = self.active.ordinal();
         let size = self.files.segment_bytes;
+        let forced = std::mem::take(&mut self.compaction_forced);
         let live = self.ledger.snapshot().live;
         let salvage =
             salvage.filter(|ordinal| *ordinal < active && live.get(ordinal).is_some_and(|l| *l > 0));
         salvage.or_else(|| {
             live.into_iter()
                 .filter(|(ordinal, live)| {
-                    *ordinal < active && *live > 0 && live * 100 < size * LIVE_SHARE_MAX_PERCENT
+                    let mostly_dead = live * 100 < size * LIVE_SHARE_MAX_PERCENT;
+                    *ordinal < active && *live > 0 && (forced || mostly_dead)
                 })
                 .min_by_key(|(_, live)| *live)
                 .map(|(ordinal, _)| ordinal)

@@ -65,6 +65,23 @@ impl WalWriter {
         self.rotate(time_ms)
     }
 
+    /// Seals the active segment between batches and moves on to the next, unless nothing
+    /// was written in it or no next one can be had now (it then stays active).
+    pub(super) fn seal_between_batches(&mut self, time_ms: u64) -> io::Result<()> {
+        assert!(self.in_flight.is_none() && self.parts.is_empty(), "no batch is under way");
+        self.now_ms = time_ms;
+        if self.sealed || self.position == Segment::records_start() || self.have_spares(1).is_err() {
+            return Ok(());
+        }
+        self.seal(time_ms)?;
+        self.sealed = true;
+        self.rotate(time_ms)?;
+        self.reset_plan();
+        self.request_spare_when_due();
+        self.request_zero_ahead_when_due();
+        Ok(())
+    }
+
     /// Whether a record of `record_len` bytes fits the active segment without a rotation.
     pub(super) fn fits_active(&self, record_len: usize) -> bool {
         !self.sealed
