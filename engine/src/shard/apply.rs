@@ -56,9 +56,14 @@ impl Shard {
         }
     }
 
-    /// A client's delete. Removing a fork whose source is soft-deleted starts a cascade up
-    /// its chain: the answer waits for it (`stream::cascade`), so that every name the
-    /// cascade frees is free for the client's next request.
+    /// A client's delete. Removing a fork gives its source's shard one fork fewer to count,
+    /// which may remove a soft-deleted source and so on up the chain (a cascade): the
+    /// answer goes up with the release and is sent once the source's shard has counted it
+    /// and the cascade has ended (`stream::cascade`), so that every name the cascade frees
+    /// is free for the client's next request. It waits even for a source that is not
+    /// soft-deleted now: a delete of the source racing this one may be decided on the
+    /// count before the release arrives (soft, with the fork still counted), and it is
+    /// this release that then removes it.
     fn apply_delete(&mut self, batch: &mut Batch, name: &str, reply: Reply<()>) {
         let stream = match self.live_stream(batch, name) {
             Some(stream) if stream.read_state().writer.deleted => Err(OpError::Gone),
@@ -66,7 +71,7 @@ impl Shard {
             None => Err(OpError::NotFound),
         };
         match stream {
-            Ok(stream) if stream.fork.as_ref().is_some_and(|base| base.source.is_soft_deleted()) => {
+            Ok(stream) if stream.fork.is_some() => {
                 // A requester that went away no longer needs the answer.
                 let answer = HeldAnswer::new(move || {
                     let _ = reply.send(Ok(()));

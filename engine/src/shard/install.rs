@@ -177,10 +177,6 @@ impl ForkSource for LostSource {
     }
 
     fn release_fork(&self, _answer: Option<HeldAnswer>) {}
-
-    fn is_soft_deleted(&self) -> bool {
-        false
-    }
 }
 
 impl Shard {

@@ -42,9 +42,6 @@ pub(crate) trait ForkSource: Send + Sync {
     /// One fork fewer reads the source; `answer`: the answer to the fork's delete, held
     /// until the cascade this release may start has ended (see `stream::cascade`).
     fn release_fork(&self, answer: Option<HeldAnswer>);
-    /// The source is soft-deleted (a delete applied in a batch not yet committed counts):
-    /// releasing it may start a cascade.
-    fn is_soft_deleted(&self) -> bool;
 }
 
 /// A fork's live reference to its source's bytes: the durable [`ForkRef`] and the source

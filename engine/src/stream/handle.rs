@@ -375,10 +375,6 @@ impl ForkSource for StreamHandle {
     fn release_fork(&self, answer: Option<HeldAnswer>) {
         StreamHandle::release_fork(self, answer);
     }
-
-    fn is_soft_deleted(&self) -> bool {
-        self.stream.read_state().writer.deleted
-    }
 }
 
 /// Where `start` is on a stream whose published tail is `tail`.

@@ -128,7 +128,7 @@ impl Harness {
         let config = self.config();
         self.storage = Arc::downgrade(&config.vfs.0);
         let engine = Engine::start(config).unwrap_or_else(|error| panic!("recovery failed: {error}"));
-        let report = engine.recovery_reports()[0].clone();
+        let report = engine.recovery_reports().first().cloned().unwrap_or_default();
         self.engine = Some(engine);
         report
     }
