@@ -6,6 +6,9 @@
 //! must be absent). The test copies it, checks it with `ds-tool verify`, starts the server on
 //! the copy, reads every stream back, then writes to it (the format stays writable) and
 //! restarts. `acid-crashed` was left by a `kill -9`, so recovery replays its log.
+//! `acid-moved-twice` was left by a `kill -9` after compaction had moved streams more than
+//! once, by a build whose copies kept the move marks of the records they copied: every
+//! stream reads back and takes appends (that build's own restart marked three damaged).
 //!
 //! `DS_WRITE_FIXTURES=1 cargo test -p ds-tests --test fixtures -- --ignored` writes the
 //! fixtures that do not exist yet (add a name to [`FIXTURES`] for a new format); it never
@@ -21,8 +24,12 @@ use ds_tests::{Client, Server};
 use serde_json::{json, Value};
 
 /// The fixtures, and the storage mode each was written in.
-const FIXTURES: [(&str, &str); 3] =
-    [("acid", "acid"), ("acid-crashed", "acid"), ("file-durable", "file-durable")];
+const FIXTURES: [(&str, &str); 4] = [
+    ("acid", "acid"),
+    ("acid-crashed", "acid"),
+    ("acid-moved-twice", "acid"),
+    ("file-durable", "file-durable"),
+];
 
 /// The settings every fixture was written with (and is opened with).
 const SETTINGS: [(&str, &str); 3] = [
@@ -65,6 +72,7 @@ fn every_fixture_opens_and_reads_back_byte_for_byte() {
         }
         let mut server = start(mode, copy.path());
         check_streams(&server.client(), &expected, name);
+        check_writable(&server.client(), &expected, name);
         // Still writable, and what is written survives a restart.
         let client = server.client();
         assert_eq!(client.post("/v1/stream/plain", "text/plain", b" and more").status, 204, "{name}");
@@ -92,6 +100,18 @@ fn check_streams(client: &Client, expected: &Value, fixture: &str) {
     for path in expected["absent"].as_array().expect("absent") {
         let path = format!("/v1/stream/{}", path.as_str().unwrap());
         assert_eq!(client.head(&path).status, 404, "{fixture}: {path} stays deleted");
+    }
+}
+
+/// Every open stream `expected` lists takes an append: none was marked damaged.
+fn check_writable(client: &Client, expected: &Value, fixture: &str) {
+    let streams = expected["streams"].as_array().expect("streams");
+    for stream in streams.iter().filter(|stream| stream["closed"] == false) {
+        let path = format!("/v1/stream/{}", stream["path"].as_str().unwrap());
+        let content_type = stream["content_type"].as_str().unwrap();
+        let body: &[u8] = if content_type.starts_with("application/json") { b"{}" } else { b"+" };
+        let response = client.post(&path, content_type, body);
+        assert_eq!(response.status, 204, "{fixture}: {path} takes an append: {}", response.text());
     }
 }
 

@@ -18,6 +18,7 @@ use crate::limits::tag_bytes;
 use crate::meta::{ForkRef, StreamDamage, StreamSnapshot};
 use crate::offset::Offset;
 use crate::producer::ProducerState;
+use crate::storage::chain::Chain;
 use crate::storage::record::codec::{flags, Header, Kind, Meta};
 
 /// The stream a create record (`header`, `meta`) at `at` starts.
@@ -98,27 +99,43 @@ pub fn skip_damaged(stream: &mut StreamSnapshot, header: &Header, at: Location) 
     }
 }
 
-/// Applies the append record (`header`, `meta`) at `at` to `stream`, if it continues it.
-pub fn append(
-    stream: &mut StreamSnapshot,
-    header: &Header,
-    meta: &Meta,
-    at: Location,
-) -> Result<(), &'static str> {
+/// Applies the append record (`header`, `meta`) at `at` to `stream`, if it continues it;
+/// else says exactly how it does not (a damage report names the cause, not a guess).
+pub fn append(stream: &mut StreamSnapshot, header: &Header, meta: &Meta, at: Location) -> Result<(), String> {
     if header.kind != Kind::Append {
-        return Err("not an append record");
+        return Err("not an append record".into());
     }
     let chain = meta.chain.as_ref().ok_or("append without chain")?;
-    let continues = header.stream == stream.id
-        && header.offset == stream.tail
-        && chain.n == stream.chain_n.next()
-        && chain.jumps.first() == Some(&stream.chain_tail)
-        && !stream.closed;
-    if !continues {
-        return Err("append does not continue its stream");
+    if let Some(why) = discontinuity(stream, header, chain) {
+        return Err(why);
     }
     move_forward(stream, header, meta, at, chain.n);
     Ok(())
+}
+
+/// How an append record (`header`, its `chain`) fails to continue `stream`, if it does.
+fn discontinuity(stream: &StreamSnapshot, header: &Header, chain: &Chain) -> Option<String> {
+    let (tail, next) = (stream.tail, stream.chain_n.next());
+    let why = if header.stream != stream.id {
+        format!("it belongs to stream {}, not {}", header.stream, stream.id)
+    } else if stream.closed {
+        "the stream was closed before it".to_string()
+    } else if header.offset > tail {
+        format!(
+            "it starts at {}, past the stream's tail {tail} (what lies between is missing)",
+            header.offset
+        )
+    } else if header.offset < tail {
+        format!("it starts at {}, before the stream's tail {tail}", header.offset)
+    } else if chain.n != next {
+        format!("it is record {} of the stream's chain where {next} was expected", chain.n)
+    } else if chain.jumps.first() != Some(&stream.chain_tail) {
+        let linked = chain.jumps.first().map_or_else(|| "nothing".to_string(), |l| format!("{l:?}"));
+        format!("it links back to {linked}, not to the stream's last record, {:?}", stream.chain_tail)
+    } else {
+        return None;
+    };
+    Some(format!("append does not continue its stream: {why}"))
 }
 
 /// Moves `stream` past its append record (`header`, `meta`, chain index `n`) at `at`.

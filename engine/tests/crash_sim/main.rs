@@ -22,8 +22,11 @@
 //!
 //! `DS_SIM_SEEDS=n` runs seeds `0..n` (default 128), `DS_SIM_SEED_FROM=f` shifts them to
 //! `f..f+n` (a long run that explores seeds no earlier run tried); `DS_SIM_SEED=s` runs seed
-//! `s` alone, which is how a failure printed by this test is reproduced.
+//! `s` alone, which is how a failure printed by this test is reproduced. With `DS_SIM_TRACE`
+//! it prints every operation, upkeep request and crash; with `DS_SIM_DUMP`, every record an
+//! acid crash left on the disk.
 
+mod dump;
 mod model;
 mod ops;
 mod workload;
@@ -82,6 +85,9 @@ struct Coverage {
     expiries: u64,
     /// Acknowledged forks and soft deletes, and soft-deleted streams removed by a cascade.
     forks: u64,
+    /// Acknowledged forks at a boundary and a sub-offset (inside a message of a plain
+    /// stream).
+    sub_offset_forks: u64,
     soft_deletes: u64,
     cascades: u64,
     /// Commits made durable by another shard's device flush (acid's shared flushes).
@@ -245,6 +251,9 @@ impl Sim {
                 1 => Upkeep::Seal,
                 _ => Upkeep::Checkpoint,
             };
+            if std::env::var("DS_SIM_TRACE").is_ok() {
+                eprintln!("TRACE {} round {}: upkeep {upkeep:?}", self.mode, self.round);
+            }
             engine.request_upkeep(upkeep);
             self.coverage.upkeeps += 1;
         }
@@ -262,12 +271,19 @@ impl Sim {
     /// A crash: the engine stops without its clean shutdown, the disk keeps what an fsync
     /// covered plus a seeded choice of the rest, and the engine recovers from it.
     fn crash(&mut self) {
+        if std::env::var("DS_SIM_TRACE").is_ok() {
+            eprintln!("TRACE {} round {}: crash", self.mode, self.round);
+        }
         self.coverage.crashes += 1;
         self.take_engine().stop_abruptly();
         if self.mode == StorageMode::FileFast {
             self.disk.recover_from_failure();
         } else {
             self.disk = self.disk.crash(&mut self.rng);
+        }
+        if std::env::var("DS_SIM_DUMP").is_ok() && self.mode == StorageMode::Acid {
+            eprintln!("DUMP round {}", self.round);
+            dump::acid_records(&self.disk);
         }
         self.start();
         self.forget_if_in_memory();
@@ -377,6 +393,8 @@ impl Sim {
             );
             if let (Answer::Ok { .. }, Some(after)) = (answer, &prediction.written) {
                 self.coverage.forks += u64::from(matches!(op, SimOp::Fork { .. }));
+                let partial = matches!(op, SimOp::Fork { at: Some(at), .. } if at.sub_offset > 0);
+                self.coverage.sub_offset_forks += u64::from(partial);
                 self.coverage.soft_deletes += u64::from(after.as_ref().is_some_and(|s| s.deleted));
             }
             if let Some(after) = prediction.written {
@@ -427,6 +445,7 @@ fn acknowledged_operations_survive_every_simulated_crash() {
                 total.upkeeps += coverage.upkeeps;
                 total.expiries += coverage.expiries;
                 total.forks += coverage.forks;
+                total.sub_offset_forks += coverage.sub_offset_forks;
                 total.soft_deletes += coverage.soft_deletes;
                 total.cascades += coverage.cascades;
                 total.flushes_shared += coverage.flushes_shared;
@@ -450,6 +469,7 @@ fn acknowledged_operations_survive_every_simulated_crash() {
             total.upkeeps,
             total.expiries,
             total.forks,
+            total.sub_offset_forks,
             total.soft_deletes,
             total.cascades,
             total.flushes_shared,

@@ -23,7 +23,8 @@ pub struct ModelStream {
     pub ttl_secs: Option<u64>,
     /// The stored bytes: plain bodies, or each JSON message followed by `,`.
     pub data: Vec<u8>,
-    pub messages: u64,
+    /// Where each message ends in `data` (as many as the stream has messages).
+    pub ends: Vec<u64>,
     pub closed: bool,
     pub producers: BTreeMap<String, ProducerState>,
     /// The last accepted `Stream-Seq`.
@@ -55,14 +56,25 @@ pub enum SimOp {
     Delete {
         name: String,
     },
-    /// A fork of `source` at its tail (or at its start, `at_zero`); `inherited` is what the
-    /// source held when the round began (`None`: it was absent or soft-deleted).
+    /// A fork of `source` at its tail, or at a message boundary plus a sub-offset (bytes of
+    /// the next message, or messages of a JSON stream); `inherited` is what the source held
+    /// there when the round began, bytes and message ends (`None`: it was absent or
+    /// soft-deleted).
     Fork {
         name: String,
         source: String,
-        at_zero: bool,
-        inherited: Option<(Vec<u8>, u64)>,
+        at: Option<ForkAt>,
+        inherited: Option<(Vec<u8>, Vec<u64>)>,
     },
+}
+
+/// A fork point other than the tail: a boundary (messages and bytes before it) and a
+/// sub-offset.
+#[derive(Clone, Copy, Debug)]
+pub struct ForkAt {
+    pub messages: u64,
+    pub bytes: u64,
+    pub sub_offset: u64,
 }
 
 impl SimOp {
@@ -135,10 +147,10 @@ pub fn payload(json: bool, body: &[u8]) -> Payload {
     }
 }
 
-/// The bytes `body` adds to a stream's stored data.
-fn stored_bytes(json: bool, body: &[u8]) -> (Vec<u8>, u64) {
+/// The bytes `body` adds to a stream's stored data, and each message's length.
+fn stored_bytes(json: bool, body: &[u8]) -> (Vec<u8>, Vec<u64>) {
     if !json {
-        return (body.to_vec(), 1);
+        return (body.to_vec(), vec![body.len() as u64]);
     }
     let value: serde_json::Value = serde_json::from_slice(body).expect("valid JSON");
     let messages = match value {
@@ -146,11 +158,23 @@ fn stored_bytes(json: bool, body: &[u8]) -> (Vec<u8>, u64) {
         single => vec![single],
     };
     let mut stored = Vec::new();
+    let mut lengths = Vec::new();
     for message in &messages {
-        stored.extend_from_slice(serde_json::to_string(message).expect("serializes").as_bytes());
+        let text = serde_json::to_string(message).expect("serializes");
+        stored.extend_from_slice(text.as_bytes());
         stored.push(b',');
+        lengths.push(text.len() as u64 + 1);
     }
-    (stored, messages.len() as u64)
+    (stored, lengths)
+}
+
+/// `ends` with messages of `lengths` after them.
+fn extend_ends(ends: &mut Vec<u64>, lengths: &[u64]) {
+    let mut end = ends.last().copied().unwrap_or(0);
+    for length in lengths {
+        end += length;
+        ends.push(end);
+    }
 }
 
 /// Predicts `op` against `state` with the stream byte limit `stream_bytes_max`; `forks`:
@@ -162,11 +186,11 @@ pub fn predict(state: &State, op: &SimOp, stream_bytes_max: u64, forks: u64) -> 
     }
     match op {
         SimOp::Fork { name, source, inherited, .. } => match (state, inherited) {
-            (None, Some((data, messages))) => Prediction::accepted(Some(Some(ModelStream {
+            (None, Some((data, ends))) => Prediction::accepted(Some(Some(ModelStream {
                 json: is_json_name(name),
                 ttl_secs: ttl_of_name(name),
                 data: data.clone(),
-                messages: *messages,
+                ends: ends.clone(),
                 closed: false,
                 producers: BTreeMap::new(),
                 stream_seq: None,
@@ -182,13 +206,15 @@ pub fn predict(state: &State, op: &SimOp, stream_bytes_max: u64, forks: u64) -> 
             Some(_) => Prediction::accepted(None),
             None => {
                 let json = is_json_name(name);
-                let (data, messages) =
-                    initial.as_deref().map_or((Vec::new(), 0), |body| stored_bytes(json, body));
+                let (data, lengths) =
+                    initial.as_deref().map_or((Vec::new(), Vec::new()), |body| stored_bytes(json, body));
+                let mut ends = Vec::new();
+                extend_ends(&mut ends, &lengths);
                 let created = ModelStream {
                     json,
                     ttl_secs: ttl_of_name(name),
                     data,
-                    messages,
+                    ends,
                     closed: false,
                     producers: BTreeMap::new(),
                     stream_seq: None,
@@ -247,14 +273,15 @@ fn predict_append(
             return Prediction::refused();
         }
     }
-    let (stored, messages) = if body.is_empty() { (Vec::new(), 0) } else { stored_bytes(stream.json, body) };
+    let (stored, lengths) =
+        if body.is_empty() { (Vec::new(), Vec::new()) } else { stored_bytes(stream.json, body) };
     // The limit counts a stream's own bytes (a fork's inherited ones are its source's).
     if stream.data.len() as u64 - stream.inherited_bytes + stored.len() as u64 > stream_bytes_max {
         return Prediction::refused();
     }
     let mut after = stream.clone();
     after.data.extend_from_slice(&stored);
-    after.messages += messages;
+    extend_ends(&mut after.ends, &lengths);
     after.closed |= close;
     if let Some((id, epoch, seq)) = producer {
         after.producers.insert(id.clone(), (*epoch, *seq));
@@ -300,7 +327,7 @@ impl ModelStream {
             json: self.json,
             ttl_secs: self.ttl_secs,
             data: self.data.clone(),
-            messages: self.messages,
+            messages: self.ends.len() as u64,
             closed: self.closed,
             deleted: self.deleted,
         }

@@ -50,14 +50,14 @@ pub fn submit(engine: &Engine, op: &SimOp) -> Pending {
             let request = CreateRequest { config: config_of(&name), name, initial, closed: false };
             Box::pin(async move { classify(engine.create(request).await, |_| false) })
         }
-        SimOp::Fork { source, at_zero, .. } => {
+        SimOp::Fork { source, at, .. } => {
             let create = CreateRequest { config: config_of(&name), name, initial: None, closed: false };
             let request = ForkRequest {
                 create,
                 inherit_expiry: false,
                 source: StreamName::new(&source).expect("workload names are valid"),
-                offset: at_zero.then_some(ds_engine::Offset::ZERO),
-                sub_offset: 0,
+                offset: at.map(|at| ds_engine::Offset::ZERO.advance(at.messages, at.bytes)),
+                sub_offset: at.map_or(0, |at| at.sub_offset),
             };
             Box::pin(async move { classify(engine.fork(request).await, |_| false) })
         }

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ds_engine::testing::SimRng;
 
-use super::model::{forks_of, is_json_name, predict, ttl_of_name, SimOp, State};
+use super::model::{forks_of, is_json_name, predict, ttl_of_name, ForkAt, ModelStream, SimOp, State};
 
 pub const NAMES: [&str; 8] = ["a", "b", "c", "d/e", "t1", "t2", "j1", "j2"];
 const PRODUCERS: [&str; 2] = ["p1", "p2"];
@@ -214,13 +214,48 @@ fn fork_of(
         return None;
     }
     let source = pick(rng, &sources).to_string();
-    let at_zero = rng.chance(20);
-    let inherited = match model.get(&source).cloned().flatten() {
-        Some(stream) if !stream.deleted && at_zero => Some((Vec::new(), 0)),
-        Some(stream) if !stream.deleted => Some((stream.data, stream.messages)),
-        _ => None,
+    let (at, inherited) = match model.get(&source).cloned().flatten() {
+        Some(stream) if !stream.deleted => fork_point(rng, &stream),
+        _ => (None, None),
     };
-    Some(SimOp::Fork { name: name.to_string(), source, at_zero, inherited })
+    Some(SimOp::Fork { name: name.to_string(), source, at, inherited })
+}
+
+/// Where a fork of `stream` starts: its tail, its start, a message boundary, or a boundary
+/// and a sub-offset (some bytes of the next message of a plain stream, whole messages of a
+/// JSON one); and what it inherits there (bytes and message ends).
+fn fork_point(rng: &mut SimRng, stream: &ModelStream) -> (Option<ForkAt>, Option<(Vec<u8>, Vec<u64>)>) {
+    let messages = stream.ends.len() as u64;
+    let roll = rng.below(100);
+    if roll < 40 {
+        return (None, Some((stream.data.clone(), stream.ends.clone())));
+    }
+    let boundary = if roll < 55 { 0 } else { rng.below(messages + 1) };
+    let end_of = |message: u64| if message == 0 { 0 } else { stream.ends[message as usize - 1] };
+    let left = messages - boundary;
+    let sub_offset = if roll < 70 || left == 0 {
+        0
+    } else if stream.json {
+        // Whole messages of a JSON stream.
+        1 + rng.below(left)
+    } else {
+        // Bytes of the next message: most within it, some all of it.
+        let length = end_of(boundary + 1) - end_of(boundary);
+        if rng.chance(20) {
+            length
+        } else {
+            1 + rng.below(length.max(2) - 1)
+        }
+    };
+    let at = ForkAt { messages: boundary, bytes: end_of(boundary), sub_offset };
+    let mut ends: Vec<u64> = stream.ends[..boundary as usize].to_vec();
+    match stream.json {
+        true => ends.extend_from_slice(&stream.ends[boundary as usize..(boundary + sub_offset) as usize]),
+        false if sub_offset > 0 => ends.push(end_of(boundary) + sub_offset),
+        false => {}
+    }
+    let cut = ends.last().copied().unwrap_or(0) as usize;
+    (Some(at), Some((stream.data[..cut].to_vec(), ends)))
 }
 
 /// An append's `Stream-Seq`, if it carries one: usually above `last`, sometimes equal to it

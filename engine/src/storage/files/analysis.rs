@@ -183,13 +183,13 @@ impl Reading<'_> {
             self.damage.push((record.position, "a record after its stream's soft delete".into()));
         }
         if snapshot.damage.is_none() {
-            let applied = match record.header.lsn == record_number(snapshot.chain_n.next()) {
+            let expected = record_number(snapshot.chain_n.next());
+            let applied = match record.header.lsn == expected {
                 true => replay::append(snapshot, &record.header, &record.meta, at),
-                false => Err("record out of sequence"),
+                false => Err(format!("out of sequence: record {expected} was expected")),
             };
             if let Err(reason) = applied {
-                let reason =
-                    format!("record {}: {reason} (a record before it is missing)", record.header.lsn);
+                let reason = format!("record {}: {reason}", record.header.lsn);
                 replay::mark_damaged(snapshot, snapshot.tail, reason);
             }
         }

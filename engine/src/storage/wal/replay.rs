@@ -341,9 +341,7 @@ impl Replay {
                 let stream = self.streams.get_mut(header.stream).expect("not an orphan");
                 if stream.damage.is_none() {
                     if let Err(reason) = replay::append(stream, &record.header, &record.meta, at) {
-                        let reason =
-                            format!("record {}: {reason} (a record before it is missing)", header.lsn);
-                        replay::mark_damaged(stream, stream.tail, reason);
+                        replay::mark_damaged(stream, stream.tail, format!("record {}: {reason}", header.lsn));
                     }
                 }
                 if stream.chain_tail != at {
@@ -436,11 +434,18 @@ impl Replay {
             Kind::Delete | Kind::Seal => return Err("a kind of record that is never moved".into()),
         };
         *moving.bytes.entry(split_location(at).0).or_default() += record_len;
-        if header.has(flags::MOVE_END) {
+        let stream = self.streams.get_mut(header.stream).expect("checked above");
+        // Logs written before the writer cleared a copied record's own move marks carry a
+        // MOVE_END on every copy of a record that ended an earlier move of the stream: a
+        // copy short of the stream's chain does not end this move.
+        let short = moving.shadow.chain_n < stream.chain_n;
+        if header.has(flags::MOVE_END) && !short {
             let moved = self.moving.take().expect("a move is in progress");
-            let stream = self.streams.get_mut(moved.stream).expect("checked above");
             if moved.shadow.tail != stream.tail || moved.shadow.chain_n != stream.chain_n {
-                return Err("a move that does not end where its stream does".into());
+                return Err(format!(
+                    "a move that does not end where its stream does: its copies end at {} (record {} of the chain), the stream at {} (record {})",
+                    moved.shadow.tail, moved.shadow.chain_n, stream.tail, stream.chain_n
+                ));
             }
             self.ledger.pending.insert(stream.chain_tail);
             stream.chain_tail = moved.shadow.chain_tail;

@@ -160,12 +160,19 @@ impl WalWriter {
         }
         self.ensure_room(record_len, time_ms)?;
         let at = location(self.active.ordinal(), self.position);
+        // The original may itself be a copy (the stream moved before): its move's marks are
+        // not this move's, and a MOVE_END kept from it would end this move where it ended.
+        let own_flags = header.flags & !(flags::MOVED | flags::MOVE_END);
         let copy = Header {
-            flags: header.flags | flags::MOVED | if last { flags::MOVE_END } else { 0 },
+            flags: own_flags | flags::MOVED | if last { flags::MOVE_END } else { 0 },
             meta_len: self.meta.len() as u16,
             payload_len: (self.meta.len() + data.len()) as u32,
             payload_crc: codec::payload_crc(&self.meta, &[&data]),
             lsn: self.next_lsn,
+            // Every record of a batch carries the batch's time: recovery tells a torn end
+            // from damage by the times after a failed record (a copy is only ever read as
+            // a stream's bytes, never for when the original was written).
+            time_ms,
             ..header
         };
         let from = self.staging.len();
