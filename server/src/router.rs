@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use ds_engine::StreamName;
 use hyper::body::Body as _;
-use hyper::header::{HeaderValue, ALLOW, CONNECTION, ORIGIN};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, ORIGIN, TRANSFER_ENCODING};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 
 use crate::access_log::AccessRecord;
@@ -54,7 +54,7 @@ async fn handle_route(app: Arc<App>, request: Request<RequestBody>, label: Route
     // A worker kept busy never goes idle to ring the shards it held rings back for.
     ds_engine::wake_batch::ring_overdue();
     let origin = request.headers().get(ORIGIN).cloned();
-    if let Some(problem) = oversized_head(&request) {
+    if let Some(problem) = refused_head(&request) {
         let access = AccessRecord::begin(&request);
         let mut response = refuse(request, problem).await.into_response();
         finish(&mut response, &app.cors, origin.as_ref());
@@ -87,6 +87,32 @@ pub const HEAD_BYTES_MAX: usize = 64 * 1024;
 /// Longest request target (path and query) served, in bytes: a stream name of 1024 bytes
 /// fully percent-encoded and a read's parameters fit well inside.
 pub const URI_BYTES_MAX: usize = 8 * 1024;
+
+/// 414 for a request target past [`URI_BYTES_MAX`], 431 for a head past `HEAD_BYTES_MAX`,
+/// 501 for a transfer coding other than `chunked` alone.
+fn refused_head(request: &Request<RequestBody>) -> Option<Problem> {
+    oversized_head(request).or_else(|| unsupported_transfer_coding(request))
+}
+
+/// 501 for a `Transfer-Encoding` that is not `chunked` alone (`gzip, chunked`, say): hyper
+/// takes the chunked framing off, and what is left would be stored still encoded (RFC 9112
+/// §6.1: a server that does not understand a coding answers 501).
+fn unsupported_transfer_coding(request: &Request<RequestBody>) -> Option<Problem> {
+    let values = request.headers().get_all(TRANSFER_ENCODING);
+    let mut codings = values
+        .iter()
+        .flat_map(|value| value.to_str().unwrap_or("\u{fffd}").split(','))
+        .map(str::trim)
+        .filter(|coding| !coding.is_empty());
+    let first = codings.next()?;
+    let rest: Vec<&str> = codings.collect();
+    if first.eq_ignore_ascii_case("chunked") && rest.is_empty() {
+        return None;
+    }
+    let listed = [first].into_iter().chain(rest).collect::<Vec<_>>().join(", ");
+    let detail = format!("Transfer-Encoding {listed} is not supported: only chunked alone");
+    Some(Problem::new(StatusCode::NOT_IMPLEMENTED, "unsupported-transfer-coding", detail))
+}
 
 /// 414 for a request target past [`URI_BYTES_MAX`], 431 for a head past `HEAD_BYTES_MAX`.
 fn oversized_head(request: &Request<RequestBody>) -> Option<Problem> {

@@ -9,6 +9,7 @@
 //! - `haproxy` and `jwt`: the shipped proxy configuration, started for end-to-end tests, and
 //!   tokens minted with the committed test-only keys.
 //! - `etcd`: a one-member etcd for the cluster tests, stopped and started at will.
+//! - `rng`: a seeded generator, so a randomized test replays from its seed.
 //! - `prerequisites`: HAProxy, etcd, Node.js and the public Python client, found or installed
 //!   by `.ci/setup.sh`.
 //!
@@ -22,6 +23,7 @@ pub mod haproxy;
 pub mod http2;
 pub mod jwt;
 pub mod prerequisites;
+pub mod rng;
 pub mod scratch;
 pub mod server;
 

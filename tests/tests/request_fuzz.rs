@@ -24,6 +24,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ds_tests::client::read_response;
+use ds_tests::rng::Rng;
 use ds_tests::server::binary;
 use ds_tests::{Response, Server};
 
@@ -55,7 +56,7 @@ fn fuzz(mode: &str, seed: u64) {
     let requests =
         std::env::var("DS_FUZZ_REQUESTS").ok().and_then(|s| s.parse().ok()).unwrap_or(REQUESTS_DEFAULT);
     let mut server = Server::start_in(mode, &[]);
-    let mut rng = Rng(seed.max(1));
+    let mut rng = Rng::new(seed);
     let mut connection: Option<Connection> = None;
     let mut previous = String::new();
     for index in 0..requests {
@@ -383,25 +384,5 @@ fn frame(rng: &mut Rng, body: &[u8]) -> (String, Vec<u8>, bool) {
             body.to_vec(),
             true,
         ),
-    }
-}
-
-/// xorshift64*: enough randomness for a replayable fuzz, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
     }
 }

@@ -64,9 +64,13 @@ pub enum SimOp {
         name: String,
         source: String,
         at: Option<ForkAt>,
-        inherited: Option<(Vec<u8>, Vec<u64>)>,
+        inherited: Option<Inherited>,
     },
 }
+
+/// What a fork inherits: its source's bytes up to the fork point, and where each message
+/// ends in them.
+pub type Inherited = (Vec<u8>, Vec<u64>);
 
 /// A fork point other than the tail: a boundary (messages and bytes before it) and a
 /// sub-offset.

@@ -15,7 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ds_engine::testing::SimRng;
 
-use super::model::{forks_of, is_json_name, predict, ttl_of_name, ForkAt, ModelStream, SimOp, State};
+use super::model::{
+    forks_of, is_json_name, predict, ttl_of_name, ForkAt, Inherited, ModelStream, SimOp, State,
+};
 
 pub const NAMES: [&str; 8] = ["a", "b", "c", "d/e", "t1", "t2", "j1", "j2"];
 const PRODUCERS: [&str; 2] = ["p1", "p2"];
@@ -224,7 +226,7 @@ fn fork_of(
 /// Where a fork of `stream` starts: its tail, its start, a message boundary, or a boundary
 /// and a sub-offset (some bytes of the next message of a plain stream, whole messages of a
 /// JSON one); and what it inherits there (bytes and message ends).
-fn fork_point(rng: &mut SimRng, stream: &ModelStream) -> (Option<ForkAt>, Option<(Vec<u8>, Vec<u64>)>) {
+fn fork_point(rng: &mut SimRng, stream: &ModelStream) -> (Option<ForkAt>, Option<Inherited>) {
     let messages = stream.ends.len() as u64;
     let roll = rng.below(100);
     if roll < 40 {

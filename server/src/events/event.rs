@@ -13,6 +13,7 @@
 //! and CRLF as LF. Streams whose bytes must come back exactly with CRs in them use a
 //! binary content type (base64 events) or catch-up reads.
 
+use crate::http::cursor::Cursor;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use bytes::BytesMut;
@@ -45,10 +46,10 @@ impl EventFormat {
 }
 
 /// What a control event says besides the offset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ControlState {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlState<'a> {
     /// The interval cursor (omitted once the stream is closed).
-    pub cursor: u64,
+    pub cursor: &'a Cursor,
     pub up_to_date: bool,
     /// The stream is closed and everything was sent: the last event.
     pub closed: bool,
@@ -103,7 +104,10 @@ fn write_control_with_id(out: &mut BytesMut, id: &str, state: ControlState) {
     out.extend_from_slice(b"\"");
     if !state.closed {
         out.extend_from_slice(b",\"streamCursor\":\"");
-        out.extend_from_slice(itoa_u64(state.cursor).as_bytes());
+        match state.cursor {
+            Cursor::Interval(interval) => out.extend_from_slice(itoa_u64(*interval).as_bytes()),
+            Cursor::Beyond(digits) => out.extend_from_slice(digits.as_bytes()),
+        }
         out.extend_from_slice(b"\"");
     }
     if state.up_to_date || state.closed {
@@ -230,14 +234,22 @@ mod tests {
     #[test]
     fn control_events_carry_offset_cursor_and_flags() {
         let mut out = BytesMut::new();
-        write_control(&mut out, NEXT, ControlState { cursor: 42, up_to_date: true, closed: false });
+        write_control(
+            &mut out,
+            NEXT,
+            ControlState { cursor: &Cursor::Interval(42), up_to_date: true, closed: false },
+        );
         let text = String::from_utf8(out.to_vec()).unwrap();
         assert_eq!(
             text,
             "event: control\ndata:{\"streamNextOffset\":\"0000000000000001_0000000000000005\",\"streamCursor\":\"42\",\"upToDate\":true}\nid:0000000000000001_0000000000000005\n\n"
         );
         let mut out = BytesMut::new();
-        write_control(&mut out, NEXT, ControlState { cursor: 42, up_to_date: false, closed: true });
+        write_control(
+            &mut out,
+            NEXT,
+            ControlState { cursor: &Cursor::Interval(42), up_to_date: false, closed: true },
+        );
         let text = String::from_utf8(out.to_vec()).unwrap();
         let data_line = text.lines().find(|l| l.starts_with("data:")).unwrap();
         let value: serde_json::Value = serde_json::from_str(&data_line[5..]).unwrap();

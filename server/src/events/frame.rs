@@ -8,6 +8,7 @@
 //! subscribers on one stream, one formats and the rest copy a pointer.
 //! Leaves only: the callers decide what to do with a frame.
 
+use crate::http::cursor::Cursor;
 use std::sync::Mutex;
 
 use bytes::{Bytes, BytesMut};
@@ -74,15 +75,15 @@ pub struct FrameSource<'a> {
     pub handle: &'a StreamHandle,
     pub frames: &'a FrameCache,
     pub format: EventFormat,
-    pub cursor: u64,
+    pub cursor: Cursor,
 }
 
 impl FrameSource<'_> {
     /// The frame for a reader at `from`; `told_up_to_date`: it already had a control event
     /// saying so (no bare one is repeated).
     pub fn next_frame(&self, from: Offset, told_up_to_date: bool) -> Next {
-        let key = frame_key(self.format, self.cursor);
-        if let Some(shared) = self.frames.get(key, from) {
+        let key = frame_key(self.format, &self.cursor);
+        if let Some(shared) = key.and_then(|key| self.frames.get(key, from)) {
             return Next::Frame(Frame { bytes: shared.bytes, to: shared.to, closes: shared.last });
         }
         let read = match self.handle.read_messages(from, FRAME_STORED_BYTES_MAX) {
@@ -97,27 +98,30 @@ impl FrameSource<'_> {
             if !read.closed && told_up_to_date {
                 return Next::Nothing;
             }
-            let state = ControlState { cursor: self.cursor, up_to_date: true, closed: read.closed };
+            let state = ControlState { cursor: &self.cursor, up_to_date: true, closed: read.closed };
             write_control(&mut out, from, state);
             return Next::Frame(Frame { bytes: out.freeze(), to: from, closes: read.closed });
         };
         for message in &read.messages {
             let at_tail = read.up_to_date_at(message.next);
             let state =
-                ControlState { cursor: self.cursor, up_to_date: at_tail, closed: at_tail && read.closed };
+                ControlState { cursor: &self.cursor, up_to_date: at_tail, closed: at_tail && read.closed };
             write_message(&mut out, self.format, &message.payload(self.format.json), message.next, state);
         }
         let bytes = out.freeze();
         let closes = read.closed && read.up_to_date_at(last);
-        let frame = CachedFrame { key, from, to: last, bytes: bytes.clone(), last: closes };
-        self.frames.offer(frame);
+        if let Some(key) = key {
+            self.frames.offer(CachedFrame { key, from, to: last, bytes: bytes.clone(), last: closes });
+        }
         Next::Frame(Frame { bytes, to: last, closes })
     }
 }
 
-/// Frames are shared between readers with the same format and cursor.
-fn frame_key(format: EventFormat, cursor: u64) -> u64 {
-    cursor << 2 | u64::from(format.encoding == SseEncoding::Base64) << 1 | u64::from(format.json)
+/// Frames are shared between readers with the same format and cursor (`None`: a cursor
+/// past the intervals, shared with nobody).
+fn frame_key(format: EventFormat, cursor: &Cursor) -> Option<u64> {
+    let interval = cursor.interval().filter(|interval| interval >> 62 == 0)?;
+    Some(interval << 2 | u64::from(format.encoding == SseEncoding::Base64) << 1 | u64::from(format.json))
 }
 
 #[cfg(test)]
@@ -145,11 +149,14 @@ mod tests {
         let text = EventFormat { encoding: SseEncoding::Text, json: false };
         let json = EventFormat { encoding: SseEncoding::Text, json: true };
         let binary = EventFormat { encoding: SseEncoding::Base64, json: false };
-        let keys = [frame_key(text, 5), frame_key(json, 5), frame_key(binary, 5), frame_key(text, 6)];
+        let key = |format, interval| frame_key(format, &Cursor::Interval(interval)).unwrap();
+        let keys = [key(text, 5), key(json, 5), key(binary, 5), key(text, 6)];
         for (i, a) in keys.iter().enumerate() {
             for b in &keys[i + 1..] {
                 assert_ne!(a, b);
             }
         }
+        assert_eq!(frame_key(text, &Cursor::Beyond("18446744073709551616".into())), None);
+        assert_eq!(frame_key(text, &Cursor::Interval(1 << 62)), None, "its key would lose bits");
     }
 }

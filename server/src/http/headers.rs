@@ -3,6 +3,7 @@
 //! Each parser returns a typed value or a [`Problem`] (400) that says which header is wrong.
 //! A header we act on that appears more than once is refused rather than guessed at.
 
+use crate::http::cursor::Cursor;
 use ds_engine::parse_rfc3339_ms;
 use ds_engine::ContentType;
 use ds_engine::Offset;
@@ -42,6 +43,14 @@ pub fn offset_value(offset: Offset) -> HeaderValue {
 }
 
 /// A number as a header value.
+/// A `Stream-Cursor` value.
+pub fn cursor_value(cursor: &Cursor) -> HeaderValue {
+    match cursor {
+        Cursor::Interval(interval) => number_value(*interval),
+        Cursor::Beyond(digits) => HeaderValue::from_str(digits).expect("cursors are decimal digits"),
+    }
+}
+
 pub fn number_value(number: u64) -> HeaderValue {
     HeaderValue::from(number)
 }

@@ -3,6 +3,7 @@
 //! headers and the ETag ([`chunk_response`]), and a read that fails as a problem
 //! ([`read_problem`]).
 
+use crate::http::cursor::Cursor;
 use ds_engine::{json_array, ReadError, ReadResult, StartAt, StreamHandle};
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, ETAG};
 use hyper::{Response, StatusCode};
@@ -60,7 +61,7 @@ pub fn chunk_response(
     result: ReadResult,
     start_text: &str,
     if_none_match: Option<&HeaderValue>,
-    cursor: Option<u64>,
+    cursor: Option<Cursor>,
 ) -> Response<Body> {
     let closed = result.closed_at_tail();
     let etag = format!("\"{start_text}:{}{}\"", result.chunk.next, if closed { ":c" } else { "" });
@@ -85,7 +86,7 @@ pub fn chunk_response(
         headers.insert(STREAM_CLOSED, headers::TRUE);
     }
     if let Some(cursor) = cursor {
-        headers.insert(STREAM_CURSOR, headers::number_value(cursor));
+        headers.insert(STREAM_CURSOR, headers::cursor_value(&cursor));
     }
     set(headers, ETAG, &etag);
     reply

@@ -14,7 +14,7 @@ use hyper::{Response, StatusCode};
 use tokio::time::Instant;
 
 use crate::app::App;
-use crate::http::cursor::response_cursor;
+use crate::http::cursor::{response_cursor, Cursor};
 use crate::http::headers::{self, STREAM_CLOSED, STREAM_CURSOR, STREAM_NEXT_OFFSET, STREAM_UP_TO_DATE};
 use crate::http::problem::Problem;
 use crate::http::read_reply::{chunk_response, read_once, ReadStart};
@@ -57,12 +57,12 @@ pub async fn serve(
 }
 
 /// 204: nothing new (yet), with where to continue from.
-fn no_content(result: &ReadResult, cursor: u64) -> Response<Body> {
+fn no_content(result: &ReadResult, cursor: Cursor) -> Response<Body> {
     let mut reply = response(StatusCode::NO_CONTENT, Body::Empty);
     let headers = reply.headers_mut();
     headers.insert(STREAM_NEXT_OFFSET, headers::offset_value(result.chunk.next));
     headers.insert(STREAM_UP_TO_DATE, headers::TRUE);
-    headers.insert(STREAM_CURSOR, headers::number_value(cursor));
+    headers.insert(STREAM_CURSOR, headers::cursor_value(&cursor));
     if result.closed_at_tail() {
         headers.insert(STREAM_CLOSED, headers::TRUE);
     }
