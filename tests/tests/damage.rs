@@ -255,8 +255,30 @@ fn check_containment(server: &Server, dir: &Path, whole: &[String], damaged_stre
     assert_eq!(line, format!("ds_damaged_streams {damaged_streams}"), "{case}");
     let logged = server.log().matches("stream damaged").count();
     assert_eq!(logged, damaged_streams, "{case}: each logged once:\n{}", server.log());
-    let (code, _, stderr) = ds_tool(&["verify", &dir.display().to_string(), "--force"]);
+    let (code, verified, stderr) = ds_tool(&["verify", &dir.display().to_string(), "--force"]);
     assert_eq!(code, 1, "{case}: verify finds it: {stderr}");
+    assert_verify_agrees(&server.log(), &String::from_utf8_lossy(&verified), case);
+}
+
+/// What recovery marked a stream damaged for (offset and reason, as the server logs them)
+/// is what `ds-tool verify` says of it, word for word: both read the log with the same
+/// checks. (Damage a read found later is the server's alone: verify reports the record.)
+fn assert_verify_agrees(server_log: &str, verified: &str, case: &str) {
+    let marked =
+        server_log.lines().filter(|line| line.contains("stream damaged") && line.contains(" stream=s "));
+    for line in marked {
+        let noted = line.split(" offset=").nth(1).expect("the damage's offset");
+        let (offset, reason) = noted.split_once(" reason=").expect("the damage's reason");
+        let reason = reason.trim_matches('"');
+        if reason.starts_with("a read found") {
+            continue;
+        }
+        let said = format!("damaged at offset {offset}: {reason}");
+        assert!(
+            verified.contains(&said),
+            "{case}: the server marked s {said:?}; ds-tool verify says:\n{verified}"
+        );
+    }
 }
 
 /// Damages a copy of `source` with `damage` (which touches the messages `damaged` of `s`),

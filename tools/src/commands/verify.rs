@@ -71,6 +71,7 @@ fn verify_shard(store: &Store, log: &ShardLog, findings: &mut Findings) {
     }
     let analysis = &log.analysis;
     findings.logs += analysis.segments.len() as u64;
+    findings.records += analysis.records_replayed();
     for damage in analysis.damage(&log.dir) {
         let what = damage.reason.clone();
         findings.problems.push(Problem {

@@ -129,6 +129,11 @@ impl Analysis {
         &self.replay.ledger
     }
 
+    /// Records replayed (checked end to end) after the checkpoint.
+    pub fn records_replayed(&self) -> u64 {
+        self.replay.records
+    }
+
     /// The sequence number the next record gets.
     pub fn next_lsn(&self) -> Lsn {
         self.replay.next_lsn
