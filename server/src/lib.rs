@@ -200,13 +200,17 @@ fn log_recovery(engine: &Engine) {
     }
     for (shard, report) in reports.iter().enumerate() {
         for damage in &report.damage {
+            let what = match damage.torn {
+                true => "recovery cut the unfinished end of a log a crash left (a write never acknowledged; cut bytes kept in dropped/)",
+                false => "recovery found damage (stepped over; what it touches is marked, set aside files kept in dropped/)",
+            };
             tracing::warn!(
                 shard,
                 file = %damage.file.display(),
                 position = damage.position,
                 reason = %damage.reason,
                 quarantined = damage.quarantined.len(),
-                "recovery found damage (stepped over; what it touches is marked, set aside files kept in dropped/)"
+                "{what}"
             );
         }
         if report.damage.is_empty() && report.stale_bytes > 0 {

@@ -328,6 +328,9 @@ fn render_engine(out: &mut String, engine: &EngineStats, shards: &[ShardStats], 
         single(out, "ds_maps_unguarded_total", "counter", unguarded_help, engine.maps_unguarded);
         let failed_help = "Shards whose log could not be written (a file system gone read-only, an I/O error): their streams refuse writes (503) until a restart; reads go on.";
         single(out, "ds_shards_failed", "gauge", failed_help, engine.shards_failed);
+        let moves_help =
+            "Streams compaction moved to the head of the log out of mostly-dead segments (acid).";
+        single(out, "ds_compaction_moves_total", "counter", moves_help, engine.moves);
     }
     header(out, "ds_shard_queue_depth", "gauge", "Operations waiting in each shard's queue.");
     for (index, shard) in shards.iter().enumerate() {

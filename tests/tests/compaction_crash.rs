@@ -54,12 +54,14 @@ fn run_seed(seed: u64) {
     let mut server = Server::start_in("acid", &SETTINGS);
     let mut acknowledged = Acknowledged::new();
     make_streams(&server.client(), &mut rng, &mut acknowledged);
+    let mut moves = 0;
     for cycle in 0..2 {
         // Somewhere in the second half of the rounds: streams have moved more than once.
         let per_round = 2 * FILLERS as u64 + acknowledged.len() as u64;
         let requests = per_round * ROUNDS as u64 / 2 + rng.below(per_round * ROUNDS as u64 / 2);
         let context = format!("seed {seed}, cycle {cycle}");
         churn(&server.client(), &mut acknowledged, requests, &context);
+        moves = server.metric("ds_compaction_moves_total");
         // While the shard compacts, or once it has.
         std::thread::sleep(Duration::from_millis(rng.below(KILL_AFTER_MS_MAX)));
         server.kill();
@@ -67,6 +69,7 @@ fn run_seed(seed: u64) {
         check(&server, &mut acknowledged, &context);
     }
     assert!(server.terminate().success(), "seed {seed}: a clean stop");
+    eprintln!("compaction crash seed {seed}: {} moves before the last kill, all streams whole", moves);
     let data = server.data_dir().expect("acid has a data directory");
     let verify = Command::new(binary("ds-tool")).arg("verify").arg(data).output().expect("ds-tool runs");
     assert!(

@@ -83,6 +83,21 @@ pub struct Damage {
     /// Where what was set aside went: files that are not segments of the shard (acid), the
     /// bytes cut off a stream file's torn end (file modes); kept in `dropped/`.
     pub quarantined: Vec<PathBuf>,
+    /// The unfinished end of a log a crash left, which recovery cut (nothing in it was
+    /// acknowledged), not damage to what was written.
+    pub torn: bool,
+}
+
+impl Damage {
+    /// Damage (or a loss) recovery found at `position` of `file`, and why.
+    pub fn new(file: PathBuf, position: u64, reason: String) -> Damage {
+        Damage { file, position, reason, quarantined: Vec::new(), torn: false }
+    }
+
+    /// The torn end of a log at `position` of `file`, which recovery cuts.
+    pub fn torn_end(file: PathBuf, position: u64, reason: String) -> Damage {
+        Damage { torn: true, ..Damage::new(file, position, reason) }
+    }
 }
 
 /// Where a committed record went: its location and its index in its stream's chain.

@@ -261,7 +261,7 @@ fn open_acid(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
             Arc::clone(&ledger),
             housekeeper.clone(),
             recovered.position,
-            recovered.checkpoint_resume,
+            recovered.checkpoint,
         );
         let source = writer.source();
         for tail in pending {

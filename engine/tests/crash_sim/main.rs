@@ -159,6 +159,13 @@ impl Sim {
                 "seed {} round {}: recovery marked streams damaged on a disk that only loses unsynced writes: {:#?}",
                 self.seed, self.round, report.damage
             );
+            let damage: Vec<_> = report.damage.iter().filter(|damage| !damage.torn).collect();
+            assert!(
+                damage.is_empty(),
+                "seed {} round {}: recovery found damage on a disk that only loses unsynced writes: {damage:#?}",
+                self.seed,
+                self.round
+            );
             self.coverage.torn_recoveries += u64::from(!report.damage.is_empty() || report.stale_bytes > 0);
             self.coverage.from_checkpoint += u64::from(report.checkpoint_lsn.is_some());
             self.coverage.records_replayed += report.records_replayed;

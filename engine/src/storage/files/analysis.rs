@@ -43,6 +43,8 @@ pub struct FileAnalysis {
     /// The file's saved end at a clean stop found it short, or its delete record gone: the
     /// stream is damaged or deleted by what was saved, not by what the file holds.
     pub held_by_clean_end: bool,
+    /// No create record, and what is there could be one a crash cut short.
+    pub unfinished_create: bool,
 }
 
 /// Reads and checks the records of a stream file's `bytes` (its collision suffix `suffix`);
@@ -50,6 +52,9 @@ pub struct FileAnalysis {
 /// `clean`: where it ended at a clean stop, if that was saved (and only if the file still
 /// holds the incarnation of the stream saved then).
 pub fn analyze_file(bytes: &Bytes, suffix: u8, durable: bool, clean: Option<&CleanEnd>) -> FileAnalysis {
+    // A save no start has read yet names the incarnation the file still holds; after a
+    // start, a create since (then cut short by a crash) may have taken the name's file.
+    let saved_by_the_last_stop = clean.is_some_and(|clean| clean.fresh);
     let clean = clean.filter(|clean| create_check(bytes) == Some(clean.create_check));
     let mut scan = RecordScan::new(bytes.clone(), 0);
     let created =
@@ -58,13 +63,23 @@ pub fn analyze_file(bytes: &Bytes, suffix: u8, durable: bool, clean: Option<&Cle
             Some((snapshot, first.header.record_len() as u64))
         });
     let Some((snapshot, valid_end)) = created else {
+        // Nothing, or a create record a sector of which was never written: the create a
+        // crash cut short, which was never acknowledged (a file the last clean stop saw
+        // whole is damaged, whatever it holds now).
+        let unfinished = !saved_by_the_last_stop
+            && (bytes.is_empty() || could_be_torn(bytes, 0, failed_record_len(bytes, 0)));
+        let failure = match unfinished {
+            true => "an unfinished create record (a create a crash cut short, never acknowledged)",
+            false => "no readable create record",
+        };
         return FileAnalysis {
             snapshot: None,
             records: 0,
             valid_end: 0,
             damage: Vec::new(),
-            failure: Some("no readable create record".into()),
+            failure: Some(failure.into()),
             held_by_clean_end: false,
+            unfinished_create: unfinished,
         };
     };
     let mut reading =
@@ -78,6 +93,7 @@ pub fn analyze_file(bytes: &Bytes, suffix: u8, durable: bool, clean: Option<&Cle
         damage: reading.damage,
         failure,
         held_by_clean_end,
+        unfinished_create: false,
     }
 }
 

@@ -52,8 +52,9 @@ enum FileOutcome {
         /// The saved end that found the file short (see [`FilesRecovered::floors`]).
         floor: Option<(PathBuf, CleanEnd)>,
     },
-    /// Not a stream (no readable create record): moved aside.
-    Dropped(PathBuf),
+    /// Not a stream (no readable create record): moved aside, and why (torn: a create a
+    /// crash cut short).
+    Dropped(Damage),
     /// A file that is not where its stream belongs: left alone.
     Misplaced(PathBuf),
 }
@@ -131,7 +132,7 @@ fn restore_lost_files(
             Err(why) => format!("{lost} ({why})"),
         };
         tracing::error!(path = %file.display(), "{reason}");
-        let damage = Damage { file: file.clone(), position: 0, reason, quarantined: Vec::new() };
+        let damage = Damage::new(file.clone(), 0, reason);
         let outcome = restored.and_then(|suffix| {
             recover_file(vfs, root, &file, suffix, durable, Some(end)).map_err(|error| error.to_string())
         });
@@ -192,14 +193,9 @@ fn gather(
             recovered.shards[shard].push(*snapshot);
             recovered.floors[shard].extend(floor);
         }
-        FileOutcome::Dropped(path) => {
-            tracing::warn!(path = %path.display(), "a file without a readable create record was moved aside");
-            report.damage.push(Damage {
-                file: path,
-                position: 0,
-                reason: "no readable create record".into(),
-                quarantined: Vec::new(),
-            });
+        FileOutcome::Dropped(dropped) => {
+            tracing::warn!(path = %dropped.file.display(), "a file without a readable create record was moved aside: {}", dropped.reason);
+            report.damage.push(dropped);
         }
         FileOutcome::Misplaced(path) => {
             tracing::warn!(path = %path.display(), "a stream file is not where its name hashes to; ignored");
@@ -255,16 +251,20 @@ fn recover_file(
     let size = bytes.len() as u64;
     let analysis = analyze_file(&bytes, suffix, durable, clean);
     let Some(snapshot) = analysis.snapshot else {
-        return drop_aside(vfs, root, path);
+        let reason = analysis.failure.unwrap_or_default();
+        let target = drop_aside(vfs, root, path)?;
+        return Ok(FileOutcome::Dropped(match analysis.unfinished_create {
+            true => Damage::torn_end(target, 0, reason),
+            false => Damage::new(target, 0, reason),
+        }));
     };
     if !belongs_at(&snapshot.name, suffix, path, root) {
         return Ok(FileOutcome::Misplaced(path.to_path_buf()));
     }
     let position = analysis.valid_end;
-    let at =
-        |(position, reason)| Damage { file: path.to_path_buf(), position, reason, quarantined: Vec::new() };
+    let at = |(position, reason)| Damage::new(path.to_path_buf(), position, reason);
     let mut damage: Vec<Damage> = analysis.damage.into_iter().map(at).collect();
-    let mut torn = analysis.failure.map(|reason| at((position, reason)));
+    let mut torn = analysis.failure.map(|reason| Damage::torn_end(path.to_path_buf(), position, reason));
     if position < size {
         let cut = &bytes[position as usize..];
         if let (Some(torn), true) = (torn.as_mut(), cut.iter().any(|b| *b != 0)) {
@@ -307,12 +307,12 @@ fn keep_cut_tail(vfs: &dyn Vfs, root: &Path, path: &Path, position: u64, cut: &[
 }
 
 /// Moves a file that is not a stream into `dropped/` (kept for inspection).
-fn drop_aside(vfs: &dyn Vfs, root: &Path, path: &Path) -> io::Result<FileOutcome> {
+fn drop_aside(vfs: &dyn Vfs, root: &Path, path: &Path) -> io::Result<PathBuf> {
     let dropped = root.join(DROPPED_DIR);
     create_dir_durably(vfs, &dropped)?;
     let target = dropped.join(path.file_name().unwrap_or_default());
     vfs.rename(path, &target)?;
     vfs.sync_dir(&dropped)?;
     vfs.sync_dir(path.parent().unwrap_or(root))?;
-    Ok(FileOutcome::Dropped(target))
+    Ok(target)
 }

@@ -11,13 +11,12 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::ledger::Ledger;
+use super::ledger::{DurableCheckpoint, Ledger};
 use super::source::WalSource;
 use super::{segment, split_location, SegmentTable};
 use crate::ids::Location;
@@ -37,16 +36,16 @@ pub enum Task {
     ZeroFill { file: Arc<dyn VfsFile>, from: u64, to: u64, done: Sender<io::Result<()>> },
     /// Subtract the records of the deleted stream whose chain ends at `tail`.
     Reclaim { source: WalSource, ledger: Arc<Ledger>, tail: Location },
-    /// Write a checkpoint that resumes in segment `resume` (keeping the last one as a
-    /// fallback); once it is durable, move `durable_resume` on to it and remove dead
-    /// segments below where the fallback resumes (what `durable_resume` held).
+    /// Write a checkpoint (`written`: where it resumes, what it counts dead), keeping the
+    /// last one as a fallback; once it is durable, it becomes `durable` and the segments the
+    /// fallback (what `durable` held) lets go are removed, if they are dead now too.
     Checkpoint {
         dir: PathBuf,
         bytes: Vec<u8>,
         table: Arc<SegmentTable>,
         ledger: Arc<Ledger>,
-        resume: u32,
-        durable_resume: Arc<AtomicU32>,
+        written: DurableCheckpoint,
+        durable: Arc<Mutex<DurableCheckpoint>>,
     },
     /// Save readers' TTL renewals to `path` (`crate::storage::renewals`).
     SaveRenewals { path: PathBuf, renewals: Vec<Renewal> },
@@ -130,14 +129,15 @@ impl Worker {
                 let _ = done.send(segment::zero_fill(file.as_ref(), from, to));
             }
             Task::Reclaim { source, ledger, tail } => reclaim(&source, &ledger, tail),
-            Task::Checkpoint { dir, bytes, table, ledger, resume, durable_resume } => {
+            Task::Checkpoint { dir, bytes, table, ledger, written, durable } => {
                 if let Err(error) = write_checkpoint(vfs, &dir, &bytes) {
                     // The previous checkpoint stays in force; nothing is removed.
                     tracing::error!(%error, dir = %dir.display(), "cannot write a checkpoint");
                     return;
                 }
-                let fallback_resume = durable_resume.swap(resume, Ordering::AcqRel);
-                if let Err(error) = remove_dead(vfs, &dir, &table, &ledger, fallback_resume) {
+                let fallback =
+                    std::mem::replace(&mut *durable.lock().expect("durable checkpoint lock"), written);
+                if let Err(error) = remove_dead(vfs, &dir, &table, &ledger, &fallback) {
                     tracing::error!(%error, dir = %dir.display(), "cannot remove dead segments");
                 }
             }
@@ -188,15 +188,18 @@ fn reclaim(source: &WalSource, ledger: &Ledger, tail: Location) {
     }
 }
 
-/// Removes segments below `remove_below` that hold no live record.
+/// Removes the segments that hold no live record and that `fallback`, the oldest checkpoint
+/// a restart may read, lets go (a segment dead there is dead in every later ledger: sealed
+/// segments only lose live bytes).
 fn remove_dead(
     vfs: &dyn Vfs,
     dir: &std::path::Path,
     table: &SegmentTable,
     ledger: &Ledger,
-    remove_below: u32,
+    fallback: &DurableCheckpoint,
 ) -> io::Result<()> {
-    let dead = ledger.dead_below(remove_below);
+    let mut dead = ledger.dead_below(fallback.resume);
+    dead.retain(|ordinal| fallback.lets_go(*ordinal));
     if dead.is_empty() {
         return Ok(());
     }

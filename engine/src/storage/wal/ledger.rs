@@ -6,6 +6,8 @@
 //! through one lock, and a checkpoint copies both under it, so a checkpoint's accounting
 //! always matches its LSN: no reclaim is counted twice or lost across a crash. A segment may
 //! be removed only when it has no live bytes and the checkpoint no longer needs it for replay.
+//! Nor while a checkpoint a restart may read still counts live records in it: a restart
+//! from that one would report the segment missing ([`DurableCheckpoint`]).
 
 use crate::ids::Location;
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +16,28 @@ use std::sync::Mutex;
 #[derive(Default)]
 pub struct Ledger {
     inner: Mutex<LedgerState>,
+}
+
+/// A durable checkpoint as segment removal sees it: where its replay resumes, and the
+/// segments its ledger counts no live byte in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DurableCheckpoint {
+    pub resume: u32,
+    pub dead: BTreeSet<u32>,
+}
+
+impl DurableCheckpoint {
+    /// Where a checkpoint with `ledger` resumes (`resume`), as removal sees it.
+    pub fn of(resume: u32, ledger: &LedgerState) -> DurableCheckpoint {
+        let dead = ledger.live.iter().filter(|(_, live)| **live == 0).map(|(ordinal, _)| *ordinal).collect();
+        DurableCheckpoint { resume, dead }
+    }
+
+    /// Whether segment `ordinal` may go while this is the oldest checkpoint a restart may
+    /// read: replay from it starts past the segment, and it counts no live record there.
+    pub fn lets_go(&self, ordinal: u32) -> bool {
+        ordinal < self.resume && self.dead.contains(&ordinal)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

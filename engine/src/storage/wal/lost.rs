@@ -42,7 +42,7 @@ impl Lost {
         // Segment files are named by their first sequence number, which a missing one no
         // longer tells: the report names it by its ordinal.
         let file = self.file.clone().unwrap_or_else(|| dir.join(format!("(missing segment {ordinal})")));
-        Damage { file, position, reason: self.what.clone(), quarantined: Vec::new() }
+        Damage::new(file, position, self.what.clone())
     }
 }
 

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::checkpoint::{checkpoint_path, Checkpoint, PREVIOUS_CHECKPOINT_NAME};
-use super::ledger::LedgerState;
+use super::ledger::{DurableCheckpoint, LedgerState};
 use super::lost::{lost_parts, mark_streams, Lost};
 use super::replay::{Replay, ReplayEnd};
 use super::salvage;
@@ -57,8 +57,9 @@ pub struct RecoverySettings {
 pub struct Recovered {
     pub table: Arc<SegmentTable>,
     pub ledger: LedgerState,
-    /// Where the checkpoint recovery started from resumes (0 without one).
-    pub checkpoint_resume: u32,
+    /// The checkpoint recovery started from, as segment removal sees it (resuming at 0,
+    /// counting nothing dead, without one).
+    pub checkpoint: DurableCheckpoint,
     pub position: WalPosition,
     pub stream_id_next: StreamId,
     pub streams: Vec<StreamSnapshot>,
@@ -86,6 +87,8 @@ pub struct Analysis {
     pub checkpoint: Option<CheckpointInfo>,
     /// Non-zero bytes within the stale window after the last good record.
     pub stale_bytes: u64,
+    /// The checkpoint replay started from, as segment removal sees it.
+    removal: DurableCheckpoint,
     replay: Replay,
     end: ReplayEnd,
 }
@@ -109,12 +112,11 @@ impl Analysis {
     /// Everything found damaged or gone, in the order a reader of the log meets it (the
     /// torn end of the log, which recovery cuts, is [`Analysis::torn`]).
     pub fn damage(&self, dir: &Path) -> Vec<Damage> {
-        let strays = self.strays.iter().chain(&self.salvaged).map(|(file, why)| Damage {
-            file: file.clone(),
-            position: 0,
-            reason: why.clone(),
-            quarantined: Vec::new(),
-        });
+        let strays = self
+            .strays
+            .iter()
+            .chain(&self.salvaged)
+            .map(|(file, why)| Damage::new(file.clone(), 0, why.clone()));
         let lost = self.lost.iter().map(|part| part.damage(dir));
         strays.chain(lost).chain(self.replay.damage.iter().cloned()).collect()
     }
@@ -182,6 +184,9 @@ pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result
         resume_position: c.resume_position,
         written_ms: c.written_ms,
     });
+    let removal = checkpoint
+        .as_ref()
+        .map_or_else(DurableCheckpoint::default, |c| DurableCheckpoint::of(c.resume_ordinal, &c.ledger));
     let mut replay = Replay::start(checkpoint, &segments, window);
     let end = replay.run(&segments);
     let mut stale_bytes = 0;
@@ -202,6 +207,7 @@ pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result
         damaged_streams,
         checkpoint: checkpoint_info,
         stale_bytes,
+        removal,
         replay,
         end,
     })
@@ -230,7 +236,7 @@ pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Re
     let renewed = renewals::load(vfs, [dir.join(RENEWALS_FILE)]);
     renewals::apply(&renewed, &mut streams, |stream| stream.id.raw());
     Ok(Recovered {
-        checkpoint_resume: replay.start.0,
+        checkpoint: std::mem::take(&mut analysis.removal),
         table,
         ledger: std::mem::take(&mut replay.ledger),
         position,

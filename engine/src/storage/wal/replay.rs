@@ -160,7 +160,7 @@ impl Replay {
                     self.damage.push(damage_at(segment, position, reason));
                 }
                 SegmentEnd::Torn(reason) => {
-                    self.torn = Some(damage_at(segment, position, reason));
+                    self.torn = Some(Damage::torn_end(segment.path.clone(), position, reason));
                     return ReplayEnd::Continue { index, position };
                 }
             }
@@ -458,5 +458,5 @@ impl Replay {
 }
 
 pub(super) fn damage_at(segment: &Segment, position: u64, reason: String) -> Damage {
-    Damage { file: segment.path.clone(), position, reason, quarantined: Vec::new() }
+    Damage::new(segment.path.clone(), position, reason)
 }

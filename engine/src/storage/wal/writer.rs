@@ -17,15 +17,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::ops::Range;
-use std::sync::atomic::AtomicU32;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use crossbeam_channel::Receiver;
 
 use super::checkpoint::Checkpoint;
 use super::housekeeper::{Housekeeper, Task};
-use super::ledger::Ledger;
+use super::ledger::{DurableCheckpoint, Ledger};
 use super::segment::Segment;
 use super::source::WalSource;
 use super::{location, SegmentTable, ShardFiles, WalPosition, RENEWALS_FILE};
@@ -115,9 +114,9 @@ pub struct WalWriter {
     deleted: Vec<Location>,
     /// A segment was sealed since the last checkpoint.
     checkpoint_due: bool,
-    /// Where the last durable checkpoint resumes: segments below it may go once the next
-    /// is durable (the housekeeper moves it on as checkpoints land).
-    durable_resume: Arc<AtomicU32>,
+    /// The last durable checkpoint, as segment removal sees it: what it lets go may go once
+    /// the next is durable (the housekeeper moves it on as checkpoints land).
+    durable: Arc<Mutex<DurableCheckpoint>>,
 }
 
 /// A piece of the current run: staged bytes, or a plain body written from its own buffer.
@@ -133,7 +132,7 @@ impl WalWriter {
         ledger: Arc<Ledger>,
         housekeeper: Housekeeper,
         at: WalPosition,
-        checkpoint_resume: u32,
+        checkpoint: DurableCheckpoint,
     ) -> WalWriter {
         let sealed = at.sealed;
         let source = WalSource { table: Arc::clone(&table) };
@@ -170,7 +169,7 @@ impl WalWriter {
             added: BTreeMap::new(),
             deleted: Vec::new(),
             checkpoint_due: false,
-            durable_resume: Arc::new(AtomicU32::new(checkpoint_resume)),
+            durable: Arc::new(Mutex::new(checkpoint)),
         };
         writer.reset_plan();
         writer.request_spare_when_due();
@@ -329,13 +328,14 @@ impl WalWriter {
             ledger: self.ledger.snapshot(),
             streams,
         };
+        let written = DurableCheckpoint::of(checkpoint.resume_ordinal, &checkpoint.ledger);
         self.housekeeper.send(Task::Checkpoint {
             dir: self.files.dir.clone(),
             bytes: checkpoint.encode(),
             table: Arc::clone(&self.table),
             ledger: Arc::clone(&self.ledger),
-            resume: checkpoint.resume_ordinal,
-            durable_resume: Arc::clone(&self.durable_resume),
+            written,
+            durable: Arc::clone(&self.durable),
         });
         self.checkpoint_due = false;
         if clean {
