@@ -196,7 +196,7 @@ mod receive_timestamps {
 
     /// Asks the kernel to stamp packets received on `socket`; false where it cannot.
     #[cfg(target_os = "linux")]
-    pub fn enable(socket: &TcpStream) -> bool {
+    pub(super) fn enable(socket: &TcpStream) -> bool {
         use std::os::fd::AsRawFd;
         let on: libc::c_int = 1;
         // SAFETY: setsockopt on an open socket, with a pointer to a live int and its size.
@@ -219,7 +219,7 @@ mod receive_timestamps {
 
     /// Reads into `buffer` as `read` would; where the kernel sent a stamp with the data,
     /// sets `arrived_at` to it.
-    pub async fn read(
+    pub(super) async fn read(
         socket: &TcpStream,
         buffer: &mut [u8],
         arrived_at: &mut Option<SystemTime>,

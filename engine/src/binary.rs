@@ -7,48 +7,48 @@
 
 /// Appends fields to a buffer.
 #[derive(Default)]
-pub struct Encoder {
+pub(crate) struct Encoder {
     pub bytes: Vec<u8>,
 }
 
 impl Encoder {
-    pub fn u8(&mut self, value: u8) -> &mut Self {
+    pub(crate) fn u8(&mut self, value: u8) -> &mut Self {
         self.bytes.push(value);
         self
     }
 
-    pub fn u32(&mut self, value: u32) -> &mut Self {
+    pub(crate) fn u32(&mut self, value: u32) -> &mut Self {
         self.bytes.extend_from_slice(&value.to_le_bytes());
         self
     }
 
-    pub fn u64(&mut self, value: u64) -> &mut Self {
+    pub(crate) fn u64(&mut self, value: u64) -> &mut Self {
         self.bytes.extend_from_slice(&value.to_le_bytes());
         self
     }
 
     /// A string with a u32 length.
-    pub fn text(&mut self, text: &str) -> &mut Self {
+    pub(crate) fn text(&mut self, text: &str) -> &mut Self {
         self.u32(text.len() as u32);
         self.bytes.extend_from_slice(text.as_bytes());
         self
     }
 
     /// Bytes with a u32 length.
-    pub fn blob(&mut self, blob: &[u8]) -> &mut Self {
+    pub(crate) fn blob(&mut self, blob: &[u8]) -> &mut Self {
         self.u32(blob.len() as u32);
         self.bytes.extend_from_slice(blob);
         self
     }
 
-    pub fn option_u64(&mut self, value: Option<u64>) -> &mut Self {
+    pub(crate) fn option_u64(&mut self, value: Option<u64>) -> &mut Self {
         match value {
             Some(value) => self.u8(1).u64(value),
             None => self.u8(0),
         }
     }
 
-    pub fn option_text(&mut self, value: Option<&str>) -> &mut Self {
+    pub(crate) fn option_text(&mut self, value: Option<&str>) -> &mut Self {
         match value {
             Some(value) => self.u8(1).text(value),
             None => self.u8(0),
@@ -58,7 +58,7 @@ impl Encoder {
 
 /// Why bytes do not decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DecodeFailure;
+pub(crate) struct DecodeFailure;
 
 impl std::fmt::Display for DecodeFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -70,7 +70,7 @@ impl std::error::Error for DecodeFailure {}
 
 /// The fields of a small state file laid out as `magic`, fields, crc32 of both: checked,
 /// or why not (`kind` names the file in the error).
-pub fn checked_fields<'a>(bytes: &'a [u8], magic: &[u8; 4], kind: &str) -> std::io::Result<&'a [u8]> {
+pub(crate) fn checked_fields<'a>(bytes: &'a [u8], magic: &[u8; 4], kind: &str) -> std::io::Result<&'a [u8]> {
     let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
     let Some((body, crc)) = bytes.split_last_chunk::<4>() else { return Err(invalid("too short".into())) };
     if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
@@ -81,7 +81,7 @@ pub fn checked_fields<'a>(bytes: &'a [u8], magic: &[u8; 4], kind: &str) -> std::
 
 /// The bytes of a small state file of entries: `magic`, `version` (u32), the entry count
 /// (u64), each entry's fields as `fields` writes them, and a crc32 of all that.
-pub fn encode_entries<T>(
+pub(crate) fn encode_entries<T>(
     magic: &[u8; 4],
     version: u32,
     entries: &[T],
@@ -100,7 +100,7 @@ pub fn encode_entries<T>(
 /// `entry` (which is told the file's version); an error when the file fails its check, is
 /// of another kind (`kind` names it), has another version, or its entries do not fill it
 /// exactly.
-pub fn decode_entries<T>(
+pub(crate) fn decode_entries<T>(
     bytes: &[u8],
     magic: &[u8; 4],
     versions: std::ops::RangeInclusive<u32>,
@@ -127,17 +127,17 @@ pub fn decode_entries<T>(
 }
 
 /// Reads fields from a buffer.
-pub struct Decoder<'a> {
+pub(crate) struct Decoder<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
 impl<'a> Decoder<'a> {
-    pub fn new(bytes: &'a [u8]) -> Decoder<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Decoder<'a> {
         Decoder { bytes, at: 0 }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.at == self.bytes.len()
     }
 
@@ -148,29 +148,29 @@ impl<'a> Decoder<'a> {
         Ok(taken)
     }
 
-    pub fn u8(&mut self) -> Result<u8, DecodeFailure> {
+    pub(crate) fn u8(&mut self) -> Result<u8, DecodeFailure> {
         Ok(self.take(1)?[0])
     }
 
-    pub fn u32(&mut self) -> Result<u32, DecodeFailure> {
+    pub(crate) fn u32(&mut self) -> Result<u32, DecodeFailure> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
 
-    pub fn u64(&mut self) -> Result<u64, DecodeFailure> {
+    pub(crate) fn u64(&mut self) -> Result<u64, DecodeFailure> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 
-    pub fn text(&mut self) -> Result<String, DecodeFailure> {
+    pub(crate) fn text(&mut self) -> Result<String, DecodeFailure> {
         let len = self.u32()? as usize;
         String::from_utf8(self.take(len)?.to_vec()).map_err(|_| DecodeFailure)
     }
 
-    pub fn blob(&mut self) -> Result<&'a [u8], DecodeFailure> {
+    pub(crate) fn blob(&mut self) -> Result<&'a [u8], DecodeFailure> {
         let len = self.u32()? as usize;
         self.take(len)
     }
 
-    pub fn option_u64(&mut self) -> Result<Option<u64>, DecodeFailure> {
+    pub(crate) fn option_u64(&mut self) -> Result<Option<u64>, DecodeFailure> {
         match self.u8()? {
             0 => Ok(None),
             1 => Ok(Some(self.u64()?)),
@@ -178,7 +178,7 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    pub fn option_text(&mut self) -> Result<Option<String>, DecodeFailure> {
+    pub(crate) fn option_text(&mut self) -> Result<Option<String>, DecodeFailure> {
         match self.u8()? {
             0 => Ok(None),
             1 => Ok(Some(self.text()?)),

@@ -35,7 +35,7 @@ impl IoErrorPolicy {
 }
 
 /// Smallest and largest shard count; counts must be powers of two.
-pub const SHARDS_MAX: u32 = 256;
+pub(crate) const SHARDS_MAX: u32 = 256;
 
 /// The file system the disk modes use (the real one unless a test says otherwise).
 #[derive(Clone)]
@@ -64,7 +64,7 @@ pub enum Threading {
 }
 
 /// Smallest default size of a WAL segment (larger when the largest append needs it).
-pub const SEGMENT_BYTES_DEFAULT: u64 = 32 << 20;
+pub(crate) const SEGMENT_BYTES_DEFAULT: u64 = 32 << 20;
 /// Room a segment needs besides the largest record's data: its header, the record's header
 /// and meta, and the seal.
 pub const SEGMENT_OVERHEAD_BYTES: u64 = 16 * 1024;

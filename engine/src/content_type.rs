@@ -18,9 +18,9 @@ thread_local! {
 }
 
 /// The default content type of a stream created without one.
-pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
+pub(crate) const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 /// Longest accepted content type header, in bytes.
-pub const CONTENT_TYPE_BYTES_MAX: usize = 256;
+pub(crate) const CONTENT_TYPE_BYTES_MAX: usize = 256;
 
 /// A validated content type: one pointer, to spellings that every stream and request using
 /// them shares (a stream carries one in its configuration).

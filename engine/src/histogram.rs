@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Number of buckets: bounds 1, 2, 4, … 2^22, then everything larger.
-pub const BUCKETS: usize = 24;
+pub(crate) const BUCKETS: usize = 24;
 
 #[derive(Default)]
 pub struct Histogram {

@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The spec's default cap on bytes stored across all streams.
-pub const TOTAL_BYTES_MAX_DEFAULT: u64 = 104_857_600;
+pub(crate) const TOTAL_BYTES_MAX_DEFAULT: u64 = 104_857_600;
 /// The spec's default cap on bytes stored in one stream.
 pub const STREAM_BYTES_MAX_DEFAULT: u64 = 10_485_760;
 /// Default cap on the data of one append (or a create's initial data): a request body and
@@ -23,10 +23,10 @@ pub const APPEND_BYTES_MAX_DEFAULT: u64 = 10_485_760;
 /// Longest accepted `Stream-Seq` value, in bytes.
 pub const STREAM_SEQ_BYTES_MAX: usize = 256;
 /// Default cap on the number of streams.
-pub const STREAMS_MAX_DEFAULT: u64 = 1_000_000;
+pub(crate) const STREAMS_MAX_DEFAULT: u64 = 1_000_000;
 /// What a stream costs besides its name, its content type and its appends: its state in
 /// memory and in checkpoints, and its create record.
-pub const STREAM_CHARGE_BYTES: u64 = 512;
+pub(crate) const STREAM_CHARGE_BYTES: u64 = 512;
 /// What an append costs besides its data, its producer id and its `Stream-Seq`: its record's
 /// header and chain in the disk modes, its message boundaries in memory.
 pub const APPEND_CHARGE_BYTES: u64 = 64;
@@ -64,7 +64,7 @@ impl Default for Limits {
 
 /// The bytes an append's producer tag (of id `producer_id`) and `Stream-Seq` add to its
 /// record; charged like data, and summed per stream so recovery charges them again.
-pub fn tag_bytes(producer_id: Option<&str>, stream_seq: Option<&str>) -> u64 {
+pub(crate) fn tag_bytes(producer_id: Option<&str>, stream_seq: Option<&str>) -> u64 {
     let producer = producer_id.map_or(0, |id| 2 + id.len() as u64 + 16);
     producer + stream_seq.map_or(0, |seq| 2 + seq.len() as u64)
 }
@@ -76,7 +76,7 @@ pub fn stream_charge(name: &str, content_type: &str) -> u64 {
 
 /// What streams cost across all shards, charged against a maximum, and how many there are.
 #[derive(Debug)]
-pub struct ByteBudget {
+pub(crate) struct ByteBudget {
     used: AtomicU64,
     max: u64,
     /// Message bytes stored (a part of `used`).
@@ -86,7 +86,7 @@ pub struct ByteBudget {
 }
 
 impl ByteBudget {
-    pub const fn new(max: u64, streams_max: u64) -> ByteBudget {
+    pub(crate) const fn new(max: u64, streams_max: u64) -> ByteBudget {
         ByteBudget {
             used: AtomicU64::new(0),
             max,
@@ -97,7 +97,7 @@ impl ByteBudget {
     }
 
     /// Counts one more stream; refuses when there are as many as may be.
-    pub fn try_add_stream(&self) -> bool {
+    pub(crate) fn try_add_stream(&self) -> bool {
         self.streams
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |count| {
                 (count < self.streams_max).then_some(count + 1)
@@ -106,17 +106,17 @@ impl ByteBudget {
     }
 
     /// Counts a stream that exists whatever the cap (recovered).
-    pub fn add_stream_unchecked(&self) {
+    pub(crate) fn add_stream_unchecked(&self) {
         self.streams.fetch_add(1, Ordering::AcqRel);
     }
 
-    pub fn remove_stream(&self) {
+    pub(crate) fn remove_stream(&self) {
         let before = self.streams.fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before > 0, "removed more streams than were counted");
     }
 
     /// Notes message bytes stored (`true`) or dropped (`false`); they are charged apart.
-    pub fn note_stored(&self, bytes: u64, stored: bool) {
+    pub(crate) fn note_stored(&self, bytes: u64, stored: bool) {
         match stored {
             true => self.stored.fetch_add(bytes, Ordering::Relaxed),
             false => self.stored.fetch_sub(bytes, Ordering::Relaxed),
@@ -124,12 +124,12 @@ impl ByteBudget {
     }
 
     /// Message bytes stored across all streams.
-    pub fn stored(&self) -> u64 {
+    pub(crate) fn stored(&self) -> u64 {
         self.stored.load(Ordering::Relaxed)
     }
 
     /// Charges `bytes`; refuses (charging nothing) when the total would pass the maximum.
-    pub fn try_charge(&self, bytes: u64) -> bool {
+    pub(crate) fn try_charge(&self, bytes: u64) -> bool {
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
             let Some(next) = used.checked_add(bytes).filter(|next| *next <= self.max) else {
@@ -143,24 +143,24 @@ impl ByteBudget {
     }
 
     /// Charges `bytes` whatever the maximum (recovery of data already stored).
-    pub fn charge_unchecked(&self, bytes: u64) {
+    pub(crate) fn charge_unchecked(&self, bytes: u64) {
         self.used.fetch_add(bytes, Ordering::AcqRel);
     }
 
     /// Gives back bytes of deleted or expired streams.
-    pub fn release(&self, bytes: u64) {
+    pub(crate) fn release(&self, bytes: u64) {
         let before = self.used.fetch_sub(bytes, Ordering::AcqRel);
         debug_assert!(before >= bytes, "released more bytes than were charged");
     }
 
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::Acquire)
     }
 }
 
 /// Keeps a cache map within `max` entries: past it, drops every other entry (in no
 /// particular order). Cheap, bounded, and good enough for caches that rebuild on a miss.
-pub fn halve_when_over<K, V>(map: &mut std::collections::HashMap<K, V>, max: usize) {
+pub(crate) fn halve_when_over<K, V>(map: &mut std::collections::HashMap<K, V>, max: usize) {
     if map.len() > max {
         let mut keep = false;
         map.retain(|_, _| {

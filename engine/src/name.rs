@@ -10,11 +10,11 @@
 use std::fmt;
 
 /// Longest decoded name, in bytes.
-pub const NAME_BYTES_MAX: usize = 1024;
+pub(crate) const NAME_BYTES_MAX: usize = 1024;
 /// Most `/`-separated segments in one name.
-pub const SEGMENTS_MAX: usize = 8;
+pub(crate) const SEGMENTS_MAX: usize = 8;
 /// First segment reserved for the service's own endpoints.
-pub const RESERVED_SEGMENT: &str = "__ds";
+pub(crate) const RESERVED_SEGMENT: &str = "__ds";
 
 /// A validated stream name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -10,7 +10,7 @@
 use std::fmt;
 
 /// Largest message count that fits the 16 decimal digits of the text form.
-pub const MESSAGES_MAX: u64 = 9_999_999_999_999_999;
+pub(crate) const MESSAGES_MAX: u64 = 9_999_999_999_999_999;
 
 /// A position between messages of one stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -37,7 +37,7 @@ impl fmt::Display for OffsetError {
 impl std::error::Error for OffsetError {}
 
 /// Length of the text form of every offset.
-pub const OFFSET_TEXT_LEN: usize = 33;
+pub(crate) const OFFSET_TEXT_LEN: usize = 33;
 
 impl Offset {
     /// The position of an empty stream.

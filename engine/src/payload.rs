@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 /// Most messages one JSON append may carry.
-pub const MESSAGES_PER_APPEND_MAX: usize = 100_000;
+pub(crate) const MESSAGES_PER_APPEND_MAX: usize = 100_000;
 
 /// Deepest a JSON message may nest arrays and objects. A read wraps its messages in one more
 /// array, so every read stays within the 127 levels that strict parsers take at their
@@ -21,7 +21,7 @@ pub const MESSAGES_PER_APPEND_MAX: usize = 100_000;
 /// writer's message cannot make a stream unreadable to them. The reference server refuses
 /// a body nested 128 deep, as ds does (a body that is an array holds messages one level
 /// less deep than itself).
-pub const MESSAGE_DEPTH_MAX: usize = 126;
+pub(crate) const MESSAGE_DEPTH_MAX: usize = 126;
 
 /// The body of one append with its message framing.
 #[derive(Clone, Debug)]
@@ -157,7 +157,7 @@ impl Payload {
 ///
 /// Stored JSON is `m1,m2,…,mk,` with every `mi` valid JSON, so the messages end at the
 /// commas outside strings and at nesting depth zero.
-pub fn stored_json_message_ends(stored: &[u8]) -> Vec<usize> {
+pub(crate) fn stored_json_message_ends(stored: &[u8]) -> Vec<usize> {
     let mut ends = Vec::new();
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for (index, byte) in stored.iter().enumerate() {

@@ -12,10 +12,10 @@ pub const PRODUCER_NUMBER_MAX: u64 = (1 << 53) - 1;
 /// Longest producer id, in bytes.
 pub const PRODUCER_ID_BYTES_MAX: usize = 256;
 /// How long memory mode keeps a producer nobody used.
-pub const PRODUCER_IDLE_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
+pub(crate) const PRODUCER_IDLE_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
 /// What a producer a stream tracks costs besides its id: its state in memory and in
 /// checkpoints (charged to the byte budget, see `crate::limits`).
-pub const PRODUCER_CHARGE_BYTES: u64 = 96;
+pub(crate) const PRODUCER_CHARGE_BYTES: u64 = 96;
 
 /// What tracking the producer `id` costs.
 pub fn producer_charge(id: &str) -> u64 {
@@ -41,7 +41,7 @@ pub struct ProducerState {
 
 /// The verdict on one tagged request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// New data: store it and move the producer to `next`.
     Accept { next: ProducerState },
     /// Already stored (seq not above the last accepted one): store nothing.
@@ -55,7 +55,7 @@ pub enum Decision {
 }
 
 /// Decides a request tagged (epoch, seq) against the producer's current state.
-pub fn decide(state: Option<&ProducerState>, epoch: u64, seq: u64, now_ms: u64) -> Decision {
+pub(crate) fn decide(state: Option<&ProducerState>, epoch: u64, seq: u64, now_ms: u64) -> Decision {
     let accept = Decision::Accept { next: ProducerState { epoch, last_seq: seq, last_used_ms: now_ms } };
     let Some(state) = state else {
         return accept;
@@ -76,11 +76,11 @@ pub fn decide(state: Option<&ProducerState>, epoch: u64, seq: u64, now_ms: u64) 
 }
 
 /// How often a stream's producer table is checked for idle producers, at most.
-pub const PRUNE_INTERVAL_MS: u64 = 60 * 60 * 1000;
+pub(crate) const PRUNE_INTERVAL_MS: u64 = 60 * 60 * 1000;
 
 /// The producers of one stream. Empty tables cost one pointer.
 #[derive(Debug, Default)]
-pub struct ProducerTable {
+pub(crate) struct ProducerTable {
     // Boxed on purpose: most streams have no producers, and `Option<Box<_>>` is 8 bytes
     // where the table inline would be 56 — per stream, times a million streams.
     producers: Option<Box<Producers>>,
@@ -94,15 +94,15 @@ struct Producers {
 }
 
 impl ProducerTable {
-    pub fn get(&self, id: &str) -> Option<&ProducerState> {
+    pub(crate) fn get(&self, id: &str) -> Option<&ProducerState> {
         self.producers.as_ref()?.by_id.get(id)
     }
 
-    pub fn decide(&self, tag: &ProducerTag, now_ms: u64) -> Decision {
+    pub(crate) fn decide(&self, tag: &ProducerTag, now_ms: u64) -> Decision {
         decide(self.get(&tag.id), tag.epoch, tag.seq, now_ms)
     }
 
-    pub fn insert(&mut self, id: &str, state: ProducerState) {
+    pub(crate) fn insert(&mut self, id: &str, state: ProducerState) {
         let producers = self.producers.get_or_insert_with(|| {
             Box::new(Producers { by_id: HashMap::new(), pruned_ms: state.last_used_ms })
         });
@@ -114,12 +114,12 @@ impl ProducerTable {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.producers.as_ref().map_or(0, |p| p.by_id.len())
     }
 
     /// Forgets producers idle longer than `idle_ms_max`; returns how many were dropped.
-    pub fn prune(&mut self, now_ms: u64, idle_ms_max: u64) -> u64 {
+    pub(crate) fn prune(&mut self, now_ms: u64, idle_ms_max: u64) -> u64 {
         let Some(producers) = self.producers.as_mut() else {
             return 0;
         };
@@ -138,7 +138,7 @@ impl ProducerTable {
 
     /// Prunes like [`ProducerTable::prune`] unless the table was checked less than
     /// [`PRUNE_INTERVAL_MS`] ago (so the cost stays amortised over many requests).
-    pub fn prune_if_due(&mut self, now_ms: u64, idle_ms_max: u64) -> u64 {
+    pub(crate) fn prune_if_due(&mut self, now_ms: u64, idle_ms_max: u64) -> u64 {
         match &self.producers {
             Some(producers) if now_ms.saturating_sub(producers.pruned_ms) >= PRUNE_INTERVAL_MS => {
                 self.prune(now_ms, idle_ms_max)
@@ -147,7 +147,7 @@ impl ProducerTable {
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &ProducerState)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &ProducerState)> {
         self.producers.iter().flat_map(|p| p.by_id.iter().map(|(id, state)| (&**id, state)))
     }
 }

@@ -15,9 +15,9 @@ use hyper::{Method, Request};
 use tokio::time::Instant;
 
 /// The target of access lines (what `RUST_LOG` filters on).
-pub const ACCESS_TARGET: &str = "ds::access";
+pub(crate) const ACCESS_TARGET: &str = "ds::access";
 /// The header an authenticating proxy sets to the verified token's subject.
-pub const X_JWT_SUB: HeaderName = HeaderName::from_static("x-jwt-sub");
+pub(crate) const X_JWT_SUB: HeaderName = HeaderName::from_static("x-jwt-sub");
 /// Longest subject logged, in bytes.
 const SUBJECT_BYTES_MAX: usize = 256;
 /// Longest path logged, in bytes: a stream name of 1024 bytes fully percent-encoded fits; a
@@ -25,7 +25,7 @@ const SUBJECT_BYTES_MAX: usize = 256;
 const PATH_BYTES_MAX: usize = 4096;
 
 /// What the line of one request needs from its start.
-pub struct AccessRecord {
+pub(crate) struct AccessRecord {
     method: Method,
     path: String,
     subject: String,
@@ -34,7 +34,7 @@ pub struct AccessRecord {
 
 impl AccessRecord {
     /// A record for `request`, or `None` when the access log is off.
-    pub fn begin<B>(request: &Request<B>) -> Option<AccessRecord> {
+    pub(crate) fn begin<B>(request: &Request<B>) -> Option<AccessRecord> {
         if !tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
             return None;
         }
@@ -52,7 +52,7 @@ impl AccessRecord {
     }
 
     /// Writes the line.
-    pub fn finish(self, status: u16, bytes: Option<u64>) {
+    pub(crate) fn finish(self, status: u16, bytes: Option<u64>) {
         let latency_us = self.started.elapsed().as_micros() as u64;
         let bytes = bytes.map_or_else(|| "-".to_string(), |bytes| bytes.to_string());
         line(&self.method, &self.path, status, &bytes, &latency_us, &self.subject);
@@ -62,7 +62,7 @@ impl AccessRecord {
 /// Writes the line of a request that could not be parsed, answered `status` with a body of
 /// `bytes` (`serve::canned`): there is no method, path or subject to say (`-`), nor a start
 /// to measure from.
-pub fn unparsed(status: u16, bytes: usize) {
+pub(crate) fn unparsed(status: u16, bytes: usize) {
     line(&"-", &"-", status, &bytes, &"-", &"-");
 }
 

@@ -17,7 +17,7 @@ use crate::per_stream::PerStream;
 use crate::shutdown::Shutdown;
 
 /// Shared state of the HTTP front (one per server, behind an `Arc`).
-pub struct App {
+pub(crate) struct App {
     pub engine: Engine,
     pub long_poll_timeout: Duration,
     pub sse_idle_close: Option<Duration>,
@@ -56,7 +56,7 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(engine: Engine, config: &Config, cluster: Option<Arc<Cluster>>) -> App {
+    pub(crate) fn new(engine: Engine, config: &Config, cluster: Option<Arc<Cluster>>) -> App {
         let (frames, metrics, shutdown) = (Arc::default(), Arc::new(Metrics::default()), Arc::default());
         App {
             body: BodyRules {
@@ -87,7 +87,7 @@ impl App {
 
     /// Fires the shutdown signal, then wakes every live reader so each sees it and ends
     /// (SSE bodies wait only on their stream's tail, not on the signal itself).
-    pub fn begin_shutdown(&self) {
+    pub(crate) fn begin_shutdown(&self) {
         self.shutdown.trigger();
         self.engine.wake_live_readers();
     }

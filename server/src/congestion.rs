@@ -19,21 +19,21 @@ use socket2::{Domain, SockRef, Socket, Type};
 use tokio::net::TcpStream;
 
 /// The algorithm local connections get unless configured otherwise.
-pub const DEFAULT: &str = "reno";
+pub(crate) const DEFAULT: &str = "reno";
 /// The setting that keeps the system's algorithm for local connections too.
-pub const SYSTEM: &str = "system";
+pub(crate) const SYSTEM: &str = "system";
 /// Longest algorithm name the kernel takes (`TCP_CA_NAME_MAX` is 16 with its NUL).
 const NAME_BYTES_MAX: usize = 15;
 
 /// Whether a connection from `peer`, accepted on `local`, stays on this host.
-pub fn is_local(peer: SocketAddr, local: SocketAddr) -> bool {
+pub(crate) fn is_local(peer: SocketAddr, local: SocketAddr) -> bool {
     let peer = peer.ip().to_canonical();
     peer.is_loopback() || peer == local.ip().to_canonical()
 }
 
 /// The algorithm local connections get from `setting` (`None`: the system's), checked on a
 /// socket of its own so that an algorithm this host refuses stops startup, not connections.
-pub fn parse(setting: &str) -> Result<Option<Box<str>>, String> {
+pub(crate) fn parse(setting: &str) -> Result<Option<Box<str>>, String> {
     if setting == SYSTEM {
         return Ok(None);
     }
@@ -60,7 +60,7 @@ fn check(algorithm: &str) -> io::Result<()> {
 
 /// Gives `socket` (accepted from `peer`) `algorithm` when its peer is on this host. A
 /// refusal (checked at startup, so unexpected) leaves the system's algorithm in place.
-pub fn apply(socket: &TcpStream, peer: SocketAddr, algorithm: &str) {
+pub(crate) fn apply(socket: &TcpStream, peer: SocketAddr, algorithm: &str) {
     let Ok(local) = socket.local_addr() else { return };
     if !is_local(peer, local) {
         return;

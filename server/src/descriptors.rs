@@ -26,11 +26,11 @@ const ACID_SHARD_DESCRIPTORS: u64 = 4;
 
 /// The fewest open stream files the file modes' cache may be given per shard (the engine's
 /// own floor).
-pub const FILE_CACHE_PER_SHARD_MIN: u64 = 16;
+pub(crate) const FILE_CACHE_PER_SHARD_MIN: u64 = 16;
 
 /// Raises the soft limit on open files to the hard one and sizes the engine's cache of open
 /// files to what is left; the descriptors the configuration needs, or why they cannot be had.
-pub fn prepare(config: &mut Config) -> Result<u64, String> {
+pub(crate) fn prepare(config: &mut Config) -> Result<u64, String> {
     let limit = raise_limit();
     let fixed =
         config.connections_max as u64 + fixed_engine_descriptors(&config.engine) + PROCESS_DESCRIPTORS;

@@ -17,7 +17,7 @@ use tracing_subscriber::fmt::MakeWriter;
 use crate::access_log::ACCESS_TARGET;
 
 /// Most bytes of access lines a worker holds before it writes them.
-pub const GATHERED_BYTES_MAX: usize = 32 * 1024;
+pub(crate) const GATHERED_BYTES_MAX: usize = 32 * 1024;
 
 thread_local! {
     /// This thread's gathered access lines; `None` while it writes them at once.

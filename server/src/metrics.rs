@@ -12,7 +12,7 @@ use ds_engine::{EngineStats, FlushStats, ShardStats, ZeroWaitStats};
 
 /// What a request was, for the `route` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     Create,
     Append,
     Read,
@@ -60,7 +60,7 @@ impl Route {
 
 /// Errors outside request handling, for the `kind` label of `ds_errors_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// `accept` failed (such as running out of file descriptors).
     Accept,
     /// A connection ended with an I/O or protocol error.
@@ -87,14 +87,14 @@ impl ErrorKind {
 
 /// Most connections lingering at once (`crate::serve::linger` holds to it; the gauge's help
 /// says it).
-pub const CONNECTIONS_LINGERING_MAX: i64 = 1024;
+pub(crate) const CONNECTIONS_LINGERING_MAX: i64 = 1024;
 
 /// Status codes counted one by one: 100 to 599.
 const STATUS_FIRST: u16 = 100;
 const STATUSES: usize = 500;
 
 /// The front's counters (one per server).
-pub struct Metrics {
+pub(crate) struct Metrics {
     requests: Box<[AtomicU64]>,
     errors: [AtomicU64; ErrorKind::ALL.len()],
     pub append_bytes: AtomicU64,
@@ -140,7 +140,7 @@ impl Default for Metrics {
 }
 
 /// Counts one live reader while it exists.
-pub struct LiveReader<'a> {
+pub(crate) struct LiveReader<'a> {
     gauge: &'a AtomicI64,
 }
 
@@ -151,48 +151,48 @@ impl Drop for LiveReader<'_> {
 }
 
 impl Metrics {
-    pub fn request(&self, route: Route, status: u16) {
+    pub(crate) fn request(&self, route: Route, status: u16) {
         let Some(slot) = status.checked_sub(STATUS_FIRST).map(usize::from).filter(|&s| s < STATUSES) else {
             return;
         };
         self.requests[route as usize * STATUSES + slot].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn error(&self, kind: ErrorKind) {
+    pub(crate) fn error(&self, kind: ErrorKind) {
         self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn add(counter: &AtomicU64, amount: u64) {
+    pub(crate) fn add(counter: &AtomicU64, amount: u64) {
         counter.fetch_add(amount, Ordering::Relaxed);
     }
 
     /// Counts a long-poll (`sse == false`) or SSE reader until the guard drops.
-    pub fn live_reader(&self, sse: bool) -> LiveReader<'_> {
+    pub(crate) fn live_reader(&self, sse: bool) -> LiveReader<'_> {
         let gauge = if sse { &self.live_sse } else { &self.live_long_poll };
         gauge.fetch_add(1, Ordering::Relaxed);
         LiveReader { gauge }
     }
 
     /// An SSE body began (it owns the app, so it counts itself instead of holding a guard).
-    pub fn sse_started(&self) {
+    pub(crate) fn sse_started(&self) {
         self.live_sse.fetch_add(1, Ordering::Relaxed);
     }
 
     /// An SSE body ended (dropped).
-    pub fn sse_ended(&self) {
+    pub(crate) fn sse_ended(&self) {
         self.live_sse.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 /// What the front holds right now, besides its counters.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct FrontGauges {
+pub(crate) struct FrontGauges {
     /// Request body bytes held in memory across connections (against their cap).
     pub body_held_bytes: u64,
 }
 
 /// What the engine reports, for one exposition.
-pub struct EngineView<'a> {
+pub(crate) struct EngineView<'a> {
     pub stats: &'a EngineStats,
     pub shards: &'a [ShardStats],
     /// A disk mode: commits write and sync.
@@ -204,7 +204,7 @@ pub struct EngineView<'a> {
 }
 
 /// The whole exposition: the front's counters, then the engine's.
-pub fn render(metrics: &Metrics, front: FrontGauges, engine: EngineView<'_>) -> String {
+pub(crate) fn render(metrics: &Metrics, front: FrontGauges, engine: EngineView<'_>) -> String {
     let mut out = String::with_capacity(8192);
     render_front(&mut out, metrics);
     let held_help = "Request body bytes held in memory (against DS_LIMITS__MAX_BODY_BUFFER_BYTES).";

@@ -21,7 +21,7 @@ const SHARDS: usize = 16;
 type Key = (StreamId, Box<str>);
 
 /// Per-stream shared values of type `T`, made with `T::default()` on first join.
-pub struct PerStream<T> {
+pub(crate) struct PerStream<T> {
     shards: [Mutex<HashMap<Key, Entry<T>>>; SHARDS],
 }
 
@@ -31,7 +31,7 @@ struct Entry<T> {
 }
 
 /// A reader's share of its stream's `T`; leaving (dropping it) may remove the entry.
-pub struct Member<T> {
+pub(crate) struct Member<T> {
     shared: Arc<T>,
     registry: Arc<PerStream<T>>,
     key: Key,
@@ -45,7 +45,7 @@ impl<T> Default for PerStream<T> {
 
 impl<T: Default> PerStream<T> {
     /// Joins the readers of `handle`'s stream.
-    pub fn join(self: &Arc<Self>, handle: &StreamHandle) -> Member<T> {
+    pub(crate) fn join(self: &Arc<Self>, handle: &StreamHandle) -> Member<T> {
         let key: Key = (handle.id(), handle.name().into());
         let shared = {
             let mut shard = self.shard(&key).lock().expect("per-stream lock");

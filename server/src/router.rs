@@ -27,7 +27,10 @@ use crate::routes::{self, Reply};
 use routes::STREAM_PREFIX;
 
 /// Answers one request (never fails: errors become problem responses).
-pub fn handle(app: Arc<App>, request: Request<RequestBody>) -> impl Future<Output = Routed> + Send + 'static {
+pub(crate) fn handle(
+    app: Arc<App>,
+    request: Request<RequestBody>,
+) -> impl Future<Output = Routed> + Send + 'static {
     let label = route_label(request.method(), request.uri());
     handle_route(app, request, label)
 }
@@ -35,14 +38,14 @@ pub fn handle(app: Arc<App>, request: Request<RequestBody>) -> impl Future<Outpu
 /// A request's answer: ready, or a long-poll still waiting. A waiting answer holds only
 /// the wait's own state (stream handle, offsets, timer) and what finishes the answer
 /// (metrics, the access line): the request and the route's state are gone.
-pub enum Routed {
+pub(crate) enum Routed {
     Now(Response<Body>),
     Later(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
 }
 
 impl Routed {
     /// The answer, once it is there.
-    pub async fn resolve(self) -> Response<Body> {
+    pub(crate) async fn resolve(self) -> Response<Body> {
         match self {
             Routed::Now(response) => response,
             Routed::Later(waiting) => waiting.await,
@@ -83,10 +86,10 @@ async fn handle_route(app: Arc<App>, request: Request<RequestBody>, label: Route
 /// Largest request head (request line and headers) accepted, in bytes (`router` answers
 /// 431 past it; hyper reads heads up to twice as large, so that a long URI is told apart
 /// and answered 414, and gives up on anything larger with 431).
-pub const HEAD_BYTES_MAX: usize = 64 * 1024;
+pub(crate) const HEAD_BYTES_MAX: usize = 64 * 1024;
 /// Longest request target (path and query) served, in bytes: a stream name of 1024 bytes
 /// fully percent-encoded and a read's parameters fit well inside.
-pub const URI_BYTES_MAX: usize = 8 * 1024;
+pub(crate) const URI_BYTES_MAX: usize = 8 * 1024;
 
 /// 414 for a request target past [`URI_BYTES_MAX`], 431 for a head past `HEAD_BYTES_MAX`,
 /// 501 for a transfer coding other than `chunked` alone.
@@ -132,7 +135,7 @@ fn oversized_head(request: &Request<RequestBody>) -> Option<Problem> {
 
 /// What the client closed the connection before its answer is counted and logged as (the
 /// code nginx gives it).
-pub const CLIENT_CLOSED: u16 = 499;
+pub(crate) const CLIENT_CLOSED: u16 = 499;
 
 /// A request not answered yet: if the client goes away first (hyper drops the request's
 /// future), it is still counted and logged, as [`CLIENT_CLOSED`].
@@ -180,7 +183,7 @@ impl Drop for Unanswered {
 
 /// Whether a request waits for data not yet written (a long-poll, SSE): the only kind whose
 /// client hanging up drops it; any other is carried to its answer.
-pub fn waits_for_data(method: &Method, uri: &Uri) -> bool {
+pub(crate) fn waits_for_data(method: &Method, uri: &Uri) -> bool {
     matches!(route_label(method, uri), Route::LongPoll | Route::Sse)
 }
 

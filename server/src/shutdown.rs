@@ -11,7 +11,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::Notify;
 
 #[derive(Default)]
-pub struct Shutdown {
+pub(crate) struct Shutdown {
     triggered: AtomicBool,
     notify: Arc<Notify>,
 }
@@ -19,17 +19,17 @@ pub struct Shutdown {
 impl Shutdown {
     /// Fires the signal (idempotent). The server calls it through `App::begin_shutdown`,
     /// which also wakes the SSE bodies: they do not wait on this signal themselves.
-    pub fn trigger(&self) {
+    pub(crate) fn trigger(&self) {
         self.triggered.store(true, Ordering::Release);
         self.notify.notify_waiters();
     }
 
-    pub fn is_triggered(&self) -> bool {
+    pub(crate) fn is_triggered(&self) -> bool {
         self.triggered.load(Ordering::Acquire)
     }
 
     /// A future that completes once the signal fires, even if it already has.
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         let notified = self.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
@@ -44,14 +44,14 @@ impl Shutdown {
 /// the engine starts (a recovery can take seconds) is kept. Watched only later, a SIGINT sent
 /// then was lost where the process had inherited it as ignored (a server started in the
 /// background by a shell script), and a SIGTERM killed the process outright.
-pub struct StopSignals {
+pub(crate) struct StopSignals {
     interrupt: Option<Signal>,
     terminate: Option<Signal>,
 }
 
 impl StopSignals {
     /// Starts watching; must be called inside the runtime.
-    pub fn watch() -> StopSignals {
+    pub(crate) fn watch() -> StopSignals {
         let watch = |kind: SignalKind, name: &str| match signal(kind) {
             Ok(watched) => Some(watched),
             Err(error) => {
@@ -66,7 +66,7 @@ impl StopSignals {
     }
 
     /// Waits for the next of them (at once if one came already): its name and number.
-    pub async fn next(&mut self) -> (&'static str, libc::c_int) {
+    pub(crate) async fn next(&mut self) -> (&'static str, libc::c_int) {
         async fn received(watched: &mut Option<Signal>) {
             match watched {
                 Some(signal) => {
@@ -83,7 +83,7 @@ impl StopSignals {
 }
 
 /// Ends the process at once by `signal`'s default action, as if it had never been watched.
-pub fn die_by(signal: libc::c_int) -> ! {
+pub(crate) fn die_by(signal: libc::c_int) -> ! {
     // SAFETY: restoring a signal's default action and raising it are plain system calls;
     // no other code relies on the handler being installed once the process ends.
     unsafe {

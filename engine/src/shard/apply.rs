@@ -25,7 +25,7 @@ use crate::stream::{Stream, StreamData, StreamState};
 use super::{Batch, Pending, Shard};
 
 /// Most producers one stream tracks (idle ones are pruned first).
-pub const PRODUCERS_PER_STREAM_MAX: usize = 65_536;
+pub(super) const PRODUCERS_PER_STREAM_MAX: usize = 65_536;
 
 impl Shard {
     pub(super) fn apply(&mut self, batch: &mut Batch, op: Op) {

@@ -13,21 +13,21 @@ use crate::stream::Stream;
 
 /// Published streams of one shard.
 #[derive(Default)]
-pub struct Directory {
+pub(crate) struct Directory {
     streams: RwLock<HashMap<Arc<str>, Arc<Stream>>>,
 }
 
 impl Directory {
-    pub fn get(&self, name: &str) -> Option<Arc<Stream>> {
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<Stream>> {
         self.streams.read().expect("directory lock").get(name).cloned()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.streams.read().expect("directory lock").len()
     }
 
     /// Calls `visit` with every published stream (holds the read lock: keep it short).
-    pub fn for_each(&self, mut visit: impl FnMut(&Arc<Stream>)) {
+    pub(crate) fn for_each(&self, mut visit: impl FnMut(&Arc<Stream>)) {
         for stream in self.streams.read().expect("directory lock").values() {
             visit(stream);
         }
@@ -36,7 +36,7 @@ impl Directory {
     /// Lets go of every stream, at the engine's end: a fork's stream holds its source's
     /// shard, and each shard holds its directory, so without this cut a stopped engine's
     /// shards (their logs, maps and streams) would hold one another forever.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         let streams = std::mem::take(&mut *self.streams.write().expect("directory lock"));
         // Dropped outside the lock: a fork's drop reaches its source's shard.
         drop(streams);
@@ -46,7 +46,7 @@ impl Directory {
     /// all of them first, and each name hashed once (growing the map as they came, through a
     /// batch's overlay, hashed every name three times or more: 15-20% of a start's CPU at
     /// 1,000,000 streams).
-    pub fn install(&self, recovered: Vec<Arc<Stream>>) {
+    pub(crate) fn install(&self, recovered: Vec<Arc<Stream>>) {
         let mut streams = self.streams.write().expect("directory lock");
         assert!(streams.is_empty(), "recovered streams go into an empty directory");
         streams.reserve(recovered.len());
@@ -60,7 +60,7 @@ impl Directory {
     }
 
     /// Applies a committed batch's creates and deletes.
-    pub fn apply(&self, overlay: &mut Overlay) {
+    pub(crate) fn apply(&self, overlay: &mut Overlay) {
         if overlay.changes.is_empty() {
             return;
         }
@@ -76,21 +76,21 @@ impl Directory {
 
 /// Creates (`Some`) and deletes (`None`) applied in the current batch, not yet published.
 #[derive(Default)]
-pub struct Overlay {
+pub(crate) struct Overlay {
     changes: HashMap<Arc<str>, Option<Arc<Stream>>>,
 }
 
 impl Overlay {
     /// What the batch did to `name`: `Some(Some)` created, `Some(None)` deleted, `None` nothing.
-    pub fn get(&self, name: &str) -> Option<Option<&Arc<Stream>>> {
+    pub(crate) fn get(&self, name: &str) -> Option<Option<&Arc<Stream>>> {
         self.changes.get(name).map(Option::as_ref)
     }
 
-    pub fn create(&mut self, stream: Arc<Stream>) {
+    pub(crate) fn create(&mut self, stream: Arc<Stream>) {
         self.changes.insert(Arc::clone(&stream.name), Some(stream));
     }
 
-    pub fn delete(&mut self, name: Arc<str>) {
+    pub(crate) fn delete(&mut self, name: Arc<str>) {
         self.changes.insert(name, None);
     }
 }

@@ -15,25 +15,25 @@ use std::thread::Thread;
 use std::time::Duration;
 
 #[derive(Default)]
-pub struct Doorbell {
+pub(crate) struct Doorbell {
     asleep: AtomicBool,
     shard: OnceLock<Thread>,
 }
 
 impl Doorbell {
     /// Binds the doorbell to the calling thread (the shard's own thread).
-    pub fn bind_to_current_thread(&self) {
+    pub(crate) fn bind_to_current_thread(&self) {
         let _ = self.shard.set(std::thread::current());
     }
 
     /// Whether a shard thread has bound itself to the doorbell.
     #[cfg(test)]
-    pub fn is_bound(&self) -> bool {
+    pub(crate) fn is_bound(&self) -> bool {
         self.shard.get().is_some()
     }
 
     /// Sender side, after an op was enqueued.
-    pub fn ring(&self) {
+    pub(crate) fn ring(&self) {
         fence(Ordering::SeqCst);
         if self.asleep.load(Ordering::Relaxed) {
             if let Some(shard) = self.shard.get() {
@@ -44,7 +44,7 @@ impl Doorbell {
 
     /// Shard side: sleeps up to `timeout` unless `queue_is_empty` turns false after the
     /// shard announced it was going to sleep.
-    pub fn sleep(&self, timeout: Duration, queue_is_empty: impl FnOnce() -> bool) {
+    pub(crate) fn sleep(&self, timeout: Duration, queue_is_empty: impl FnOnce() -> bool) {
         self.asleep.store(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         if queue_is_empty() {

@@ -12,31 +12,31 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 /// Most expiries handled in one pass (the rest wait for the next pass).
-pub const EXPIRIES_PER_PASS_MAX: usize = 1024;
+pub(super) const EXPIRIES_PER_PASS_MAX: usize = 1024;
 
 #[derive(Default)]
-pub struct ExpiryQueue {
+pub(super) struct ExpiryQueue {
     heap: BinaryHeap<Reverse<(u64, StreamId, Arc<str>)>>,
 }
 
 /// A stream whose deadline has come, to be checked against the directory.
-pub struct Due {
+pub(super) struct Due {
     pub id: StreamId,
     pub name: Arc<str>,
 }
 
 impl ExpiryQueue {
-    pub fn push(&mut self, deadline_ms: u64, id: StreamId, name: Arc<str>) {
+    pub(super) fn push(&mut self, deadline_ms: u64, id: StreamId, name: Arc<str>) {
         self.heap.push(Reverse((deadline_ms, id, name)));
     }
 
     /// Milliseconds until the earliest deadline (`None` when nothing can expire).
-    pub fn wait_ms(&self, now_ms: u64) -> Option<u64> {
+    pub(super) fn wait_ms(&self, now_ms: u64) -> Option<u64> {
         self.heap.peek().map(|Reverse((deadline, _, _))| deadline.saturating_sub(now_ms))
     }
 
     /// Removes and returns up to [`EXPIRIES_PER_PASS_MAX`] entries due at `now_ms`.
-    pub fn pop_due(&mut self, now_ms: u64) -> Vec<Due> {
+    pub(super) fn pop_due(&mut self, now_ms: u64) -> Vec<Due> {
         let mut due = Vec::new();
         while due.len() < EXPIRIES_PER_PASS_MAX {
             match self.heap.peek() {

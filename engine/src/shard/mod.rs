@@ -78,7 +78,7 @@ pub(crate) struct ShardShared {
 
 impl ShardShared {
     /// Sends an op without waiting; refuses at once when the queue is full.
-    pub fn submit(&self, op: Op) -> Result<(), OpError> {
+    pub(crate) fn submit(&self, op: Op) -> Result<(), OpError> {
         self.ops.try_send(op).map_err(|error| match error {
             TrySendError::Full(_) => OpError::Overloaded,
             TrySendError::Disconnected(_) => self.gone(),
@@ -88,7 +88,7 @@ impl ShardShared {
     }
 
     /// Why an op the shard will never answer failed: its commit failed, or it stopped.
-    pub fn gone(&self) -> OpError {
+    pub(crate) fn gone(&self) -> OpError {
         match self.commit_failed() {
             true => OpError::StorageFailed,
             false => OpError::ShuttingDown,
@@ -96,24 +96,24 @@ impl ShardShared {
     }
 
     /// Whether a commit of this shard failed (it takes no more writes until a restart).
-    pub fn commit_failed(&self) -> bool {
+    pub(crate) fn commit_failed(&self) -> bool {
         self.commit_failed.load(Ordering::Acquire)
     }
 
     /// Best-effort housekeeping request (dropped when the queue is busy).
-    pub fn request(&self, op: Op) {
+    pub(crate) fn request(&self, op: Op) {
         if self.ops.try_send(op).is_ok() {
             wake_batch::ring(&self.doorbell);
         }
     }
 
     /// Ops waiting in the shard's queue.
-    pub fn queue_depth(&self) -> usize {
+    pub(crate) fn queue_depth(&self) -> usize {
         self.ops.len()
     }
 
     /// Asks the shard to finish its batch and stop, waiting for queue space if needed.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         if self.ops.send(Op::Stop).is_ok() {
             self.doorbell.ring();
         }
@@ -265,7 +265,7 @@ impl Pending {
 impl Shard {
     /// Builds a shard over its opened storage and the handle other threads use to reach it;
     /// its recovered streams are installed next, across all shards ([`install_recovered`]).
-    pub fn new(
+    pub(crate) fn new(
         queue_capacity: usize,
         budget: Arc<ByteBudget>,
         settings: ShardSettings,
@@ -310,7 +310,7 @@ impl Shard {
     /// and moves) without waiting; [`Shard::settle_step`] makes it durable and publishes it,
     /// so a worker driving several shards lets every one write before any waits, and one
     /// flush covers them all. Returns whether an op was taken.
-    pub fn write_step(&mut self) -> bool {
+    pub(crate) fn write_step(&mut self) -> bool {
         if self.is_done() {
             return false;
         }
@@ -331,7 +331,7 @@ impl Shard {
 
     /// Between the halves of a step: starts sending the batch [`Shard::write_step`] wrote
     /// to the device, without waiting.
-    pub fn start_flush_step(&mut self) {
+    pub(crate) fn start_flush_step(&mut self) {
         let wrote = self.written.as_ref().is_some_and(|batch| batch.started.is_some());
         if wrote && !self.start_flush() {
             self.written = None;
@@ -339,7 +339,7 @@ impl Shard {
     }
 
     /// The second half of a step: settles the batch [`Shard::write_step`] wrote.
-    pub fn settle_step(&mut self) {
+    pub(crate) fn settle_step(&mut self) {
         if let Some(batch) = self.written.take() {
             self.settle(batch);
         }
@@ -347,18 +347,18 @@ impl Shard {
 
     /// Whether a step would do anything now: ops or releases queued, moves planned, or an
     /// expiry due.
-    pub fn has_work(&self, now_ms: u64) -> bool {
+    pub(crate) fn has_work(&self, now_ms: u64) -> bool {
         !self.queues_empty() || !self.moves.is_empty() || self.expiry.wait_ms(now_ms) == Some(0)
     }
 
     /// Nothing queued for the shard.
-    pub fn queues_empty(&self) -> bool {
+    pub(crate) fn queues_empty(&self) -> bool {
         self.ops.is_empty() && self.releases.is_empty()
     }
 
     /// How long the shard may sleep from `now_ms` with nothing queued: until its next expiry,
     /// a millisecond while compaction has moves planned, [`IDLE_WAKE_MS_MAX`] at most.
-    pub fn idle_ms(&self, now_ms: u64) -> u64 {
+    pub(crate) fn idle_ms(&self, now_ms: u64) -> u64 {
         let idle_ms = if self.moves.is_empty() { IDLE_WAKE_MS_MAX } else { 1 };
         self.expiry.wait_ms(now_ms).unwrap_or(idle_ms).min(idle_ms)
     }
@@ -371,14 +371,14 @@ impl Shard {
 
     /// The shard was asked to stop (or its queue is gone), or a commit failed: its worker
     /// finishes it.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.stopping || self.failed()
     }
 
     /// The clean end: readers' renewals and a final checkpoint (disk modes, unless a commit
     /// failed) or where each stream file ends (file modes), and every live reader woken
     /// to see the shard go.
-    pub fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         if !self.failed() {
             self.save_renewals_if_read(true);
             self.checkpoint(CheckpointKind::Clean);

@@ -18,7 +18,7 @@ use crate::storage::renewals::{Renewal, SAVE_INTERVAL_MS};
 
 impl ShardShared {
     /// A reader renewed the window of one of this shard's streams with a TTL.
-    pub fn note_read_renewal(&self) {
+    pub(crate) fn note_read_renewal(&self) {
         // Load first: under steady reads the flag is already up and the line stays shared.
         if !self.renewed_by_read.load(Ordering::SeqCst) {
             self.renewed_by_read.store(true, Ordering::SeqCst);

@@ -44,13 +44,13 @@ pub(crate) struct Worker {
 
 impl Worker {
     /// A worker for `shards`, which ring `doorbell` when an op arrives for any of them.
-    pub fn new(shards: Vec<Shard>, doorbell: Arc<Doorbell>, clock: Clock) -> Worker {
+    pub(crate) fn new(shards: Vec<Shard>, doorbell: Arc<Doorbell>, clock: Clock) -> Worker {
         Worker { shards, doorbell, clock, full_turn_due_ms: 0 }
     }
 
     /// Runs turns until every shard has stopped. Never returns early on an error: errors
     /// that threaten durability abort the process inside a shard's commit.
-    pub fn run(mut self) {
+    pub(crate) fn run(mut self) {
         self.doorbell.bind_to_current_thread();
         while !self.shards.is_empty() {
             let now_ms = self.clock.now_ms();
@@ -70,7 +70,7 @@ impl Worker {
     /// One step of every shard (with work or not), for engines whose caller drives the
     /// shards; returns whether an op was taken. Shards that stopped or failed leave, as
     /// under threads (their queues close: later requests are refused at once).
-    pub fn step_all(&mut self) -> bool {
+    pub(crate) fn step_all(&mut self) -> bool {
         let now_ms = self.clock.now_ms();
         let took_op = self.turn(true, now_ms).took_op;
         self.retire_done();
@@ -78,7 +78,7 @@ impl Worker {
     }
 
     /// Finishes every shard (the clean end, or what a crash leaves when dropped instead).
-    pub fn finish(self) {
+    pub(crate) fn finish(self) {
         self.shards.into_iter().for_each(Shard::finish);
     }
 
@@ -134,7 +134,7 @@ struct Turn {
 
 /// How many workers drive `shard_count` shards: [`WORKERS_PER_CPU`] per CPU the process may
 /// use, at most one per shard.
-pub fn worker_count(shard_count: usize) -> usize {
+pub(crate) fn worker_count(shard_count: usize) -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |count| count.get());
     shard_count.clamp(1, (cpus * WORKERS_PER_CPU).max(1))
 }

@@ -41,7 +41,7 @@ use crate::storage::vfs::VfsFile;
 const MEMBERS_MAX: usize = 256;
 
 /// How the commits of the logs on one file system become durable.
-pub struct FlushGroup {
+pub(crate) struct FlushGroup {
     /// The shared group's flush file (never written); `None` in a per-file group.
     flush_file: Option<Arc<dyn VfsFile>>,
     rounds: Mutex<Rounds>,
@@ -75,7 +75,7 @@ struct Member {
 /// A commit's place in a round: what [`FlushGroup::wait`] waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use = "a commit is durable only once its ticket was waited for"]
-pub struct Ticket {
+pub(crate) struct Ticket {
     round: u64,
     records: u64,
 }
@@ -128,12 +128,12 @@ impl FlushGroup {
     /// A group whose members share each device flush (only where the file system makes one
     /// flush cover every member's written-back overwrites), run as an `fdatasync` of
     /// `flush_file`, a file on that file system that nothing writes.
-    pub fn shared(flush_file: Arc<dyn VfsFile>) -> Arc<FlushGroup> {
+    pub(crate) fn shared(flush_file: Arc<dyn VfsFile>) -> Arc<FlushGroup> {
         Arc::new(FlushGroup::new(Some(flush_file)))
     }
 
     /// A group where each commit flushes its own file.
-    pub fn per_file() -> Arc<FlushGroup> {
+    pub(crate) fn per_file() -> Arc<FlushGroup> {
         Arc::new(FlushGroup::new(None))
     }
 
@@ -146,13 +146,13 @@ impl FlushGroup {
         }
     }
 
-    pub fn is_shared(&self) -> bool {
+    pub(crate) fn is_shared(&self) -> bool {
         self.flush_file.is_some()
     }
 
     /// After a commit wrote `len` bytes at `position` of `file` (`records` records): starts
     /// their write-back and enters the open round (shared).
-    pub fn enter(
+    pub(crate) fn enter(
         &self,
         file: &Arc<dyn VfsFile>,
         position: u64,
@@ -173,7 +173,7 @@ impl FlushGroup {
 
     /// Returns once the commit of `ticket` (written to `file`) is durable: in a per-file
     /// group by flushing `file`, in a shared one by leading a round when no one else is.
-    pub fn wait(&self, ticket: Ticket, file: &dyn VfsFile) -> io::Result<()> {
+    pub(crate) fn wait(&self, ticket: Ticket, file: &dyn VfsFile) -> io::Result<()> {
         let Some(flush_file) = &self.flush_file else {
             scheduling::prompt_scheduling();
             return self.flush(file, Covered { commits: 1, records: ticket.records });
@@ -240,7 +240,7 @@ impl FlushGroup {
         Ok(())
     }
 
-    pub fn stats(&self) -> FlushStats {
+    pub(crate) fn stats(&self) -> FlushStats {
         let counters = &self.counters;
         FlushStats {
             shared: self.is_shared(),

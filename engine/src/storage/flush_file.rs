@@ -80,7 +80,7 @@ struct Member {
 /// Opens the flush file of the group whose first shard's directory is `dir`, creating what
 /// is missing (a crash may lose new files: they hold nothing, and the next start makes them
 /// again).
-pub fn open(vfs: &dyn Vfs, dir: &Path) -> io::Result<Arc<dyn VfsFile>> {
+pub(super) fn open(vfs: &dyn Vfs, dir: &Path) -> io::Result<Arc<dyn VfsFile>> {
     let plain = dir.join(PLAIN_NAME);
     if let Some(span) = vfs.inode_table_span(dir) {
         let pool_dir = dir.join(POOL_DIR_NAME);

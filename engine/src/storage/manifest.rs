@@ -15,15 +15,15 @@ use std::path::Path;
 use crate::storage::vfs::{read_exact_at, write_file_durably, Vfs};
 use crate::storage::StorageMode;
 
-pub const MANIFEST_NAME: &str = "MANIFEST";
+pub(crate) const MANIFEST_NAME: &str = "MANIFEST";
 /// The manifest's copy, written after it.
-pub const MANIFEST_COPY_NAME: &str = "MANIFEST-COPY";
+pub(crate) const MANIFEST_COPY_NAME: &str = "MANIFEST-COPY";
 /// A manifest file longer than this is damaged (a manifest is about 80 bytes).
 const MANIFEST_BYTES_MAX: u64 = 4096;
 /// Version of the on-disk format this build reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
 /// The name hash that places streams on shards.
-pub const HASH_NAME: &str = "xxh3-64";
+pub(crate) const HASH_NAME: &str = "xxh3-64";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Manifest {

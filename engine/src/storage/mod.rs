@@ -22,22 +22,22 @@
 //!   renewed by reads, saved so a crash keeps them), `root_watch` (whether the directory
 //!   is still there: one removed under the process takes no more writes).
 
-pub mod chain;
-pub mod chunk;
-pub mod files;
-pub mod flush;
+pub(crate) mod chain;
+pub(crate) mod chunk;
+pub(crate) mod files;
+pub(crate) mod flush;
 mod flush_file;
-pub mod maintenance;
-pub mod manifest;
-pub mod memory;
+pub(crate) mod maintenance;
+pub(crate) mod manifest;
+pub(crate) mod memory;
 mod mode;
-pub mod open;
-pub mod record;
-pub mod renewals;
-pub mod replay;
-pub mod root_watch;
-pub mod vfs;
-pub mod wal;
+pub(crate) mod open;
+pub(crate) mod record;
+pub(crate) mod renewals;
+pub(crate) mod replay;
+pub(crate) mod root_watch;
+pub(crate) mod vfs;
+pub(crate) mod wal;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -102,7 +102,7 @@ impl Damage {
 
 /// Where a committed record went: its location and its index in its stream's chain.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Place {
+pub(crate) struct Place {
     pub location: Location,
     pub n: ChainIndex,
 }
@@ -297,7 +297,7 @@ pub(crate) struct LogView {
 
 impl LogView {
     /// A read of this view from `source`.
-    pub fn read<'a, S: RecordSource>(&self, source: &'a S) -> LogRead<'a, S> {
+    pub(crate) fn read<'a, S: RecordSource>(&self, source: &'a S) -> LogRead<'a, S> {
         LogRead {
             source,
             stream: self.stream,

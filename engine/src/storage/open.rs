@@ -35,7 +35,7 @@ use crate::storage::wal::ShardFiles;
 use crate::storage::StorageMode;
 
 /// Name of the lock file at the root of a data directory.
-pub const LOCK_NAME: &str = "LOCK";
+pub(crate) const LOCK_NAME: &str = "LOCK";
 /// A record's header, meta and padding beyond its data, at most.
 const RECORD_OVERHEAD_MAX: u64 = (HEADER_BYTES + META_BYTES_MAX + RECORD_ALIGN) as u64;
 
@@ -50,7 +50,7 @@ pub(crate) struct OpenedShard {
 
 impl OpenedShard {
     /// A shard of memory mode: nothing to recover, nothing to write.
-    pub fn memory() -> OpenedShard {
+    pub(crate) fn memory() -> OpenedShard {
         OpenedShard {
             persist: Box::new(MemoryPersist),
             log: None,
@@ -109,7 +109,7 @@ fn storage_error(what: String) -> impl FnOnce(std::io::Error) -> OpenError {
 }
 
 /// The directory of shard `index`.
-pub fn shard_dir(data_dir: &Path, index: u32) -> PathBuf {
+pub(crate) fn shard_dir(data_dir: &Path, index: u32) -> PathBuf {
     data_dir.join(format!("shard-{index:03}"))
 }
 
@@ -197,7 +197,7 @@ fn open_files(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
 /// Bytes past the last good record of an acid log within which a crash can have left a torn
 /// batch, when the largest record holds `record_bytes_max` bytes of data: a sync run and one
 /// more record (a record beyond that is proof the log went on).
-pub fn stale_window_bytes(record_bytes_max: u64) -> u64 {
+pub(crate) fn stale_window_bytes(record_bytes_max: u64) -> u64 {
     SYNC_RUN_BYTES_MAX + record_bytes_max + RECORD_OVERHEAD_MAX
 }
 

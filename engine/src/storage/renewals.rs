@@ -31,7 +31,7 @@ const MAGIC: &[u8; 4] = b"DSRN";
 const VERSION: u32 = 2;
 
 /// When one stream with a TTL was last read or written, as its shard saw it.
-pub struct Renewal {
+pub(crate) struct Renewal {
     pub name: Arc<str>,
     /// Which incarnation of the name (see the module comment).
     pub incarnation: u64,
@@ -51,10 +51,10 @@ pub(crate) trait RenewalStore {
 }
 
 /// Saved renewals: by name, then by incarnation.
-pub type Renewals = HashMap<Box<str>, Vec<(u64, u64)>>;
+pub(crate) type Renewals = HashMap<Box<str>, Vec<(u64, u64)>>;
 
 /// Writes `renewals` to `path`, durably.
-pub fn save(vfs: &dyn Vfs, path: &Path, renewals: &[Renewal]) -> io::Result<()> {
+pub(crate) fn save(vfs: &dyn Vfs, path: &Path, renewals: &[Renewal]) -> io::Result<()> {
     if let Some(dir) = path.parent() {
         create_dir_durably(vfs, dir)?;
     }
@@ -70,7 +70,7 @@ pub(crate) fn encode(renewals: &[Renewal]) -> Vec<u8> {
 
 /// Every renewal saved in `paths` (the latest time where files disagree); missing files
 /// are skipped, damaged ones too, with a warning.
-pub fn load(vfs: &dyn Vfs, paths: impl IntoIterator<Item = PathBuf>) -> Renewals {
+pub(crate) fn load(vfs: &dyn Vfs, paths: impl IntoIterator<Item = PathBuf>) -> Renewals {
     let mut renewals = Renewals::new();
     for path in paths {
         if !vfs.exists(&path) {
@@ -94,7 +94,7 @@ pub fn load(vfs: &dyn Vfs, paths: impl IntoIterator<Item = PathBuf>) -> Renewals
 
 /// Moves each recovered stream's window to its saved renewal, if that is later;
 /// `incarnation` says which incarnation a recovered stream is.
-pub fn apply(
+pub(crate) fn apply(
     renewals: &Renewals,
     streams: &mut [StreamSnapshot],
     incarnation: impl Fn(&StreamSnapshot) -> u64,

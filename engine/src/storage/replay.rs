@@ -22,7 +22,7 @@ use crate::storage::chain::Chain;
 use crate::storage::record::codec::{flags, Header, Kind, Meta};
 
 /// The stream a create record (`header`, `meta`) at `at` starts.
-pub fn created(header: &Header, meta: &Meta, at: Location) -> Result<StreamSnapshot, &'static str> {
+pub(crate) fn created(header: &Header, meta: &Meta, at: Location) -> Result<StreamSnapshot, &'static str> {
     if header.kind != Kind::Create {
         return Err("not a create record");
     }
@@ -54,7 +54,7 @@ pub fn created(header: &Header, meta: &Meta, at: Location) -> Result<StreamSnaps
 
 /// Applies a delete record (`header`): a soft one keeps the stream, marked deleted; whether
 /// the stream is gone for good.
-pub fn deleted(stream: &mut StreamSnapshot, header: &Header) -> bool {
+pub(crate) fn deleted(stream: &mut StreamSnapshot, header: &Header) -> bool {
     debug_assert_eq!(header.kind, Kind::Delete);
     if header.has(flags::SOFT) {
         stream.deleted = true;
@@ -64,7 +64,7 @@ pub fn deleted(stream: &mut StreamSnapshot, header: &Header) -> bool {
 }
 
 /// Notes damage at `at` (the first note stays).
-pub fn mark_damaged(stream: &mut StreamSnapshot, at: Offset, reason: String) {
+pub(crate) fn mark_damaged(stream: &mut StreamSnapshot, at: Offset, reason: String) {
     if stream.damage.is_none() {
         stream.damage = Some(StreamDamage { at, reason: reason.into() });
     }
@@ -72,7 +72,7 @@ pub fn mark_damaged(stream: &mut StreamSnapshot, at: Offset, reason: String) {
 
 /// Applies the append record (`header`, `meta`) at `at` to a stream already marked damaged:
 /// it need only be the stream's and later in its chain.
-pub fn append_after_damage(
+pub(crate) fn append_after_damage(
     stream: &mut StreamSnapshot,
     header: &Header,
     meta: &Meta,
@@ -90,7 +90,7 @@ pub fn append_after_damage(
 
 /// Steps a damaged stream over its append record (`header`) at `at`, whose payload fails
 /// its checks: the tail and chain move on, nothing else is known.
-pub fn skip_damaged(stream: &mut StreamSnapshot, header: &Header, at: Location) {
+pub(crate) fn skip_damaged(stream: &mut StreamSnapshot, header: &Header, at: Location) {
     if header.offset >= stream.tail {
         stream.tail = header.end_offset();
         stream.closed |= header.has(flags::CLOSE);
@@ -101,7 +101,12 @@ pub fn skip_damaged(stream: &mut StreamSnapshot, header: &Header, at: Location) 
 
 /// Applies the append record (`header`, `meta`) at `at` to `stream`, if it continues it;
 /// else says exactly how it does not (a damage report names the cause, not a guess).
-pub fn append(stream: &mut StreamSnapshot, header: &Header, meta: &Meta, at: Location) -> Result<(), String> {
+pub(crate) fn append(
+    stream: &mut StreamSnapshot,
+    header: &Header,
+    meta: &Meta,
+    at: Location,
+) -> Result<(), String> {
     if header.kind != Kind::Append {
         return Err("not an append record".into());
     }

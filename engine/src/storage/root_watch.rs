@@ -20,10 +20,10 @@ use std::sync::Arc;
 use super::vfs::{Vfs, VfsFile};
 
 /// Least time between two looks at the directory (clock milliseconds).
-pub const CHECK_MS: u64 = 10;
+pub(crate) const CHECK_MS: u64 = 10;
 
 /// The data directory of an open store, watched.
-pub struct RootWatch {
+pub(crate) struct RootWatch {
     dir: PathBuf,
     /// The directory, open for as long as the store is (`None` where a directory cannot be
     /// opened: the simulated disk, where nothing removes one under the process).
@@ -34,7 +34,7 @@ pub struct RootWatch {
 
 impl RootWatch {
     /// Watches the existing directory `dir`.
-    pub fn open(vfs: &dyn Vfs, dir: &Path) -> std::io::Result<RootWatch> {
+    pub(crate) fn open(vfs: &dyn Vfs, dir: &Path) -> std::io::Result<RootWatch> {
         let opened = match vfs.open_read_only(dir) {
             Ok(file) => Some(file),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
@@ -49,14 +49,14 @@ impl RootWatch {
     }
 
     /// Whether the directory was found removed, without looking again.
-    pub fn known_lost(&self) -> bool {
+    pub(crate) fn known_lost(&self) -> bool {
         self.lost.load(Ordering::Relaxed)
     }
 
     /// Whether the directory was removed, looking again when the last look is at least
     /// [`CHECK_MS`] from `now_ms` (either way: the clock is the system's, which may step
     /// back).
-    pub fn lost(&self, now_ms: u64) -> bool {
+    pub(crate) fn lost(&self, now_ms: u64) -> bool {
         if self.lost.load(Ordering::Relaxed) {
             return true;
         }
@@ -68,7 +68,7 @@ impl RootWatch {
     }
 
     /// Whether the directory was removed, looking now.
-    pub fn look_now(&self) -> bool {
+    pub(crate) fn look_now(&self) -> bool {
         let Some(opened) = &self.opened else { return false };
         // An error asking counts as still there: only a directory known to be gone is lost.
         if !matches!(opened.is_at(&self.dir), Ok(false)) {

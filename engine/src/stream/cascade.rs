@@ -34,12 +34,12 @@ pub(crate) struct HeldAnswer {
 
 impl HeldAnswer {
     /// Holds the answer to a delete not yet committed: `answer` sends its success.
-    pub fn new(answer: impl FnOnce() + Send + 'static) -> HeldAnswer {
+    pub(crate) fn new(answer: impl FnOnce() + Send + 'static) -> HeldAnswer {
         HeldAnswer { answer: Some(Box::new(answer)), committed: false }
     }
 
     /// The delete it answers is committed: dropping it now answers success.
-    pub fn committed(mut self) -> HeldAnswer {
+    pub(crate) fn committed(mut self) -> HeldAnswer {
         self.committed = true;
         self
     }

@@ -45,18 +45,18 @@ use crate::storage::chain::read::{copies_held_bytes, COPIES_BYTES_MAX};
 use crate::storage::chunk::Chunk;
 
 /// Most answers one stream remembers: a 16 MiB catch-up in the default 4 MiB reads, and one.
-pub const KEPT_PER_STREAM_MAX: usize = 5;
+pub(crate) const KEPT_PER_STREAM_MAX: usize = 5;
 /// Most bytes of kept answers in the process: half the read-copies budget, so reads in
 /// flight keep the other half.
-pub const KEPT_BYTES_MAX: usize = 32 << 20;
+pub(crate) const KEPT_BYTES_MAX: usize = 32 << 20;
 /// Longest an answer is kept.
-pub const KEPT_MS_MAX: u64 = 10_000;
+pub(crate) const KEPT_MS_MAX: u64 = 10_000;
 /// Most answers the process holds: each holds a few hundred bytes besides its own (its
 /// record, the answer's slices and their owner), which [`KEPT_BYTES_MAX`] does not count,
 /// so a crowd of tiny answers holds at most about 1 MiB more. (Counting 256 bytes for each
 /// against [`KEPT_BYTES_MAX`] instead left room for 7 answers of 4 MiB, not 8, and
 /// measured 0.68×–0.77× on 16 streams of 16 MiB read by 16 connections: 213 hits against 940.)
-pub const KEPT_ANSWERS_MAX: usize = 4096;
+pub(crate) const KEPT_ANSWERS_MAX: usize = 4096;
 
 /// One kept answer and what it answered.
 struct Kept {
@@ -78,7 +78,7 @@ pub(crate) struct KeptAnswers {
 impl KeptAnswers {
     /// The kept answer to a read from `from` of `bytes_max` bytes, if one is still what a
     /// read would give with the published tail at `tail`.
-    pub fn get(&self, from: Offset, bytes_max: usize, tail: Offset) -> Option<Chunk> {
+    pub(crate) fn get(&self, from: Offset, bytes_max: usize, tail: Offset) -> Option<Chunk> {
         let answers = self.answers.get()?.lock().expect("kept answers lock");
         let found = answers.iter().filter_map(Weak::upgrade).find_map(|kept| {
             let same = kept.from == from && kept.bytes_max == bytes_max;
@@ -93,7 +93,7 @@ impl KeptAnswers {
 
     /// Keeps `chunk`, a read from `from` of `bytes_max` bytes against the published tail
     /// `tail`, if it is made of copies and holds something.
-    pub fn keep(&self, from: Offset, bytes_max: usize, tail: Offset, chunk: &Chunk) {
+    pub(crate) fn keep(&self, from: Offset, bytes_max: usize, tail: Offset, chunk: &Chunk) {
         if !chunk.copied || chunk.messages == 0 || chunk.len() > KEPT_BYTES_MAX / KEPT_PER_STREAM_MAX {
             return;
         }
@@ -174,7 +174,7 @@ fn hold(kept: Arc<Kept>) {
 /// short of at each step (the reads in flight come first; an answer a response is still
 /// sending frees its bytes once sent, so a step may free less, and the next drops more).
 /// Costs one atomic load while the budget has room.
-pub fn make_room(bytes_max: usize) {
+pub(crate) fn make_room(bytes_max: usize) {
     loop {
         let needed = copies_held_bytes().saturating_add(bytes_max as u64);
         let Some(short_bytes) = needed.checked_sub(COPIES_BYTES_MAX).filter(|short| *short > 0) else {
@@ -207,12 +207,12 @@ pub(crate) fn drop_expired() {
 }
 
 /// Bytes of kept answers the process holds now.
-pub fn kept_bytes() -> usize {
+pub(crate) fn kept_bytes() -> usize {
     HELD.lock().expect("held answers lock").bytes
 }
 
 /// Reads answered with a kept answer instead of a read of the log, since the start.
-pub fn hits() -> u64 {
+pub(crate) fn hits() -> u64 {
     HITS.load(Ordering::Relaxed)
 }
 

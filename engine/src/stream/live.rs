@@ -21,7 +21,7 @@ use crate::stream::Published;
 
 /// Live slots of one shard, keyed by stream id.
 #[derive(Default)]
-pub struct LiveRegistry {
+pub(crate) struct LiveRegistry {
     slots: Mutex<HashMap<StreamId, Registered>>,
 }
 
@@ -31,7 +31,7 @@ struct Registered {
 }
 
 /// What live readers of one stream share.
-pub struct LiveSlot {
+pub(crate) struct LiveSlot {
     notify: Arc<Notify>,
     /// The published tail as `messages << 2 | closed << 1 | gone`; it only grows.
     tail: AtomicU64,
@@ -64,7 +64,11 @@ impl LiveRegistry {
     /// Registers interest in stream `id` until the returned subscription is dropped.
     /// `current` reads the stream's published state; it is called after the slot exists, so
     /// no publication can fall between the two.
-    pub fn subscribe(self: &Arc<Self>, id: StreamId, current: impl FnOnce() -> Published) -> Subscription {
+    pub(crate) fn subscribe(
+        self: &Arc<Self>,
+        id: StreamId,
+        current: impl FnOnce() -> Published,
+    ) -> Subscription {
         let slot = {
             let mut slots = self.slots.lock().expect("live registry lock");
             let registered = slots
@@ -78,7 +82,7 @@ impl LiveRegistry {
     }
 
     /// Records each stream's new published state and wakes its readers (once per stream).
-    pub fn wake(&self, published: impl IntoIterator<Item = (StreamId, Published)>) {
+    pub(crate) fn wake(&self, published: impl IntoIterator<Item = (StreamId, Published)>) {
         let slots = self.slots.lock().expect("live registry lock");
         if slots.is_empty() {
             return;
@@ -92,7 +96,7 @@ impl LiveRegistry {
     }
 
     /// Wakes every reader of the shard (shutdown).
-    pub fn wake_all(&self) {
+    pub(crate) fn wake_all(&self) {
         let slots = self.slots.lock().expect("live registry lock");
         for registered in slots.values() {
             registered.slot.notify.notify_waiters();
@@ -100,7 +104,7 @@ impl LiveRegistry {
     }
 
     /// Streams with at least one live reader.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.slots.lock().expect("live registry lock").len()
     }
 

@@ -7,11 +7,11 @@
 //! delete before it is durable in the mode's sense, and they never wait for a commit: the
 //! shard holds the lock for microseconds, never across I/O.
 
-pub mod cascade;
-pub mod fork;
-pub mod handle;
-pub mod kept_answers;
-pub mod live;
+pub(crate) mod cascade;
+pub(crate) mod fork;
+pub(crate) mod handle;
+pub(crate) mod kept_answers;
+pub(crate) mod live;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -33,7 +33,7 @@ pub(crate) struct DamageCounter {
 }
 
 /// A stream shared by its shard and its readers.
-pub struct Stream {
+pub(crate) struct Stream {
     /// Unique per shard and per incarnation: a stream recreated under the same name differs.
     pub(crate) id: StreamId,
     /// Shared with the shard directory's key.
@@ -69,7 +69,7 @@ pub(crate) enum StreamData {
 
 impl StreamData {
     /// Empty data for a stream of a mode that keeps bytes in memory (`true`) or a log.
-    pub fn new(in_memory: bool) -> StreamData {
+    pub(crate) fn new(in_memory: bool) -> StreamData {
         if in_memory {
             StreamData::Memory(MemLog::default())
         } else {
@@ -83,13 +83,13 @@ impl StreamData {
     }
 
     /// A log-backed stream whose last record is `tail`, number `n` of its chain.
-    pub fn log_at(tail: Location, n: ChainIndex) -> StreamData {
+    pub(crate) fn log_at(tail: Location, n: ChainIndex) -> StreamData {
         StreamData::Log { tail, n, committed_tail: tail, committed_n: n }
     }
 
     /// Makes a committed record's data part of the stream, not yet visible: readers see it
     /// once [`StreamData::publish`] runs with the new tail, under the same lock.
-    pub fn apply(&mut self, record: &Record, place: Place) {
+    pub(crate) fn apply(&mut self, record: &Record, place: Place) {
         // A create's messages start where the stream does (a fork's after its inherited ones).
         let (offset, payload) = match record {
             Record::Create { initial, .. } => (None, initial.as_ref()),
@@ -115,7 +115,7 @@ impl StreamData {
 
     /// Makes a committed move of the stream's chain (compaction) part of it, not yet
     /// visible; whether the chain moved (a move that did not happen leaves it where it was).
-    pub fn apply_move(&mut self, place: Place) -> bool {
+    pub(crate) fn apply_move(&mut self, place: Place) -> bool {
         let StreamData::Log { committed_tail, committed_n, .. } = self else {
             return false;
         };
@@ -128,14 +128,14 @@ impl StreamData {
     }
 
     /// Makes the committed records visible (with the published tail that ends at them).
-    pub fn publish(&mut self) {
+    pub(crate) fn publish(&mut self) {
         if let StreamData::Log { tail, n, committed_tail, committed_n } = self {
             (*tail, *n) = (*committed_tail, *committed_n);
         }
     }
 
     /// The last committed record (location, chain index) of a log-backed stream.
-    pub fn chain(&self) -> (Location, ChainIndex) {
+    pub(crate) fn chain(&self) -> (Location, ChainIndex) {
         match self {
             StreamData::Memory(_) => (Location::default(), ChainIndex::CREATE),
             StreamData::Log { committed_tail, committed_n, .. } => (*committed_tail, *committed_n),
@@ -285,13 +285,13 @@ impl Stream {
 
     /// The bytes before `tail` that are the stream's own (a fork's inherited ones are its
     /// source's, charged there).
-    pub fn own_bytes(&self, tail: Offset) -> u64 {
+    pub(crate) fn own_bytes(&self, tail: Offset) -> u64 {
         let start = self.fork.as_ref().map_or(0, |base| base.start().bytes);
         tail.bytes - start
     }
 
     /// Damage found in the stream's stored bytes, if any.
-    pub fn damage(&self) -> Option<&StreamDamage> {
+    pub(crate) fn damage(&self) -> Option<&StreamDamage> {
         self.damage.get().map(|damage| &**damage)
     }
 
@@ -309,12 +309,12 @@ impl Stream {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// When the stream expires, if it can (clock milliseconds; TTL counted from last access).
-    pub fn deadline_ms(&self) -> Option<u64> {
+    pub(crate) fn deadline_ms(&self) -> Option<u64> {
         let ttl_deadline = self
             .config
             .ttl_secs
@@ -326,25 +326,25 @@ impl Stream {
         }
     }
 
-    pub fn is_expired(&self, now_ms: u64) -> bool {
+    pub(crate) fn is_expired(&self, now_ms: u64) -> bool {
         self.deadline_ms().is_some_and(|deadline| now_ms >= deadline)
     }
 
     /// Whole seconds left of the TTL window, rounded up.
-    pub fn ttl_remaining_secs(&self, now_ms: u64) -> Option<u64> {
+    pub(crate) fn ttl_remaining_secs(&self, now_ms: u64) -> Option<u64> {
         let ttl = self.config.ttl_secs?;
         let deadline = self.last_access_ms.load(Ordering::Acquire).saturating_add(ttl.saturating_mul(1000));
         Some(deadline.saturating_sub(now_ms).div_ceil(1000))
     }
 
     /// When a read or append last renewed the TTL window (clock milliseconds).
-    pub fn last_access_ms(&self) -> u64 {
+    pub(crate) fn last_access_ms(&self) -> u64 {
         // SeqCst, with `touch` and the shard's renewal flag: see `shard::renewals`.
         self.last_access_ms.load(Ordering::SeqCst)
     }
 
     /// Renews the TTL window (reads and appends do; HEAD does not).
-    pub fn touch(&self, now_ms: u64) {
+    pub(crate) fn touch(&self, now_ms: u64) {
         self.last_access_ms.fetch_max(now_ms, Ordering::SeqCst);
     }
 

@@ -9,7 +9,7 @@ use ds_engine::testing::SimVfs;
 
 /// Prints every record of every acid shard's segments on `disk`, and each place where one
 /// fails its checks (then goes on at the next header that passes).
-pub fn acid_records(disk: &SimVfs) {
+pub(crate) fn acid_records(disk: &SimVfs) {
     let store = ds_engine::inspect::open(Arc::new(disk.clone()), Path::new("/data"), true).expect("a store");
     for shard in 0..store.shard_count() {
         let log = store.shard(shard).expect("the shard's log");

@@ -14,11 +14,11 @@ use bytes::Bytes;
 use ds_engine::Payload;
 
 /// Producer state: epoch and last sequence number.
-pub type ProducerState = (u64, u64);
+pub(crate) type ProducerState = (u64, u64);
 
 /// A stream as the model knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ModelStream {
+pub(crate) struct ModelStream {
     pub json: bool,
     pub ttl_secs: Option<u64>,
     /// The stored bytes: plain bodies, or each JSON message followed by `,`.
@@ -37,11 +37,11 @@ pub struct ModelStream {
 }
 
 /// A stream's state: absent, or present.
-pub type State = Option<ModelStream>;
+pub(crate) type State = Option<ModelStream>;
 
 /// One operation of the workload.
 #[derive(Clone, Debug)]
-pub enum SimOp {
+pub(crate) enum SimOp {
     Create {
         name: String,
         initial: Option<Vec<u8>>,
@@ -70,19 +70,19 @@ pub enum SimOp {
 
 /// What a fork inherits: its source's bytes up to the fork point, and where each message
 /// ends in them.
-pub type Inherited = (Vec<u8>, Vec<u64>);
+pub(crate) type Inherited = (Vec<u8>, Vec<u64>);
 
 /// A fork point other than the tail: a boundary (messages and bytes before it) and a
 /// sub-offset.
 #[derive(Clone, Copy, Debug)]
-pub struct ForkAt {
+pub(crate) struct ForkAt {
     pub messages: u64,
     pub bytes: u64,
     pub sub_offset: u64,
 }
 
 impl SimOp {
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             SimOp::Create { name, .. }
             | SimOp::Append { name, .. }
@@ -93,12 +93,12 @@ impl SimOp {
 }
 
 /// How many streams of `model` (soft-deleted ones too) were forked from `name`.
-pub fn forks_of(model: &BTreeMap<String, State>, name: &str) -> u64 {
+pub(crate) fn forks_of(model: &BTreeMap<String, State>, name: &str) -> u64 {
     model.values().flatten().filter(|stream| stream.parent.as_deref() == Some(name)).count() as u64
 }
 
 /// Removes every soft-deleted stream that no fork reads any more, up the chains.
-pub fn collect_cascades(model: &mut BTreeMap<String, State>) {
+pub(crate) fn collect_cascades(model: &mut BTreeMap<String, State>) {
     loop {
         let unread = model.iter().find_map(|(name, state)| {
             let deleted = state.as_ref().is_some_and(|stream| stream.deleted);
@@ -113,7 +113,7 @@ pub fn collect_cascades(model: &mut BTreeMap<String, State>) {
 
 /// What an operation is expected to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Prediction {
+pub(crate) struct Prediction {
     /// The answer is a success (2xx).
     pub ok: bool,
     /// A success that is a producer duplicate (nothing written).
@@ -133,16 +133,16 @@ impl Prediction {
 }
 
 /// Streams whose name starts with `j` hold JSON; with `t`, they have a TTL.
-pub fn is_json_name(name: &str) -> bool {
+pub(crate) fn is_json_name(name: &str) -> bool {
     name.starts_with('j')
 }
 
-pub fn ttl_of_name(name: &str) -> Option<u64> {
+pub(crate) fn ttl_of_name(name: &str) -> Option<u64> {
     name.starts_with('t').then_some(super::TTL_SECS)
 }
 
 /// The engine's payload for `body` on a stream of this kind.
-pub fn payload(json: bool, body: &[u8]) -> Payload {
+pub(crate) fn payload(json: bool, body: &[u8]) -> Payload {
     let bytes = Bytes::copy_from_slice(body);
     if json {
         Payload::json(bytes, true).expect("the workload sends valid JSON")
@@ -183,7 +183,7 @@ fn extend_ends(ends: &mut Vec<u64>, lengths: &[u64]) {
 
 /// Predicts `op` against `state` with the stream byte limit `stream_bytes_max`; `forks`:
 /// how many forks read the stream (a round never changes that and deletes the stream).
-pub fn predict(state: &State, op: &SimOp, stream_bytes_max: u64, forks: u64) -> Prediction {
+pub(crate) fn predict(state: &State, op: &SimOp, stream_bytes_max: u64, forks: u64) -> Prediction {
     if state.as_ref().is_some_and(|stream| stream.deleted) {
         // Gone for clients, its name held for its forks.
         return Prediction::refused();
@@ -299,7 +299,7 @@ fn predict_append(
 /// What can be observed of a stream through the engine (everything but producer state,
 /// which later answers check).
 #[derive(Clone, PartialEq, Eq)]
-pub struct Observed {
+pub(crate) struct Observed {
     pub json: bool,
     pub ttl_secs: Option<u64>,
     pub data: Vec<u8>,
@@ -326,7 +326,7 @@ impl std::fmt::Debug for Observed {
 }
 
 impl ModelStream {
-    pub fn observed(&self) -> Observed {
+    pub(crate) fn observed(&self) -> Observed {
         Observed {
             json: self.json,
             ttl_secs: self.ttl_secs,

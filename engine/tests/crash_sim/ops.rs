@@ -15,7 +15,7 @@ use crate::model::{is_json_name, payload, ttl_of_name, Observed, SimOp};
 
 /// What an operation's requester learned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     Ok {
         duplicate: bool,
     },
@@ -25,9 +25,9 @@ pub enum Answer {
     Lost,
 }
 
-pub type Pending = Pin<Box<dyn Future<Output = Answer> + Send>>;
+pub(crate) type Pending = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
-pub fn classify<T>(result: Result<T, OpError>, duplicate: impl FnOnce(&T) -> bool) -> Answer {
+pub(crate) fn classify<T>(result: Result<T, OpError>, duplicate: impl FnOnce(&T) -> bool) -> Answer {
     match result {
         Ok(value) => Answer::Ok { duplicate: duplicate(&value) },
         Err(OpError::ShuttingDown | OpError::StorageFailed) => Answer::Lost,
@@ -35,12 +35,12 @@ pub fn classify<T>(result: Result<T, OpError>, duplicate: impl FnOnce(&T) -> boo
     }
 }
 
-pub fn content_type(name: &str) -> ContentType {
+pub(crate) fn content_type(name: &str) -> ContentType {
     ContentType::parse(if is_json_name(name) { "application/json" } else { "application/octet-stream" })
         .unwrap()
 }
 
-pub fn submit(engine: &Engine, op: &SimOp) -> Pending {
+pub(crate) fn submit(engine: &Engine, op: &SimOp) -> Pending {
     let engine = engine.clone();
     let name = StreamName::new(op.name()).expect("workload names are valid");
     let json = is_json_name(op.name());
@@ -83,7 +83,7 @@ pub fn submit(engine: &Engine, op: &SimOp) -> Pending {
 }
 
 /// The configuration the workload gives `name` (see `model`).
-pub fn config_of(name: &StreamName) -> StreamConfig {
+pub(crate) fn config_of(name: &StreamName) -> StreamConfig {
     StreamConfig {
         content_type: content_type(name.as_str()),
         ttl_secs: ttl_of_name(name.as_str()),
@@ -91,7 +91,7 @@ pub fn config_of(name: &StreamName) -> StreamConfig {
     }
 }
 
-pub fn poll(pending: &mut Pending) -> Option<Answer> {
+pub(crate) fn poll(pending: &mut Pending) -> Option<Answer> {
     match pending.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(answer) => Some(answer),
         Poll::Pending => None,
@@ -99,7 +99,7 @@ pub fn poll(pending: &mut Pending) -> Option<Answer> {
 }
 
 /// What the engine shows of `name`: config, every stored byte, tail and closed flag.
-pub fn observe(engine: &Engine, name: &str) -> Option<Observed> {
+pub(crate) fn observe(engine: &Engine, name: &str) -> Option<Observed> {
     let handle = engine.open(&StreamName::new(name).unwrap())?;
     // A soft-deleted stream still reads (its forks read it this way).
     let status = handle.status()?;

@@ -19,7 +19,7 @@ use super::model::{
     forks_of, is_json_name, predict, ttl_of_name, ForkAt, Inherited, ModelStream, SimOp, State,
 };
 
-pub const NAMES: [&str; 8] = ["a", "b", "c", "d/e", "t1", "t2", "j1", "j2"];
+pub(crate) const NAMES: [&str; 8] = ["a", "b", "c", "d/e", "t1", "t2", "j1", "j2"];
 const PRODUCERS: [&str; 2] = ["p1", "p2"];
 const BODY_BYTES_MAX: u64 = 700;
 
@@ -86,7 +86,7 @@ fn ancestors(model: &BTreeMap<String, State>, name: &str) -> Vec<String> {
 }
 
 /// Generates one round of `count` operations against `model` (which it does not change).
-pub fn round(
+pub(crate) fn round(
     rng: &mut SimRng,
     model: &BTreeMap<String, State>,
     count: usize,

@@ -26,12 +26,12 @@ use ds_engine::{
 };
 use ds_engine::{IoErrorPolicy, Threading, SEGMENT_OVERHEAD_BYTES};
 
-pub const T0: u64 = 1_700_000_000_000;
-pub const SHARD_DIR: &str = "/data/shard-000";
+pub(crate) const T0: u64 = 1_700_000_000_000;
+pub(crate) const SHARD_DIR: &str = "/data/shard-000";
 /// What one stream may hold: far more than a segment (streams span segments).
-pub const STREAM_BYTES_MAX: u64 = 1 << 40;
+pub(crate) const STREAM_BYTES_MAX: u64 = 1 << 40;
 
-pub struct Harness {
+pub(crate) struct Harness {
     pub mode: StorageMode,
     pub disk: SimVfs,
     pub clock: Clock,
@@ -46,11 +46,11 @@ pub struct Harness {
     storage: Weak<dyn Vfs>,
 }
 
-pub fn name(text: &str) -> StreamName {
+pub(crate) fn name(text: &str) -> StreamName {
     StreamName::new(text).unwrap()
 }
 
-pub fn plain_config() -> StreamConfig {
+pub(crate) fn plain_config() -> StreamConfig {
     StreamConfig {
         content_type: ContentType::parse("text/plain").unwrap(),
         ttl_secs: None,
@@ -58,7 +58,7 @@ pub fn plain_config() -> StreamConfig {
     }
 }
 
-pub fn append_request(stream: &str, body: &str) -> AppendRequest {
+pub(crate) fn append_request(stream: &str, body: &str) -> AppendRequest {
     AppendRequest {
         name: name(stream),
         content_type: Some(ContentType::parse("text/plain").unwrap()),
@@ -69,7 +69,7 @@ pub fn append_request(stream: &str, body: &str) -> AppendRequest {
     }
 }
 
-pub fn tagged(stream: &str, body: &str, producer: &str, epoch: u64, seq: u64) -> AppendRequest {
+pub(crate) fn tagged(stream: &str, body: &str, producer: &str, epoch: u64, seq: u64) -> AppendRequest {
     AppendRequest {
         producer: Some(ProducerTag { id: producer.into(), epoch, seq }),
         ..append_request(stream, body)
@@ -78,17 +78,17 @@ pub fn tagged(stream: &str, body: &str, producer: &str, epoch: u64, seq: u64) ->
 
 impl Harness {
     /// A one-shard acid engine on a new simulated disk, with segments of `segment_bytes`.
-    pub fn new(segment_bytes: u64) -> Harness {
+    pub(crate) fn new(segment_bytes: u64) -> Harness {
         Harness::with_mode(StorageMode::Acid, segment_bytes)
     }
 
     /// A one-shard engine of `mode` on a new simulated disk.
-    pub fn with_mode(mode: StorageMode, segment_bytes: u64) -> Harness {
+    pub(crate) fn with_mode(mode: StorageMode, segment_bytes: u64) -> Harness {
         Harness::with_shards(mode, segment_bytes, 1)
     }
 
     /// An engine of `mode` with `shard_count` shards on a new simulated disk.
-    pub fn with_shards(mode: StorageMode, segment_bytes: u64, shard_count: u32) -> Harness {
+    pub(crate) fn with_shards(mode: StorageMode, segment_bytes: u64, shard_count: u32) -> Harness {
         let mut harness = Harness {
             mode,
             disk: SimVfs::new(),
@@ -103,7 +103,7 @@ impl Harness {
         harness
     }
 
-    pub fn config(&self) -> EngineConfig {
+    pub(crate) fn config(&self) -> EngineConfig {
         EngineConfig {
             mode: self.mode,
             data_dir: PathBuf::from("/data"),
@@ -124,7 +124,7 @@ impl Harness {
     }
 
     /// Starts (recovers) the engine on the disk as it is; returns the recovery report.
-    pub fn start(&mut self) -> RecoveryReport {
+    pub(crate) fn start(&mut self) -> RecoveryReport {
         let config = self.config();
         self.storage = Arc::downgrade(&config.vfs.0);
         let engine = Engine::start(config).unwrap_or_else(|error| panic!("recovery failed: {error}"));
@@ -134,39 +134,39 @@ impl Harness {
     }
 
     /// The largest append: as much as a segment can hold, at most 1 MiB.
-    pub fn append_bytes_max(&self) -> u64 {
+    pub(crate) fn append_bytes_max(&self) -> u64 {
         (self.segment_bytes - SEGMENT_OVERHEAD_BYTES).min(1 << 20)
     }
 
-    pub fn engine(&self) -> &Engine {
+    pub(crate) fn engine(&self) -> &Engine {
         self.engine.as_ref().expect("the engine is running")
     }
 
     /// Stops without the clean shutdown (no final checkpoint), as a crash would.
-    pub fn stop_abruptly(&mut self) {
+    pub(crate) fn stop_abruptly(&mut self) {
         self.engine.take().expect("running").stop_abruptly();
     }
 
     /// A power loss: the engine stops without its clean shutdown and the disk keeps only
     /// what was synced, plus a seeded choice of the rest.
-    pub fn lose_power(&mut self, seed: u64) {
+    pub(crate) fn lose_power(&mut self, seed: u64) {
         self.stop_abruptly();
         self.disk = self.disk.crash(&mut ds_engine::testing::SimRng::new(seed));
     }
 
     /// Whether anything still holds the storage the last engine was given: after a stop,
     /// only a leak does.
-    pub fn storage_held(&self) -> bool {
+    pub(crate) fn storage_held(&self) -> bool {
         self.storage.strong_count() > 0
     }
 
     /// Stops cleanly (final checkpoint).
-    pub fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&mut self) {
         self.engine.take().expect("running").shutdown();
     }
 
     /// Runs the shards until `future` (a request to the engine) is answered.
-    pub fn drive<T>(&self, future: impl Future<Output = T>) -> T {
+    pub(crate) fn drive<T>(&self, future: impl Future<Output = T>) -> T {
         let mut future = pin!(future);
         let mut context = Context::from_waker(Waker::noop());
         for _ in 0..1000 {
@@ -178,18 +178,18 @@ impl Harness {
         panic!("a request was never answered");
     }
 
-    pub fn create(&self, stream: &str, config: StreamConfig) -> Result<CreateOutcome, OpError> {
+    pub(crate) fn create(&self, stream: &str, config: StreamConfig) -> Result<CreateOutcome, OpError> {
         let request = CreateRequest { name: name(stream), config, initial: None, closed: false };
         self.drive(self.engine().create(request))
     }
 
-    pub fn append(&self, request: AppendRequest) -> Result<AppendOutcome, OpError> {
+    pub(crate) fn append(&self, request: AppendRequest) -> Result<AppendOutcome, OpError> {
         self.drive(self.engine().append(request))
     }
 
     /// Forks `source` at its tail (or at `offset`) into `stream`, with `stream`'s own plain
     /// configuration.
-    pub fn fork(
+    pub(crate) fn fork(
         &self,
         stream: &str,
         source: &str,
@@ -208,16 +208,16 @@ impl Harness {
     }
 
     /// Whether `stream` is there but soft-deleted (`None`: it is not there).
-    pub fn soft_deleted(&self, stream: &str) -> Option<bool> {
+    pub(crate) fn soft_deleted(&self, stream: &str) -> Option<bool> {
         Some(self.engine().open(&name(stream))?.status()?.deleted)
     }
 
-    pub fn delete(&self, stream: &str) -> Result<(), OpError> {
+    pub(crate) fn delete(&self, stream: &str) -> Result<(), OpError> {
         self.drive(self.engine().delete(name(stream)))
     }
 
     /// Appends every body in one batch (one commit).
-    pub fn append_in_one_batch(&self, stream: &str, bodies: &[&str]) {
+    pub(crate) fn append_in_one_batch(&self, stream: &str, bodies: &[&str]) {
         let engine = self.engine();
         let mut pending: Vec<_> =
             bodies.iter().map(|body| Box::pin(engine.append(append_request(stream, body)))).collect();
@@ -240,7 +240,7 @@ impl Harness {
     }
 
     /// Every stored byte of `stream`, or `None` if it does not exist.
-    pub fn read(&self, stream: &str) -> Option<String> {
+    pub(crate) fn read(&self, stream: &str) -> Option<String> {
         let handle = self.engine().open(&name(stream))?;
         let tail = handle.status()?.tail;
         let mut text = String::new();
@@ -256,7 +256,11 @@ impl Harness {
 
     /// The bytes of `stream` from `from` on, read until its tail or until a read fails,
     /// with the error a read ended with.
-    pub fn read_from(&self, stream: &str, from: ds_engine::Offset) -> (String, Option<ds_engine::ReadError>) {
+    pub(crate) fn read_from(
+        &self,
+        stream: &str,
+        from: ds_engine::Offset,
+    ) -> (String, Option<ds_engine::ReadError>) {
         let handle = self.engine().open(&name(stream)).expect("the stream exists");
         let tail = handle.status().expect("the stream exists").tail;
         let (mut text, mut at) = (String::new(), from);
@@ -275,19 +279,19 @@ impl Harness {
     }
 
     /// Damage the engine knows of in `stream`.
-    pub fn damage(&self, stream: &str) -> Option<ds_engine::StreamDamage> {
+    pub(crate) fn damage(&self, stream: &str) -> Option<ds_engine::StreamDamage> {
         self.engine().open(&name(stream)).and_then(|handle| handle.damage().cloned())
     }
 
     /// The offset where the record holding `body` (one of `bodies`, appended in order to an
     /// empty stream, one record each) starts.
-    pub fn offset_of(bodies: &[String], index: usize) -> ds_engine::Offset {
+    pub(crate) fn offset_of(bodies: &[String], index: usize) -> ds_engine::Offset {
         let bytes: usize = bodies[..index].iter().map(String::len).sum();
         ds_engine::Offset { messages: index as u64, bytes: bytes as u64 }
     }
 
     /// The shard's segment files, oldest first.
-    pub fn segments(&self) -> Vec<PathBuf> {
+    pub(crate) fn segments(&self) -> Vec<PathBuf> {
         let mut names: Vec<String> = self
             .disk
             .list(Path::new(SHARD_DIR))
@@ -300,16 +304,16 @@ impl Harness {
     }
 
     /// The file of stream `stream` (file modes).
-    pub fn stream_file(&self, stream: &str) -> PathBuf {
+    pub(crate) fn stream_file(&self, stream: &str) -> PathBuf {
         ds_engine::testing::stream_path(Path::new("/data"), stream, 0)
     }
 
-    pub fn file_bytes(&self, path: &Path) -> Vec<u8> {
+    pub(crate) fn file_bytes(&self, path: &Path) -> Vec<u8> {
         ds_engine::testing::read_file(&self.disk, path).expect("file reads")
     }
 
     /// Where `needle` first occurs in the file at `path`.
-    pub fn find(&self, path: &Path, needle: &str) -> usize {
+    pub(crate) fn find(&self, path: &Path, needle: &str) -> usize {
         let bytes = self.file_bytes(path);
         bytes
             .windows(needle.len())
@@ -320,7 +324,7 @@ impl Harness {
 
 /// A stream `s` with records `r00-…` to `r09-…`, each its own commit, left without a
 /// clean shutdown (so recovery replays every record).
-pub fn ten_records_in(mode: StorageMode, segment_bytes: u64) -> (Harness, Vec<String>) {
+pub(crate) fn ten_records_in(mode: StorageMode, segment_bytes: u64) -> (Harness, Vec<String>) {
     let mut harness = Harness::with_mode(mode, segment_bytes);
     harness.create("s", plain_config()).unwrap();
     let bodies: Vec<String> = (0..10).map(|i| format!("r{i:02}-{}|", "x".repeat(40 + i))).collect();

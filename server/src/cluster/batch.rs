@@ -30,7 +30,7 @@ const QUEUE_MAX: usize = 4096;
 
 /// What a claim finds: `Ok(revision)` when it put its entry, `Err(existing)` when another
 /// entry holds the name.
-pub type Claimed = Result<Result<i64, Kv>, EtcdError>;
+pub(super) type Claimed = Result<Result<i64, Kv>, EtcdError>;
 
 struct ClaimRequest {
     key: Vec<u8>,
@@ -39,7 +39,7 @@ struct ClaimRequest {
 }
 
 /// The two queues and their workers.
-pub struct Batcher {
+pub(super) struct Batcher {
     claims: mpsc::Sender<ClaimRequest>,
     marks: mpsc::Sender<(String, i64)>,
     etcd: Arc<Etcd>,
@@ -47,7 +47,7 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    pub fn start(etcd: Arc<Etcd>, node_id: String) -> Batcher {
+    pub(super) fn start(etcd: Arc<Etcd>, node_id: String) -> Batcher {
         let (claims, claims_waiting) = mpsc::channel(QUEUE_MAX);
         let (marks, marks_waiting) = mpsc::channel(QUEUE_MAX);
         tokio::spawn(claim_batches(claims_waiting, Arc::clone(&etcd)));
@@ -56,7 +56,7 @@ impl Batcher {
     }
 
     /// Puts `value` at `key` where no entry is.
-    pub async fn claim(&self, key: Vec<u8>, value: Vec<u8>) -> Claimed {
+    pub(super) async fn claim(&self, key: Vec<u8>, value: Vec<u8>) -> Claimed {
         let (reply, answer) = oneshot::channel();
         match self.claims.try_send(ClaimRequest { key, value, reply }) {
             Ok(()) => {
@@ -70,7 +70,7 @@ impl Batcher {
     }
 
     /// Marks `name`'s entry, claimed at `revision`, `live` (soon).
-    pub async fn mark_live(&self, name: &str, revision: i64) {
+    pub(super) async fn mark_live(&self, name: &str, revision: i64) {
         if let Err(refused) = self.marks.try_send((name.to_string(), revision)) {
             let (name, revision) = refused.into_inner();
             mark_one(&self.etcd, &self.node_id, &name, revision).await;

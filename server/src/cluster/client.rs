@@ -24,20 +24,20 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 /// The body of a request this node sends.
-pub type OutBody = BoxBody<Bytes, hyper::Error>;
+pub(crate) type OutBody = BoxBody<Bytes, hyper::Error>;
 
 /// Most idle connections kept to one peer.
 const IDLE_PER_PEER_MAX: usize = 256;
 
 /// Kept-alive connections to peers, by `host:port`.
 #[derive(Default)]
-pub struct Peers {
+pub(crate) struct Peers {
     idle: Mutex<HashMap<String, Vec<SendRequest<OutBody>>>>,
 }
 
 /// Why a request to a peer got no answer.
 #[derive(Debug)]
-pub enum PeerError {
+pub(crate) enum PeerError {
     /// No connection could be made (refused, unreachable, or not within the timeout).
     Connect(io::Error),
     /// The connection failed before the answer's head arrived.
@@ -56,7 +56,7 @@ impl std::fmt::Display for PeerError {
 impl Peers {
     /// Sends `request` to `authority` (`host:port`) and returns the answer's head; its body
     /// streams from the peer as it is read.
-    pub async fn send(
+    pub(crate) async fn send(
         self: &Arc<Self>,
         authority: &str,
         request: Request<OutBody>,
@@ -115,7 +115,7 @@ async fn connect(authority: &str, timeout: Duration) -> Result<SendRequest<OutBo
 }
 
 /// An answer's body from a peer; its connection returns to the pool when the body ends.
-pub struct Pooled {
+pub(crate) struct Pooled {
     body: Incoming,
     home: Option<(SendRequest<OutBody>, Arc<Peers>, String)>,
 }

@@ -19,17 +19,17 @@ use serde_json::{json, Value};
 use super::etcd::{self, prefix_end, Etcd, EtcdError, Kv};
 
 /// Prefix of every key of the directory.
-pub const ROOT: &str = "/ds/";
+pub(super) const ROOT: &str = "/ds/";
 /// Prefix of the stream entries.
-pub const STREAMS: &str = "/ds/streams/";
+pub(super) const STREAMS: &str = "/ds/streams/";
 /// Prefix of the live nodes' entries.
-pub const NODES: &str = "/ds/nodes/";
+pub(super) const NODES: &str = "/ds/nodes/";
 /// Keys per page when the directory is read whole.
 const PAGE_KEYS: i64 = 1000;
 
 /// Where a stream's directory entry says it is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// Claimed by its owner, whose local create may not have happened yet.
     Creating,
     Live,
@@ -49,7 +49,7 @@ impl State {
 
 /// A stream's directory entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub owner: String,
     pub state: State,
     /// etcd's revision of the entry's last change (for compare-and-swap).
@@ -57,11 +57,11 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub fn encode(owner: &str, state: State) -> Vec<u8> {
+    pub(crate) fn encode(owner: &str, state: State) -> Vec<u8> {
         json!({ "owner": owner, "state": state.as_str() }).to_string().into_bytes()
     }
 
-    pub fn decode(kv: &Kv) -> Option<Entry> {
+    pub(crate) fn decode(kv: &Kv) -> Option<Entry> {
         let value: Value = serde_json::from_slice(&kv.value).ok()?;
         let state = match value.get("state")?.as_str()? {
             "creating" => State::Creating,
@@ -74,20 +74,20 @@ impl Entry {
     }
 }
 
-pub fn stream_key(name: &str) -> Vec<u8> {
+pub(crate) fn stream_key(name: &str) -> Vec<u8> {
     format!("{STREAMS}{name}").into_bytes()
 }
 
-pub fn node_key(id: &str) -> Vec<u8> {
+pub(super) fn node_key(id: &str) -> Vec<u8> {
     format!("{NODES}{id}").into_bytes()
 }
 
-pub fn node_value(authority: &str) -> Vec<u8> {
+pub(super) fn node_value(authority: &str) -> Vec<u8> {
     json!({ "url": format!("http://{authority}") }).to_string().into_bytes()
 }
 
 /// The `host:port` a node entry names.
-pub fn node_authority(value: &[u8]) -> Option<String> {
+pub(super) fn node_authority(value: &[u8]) -> Option<String> {
     let value: Value = serde_json::from_slice(value).ok()?;
     Some(value.get("url")?.as_str()?.strip_prefix("http://")?.to_string())
 }
@@ -118,24 +118,24 @@ impl View {
 }
 
 /// The cached directory and the etcd it follows.
-pub struct Directory {
+pub(crate) struct Directory {
     view: RwLock<View>,
     pub etcd: Arc<Etcd>,
 }
 
 impl Directory {
-    pub fn new(etcd: Arc<Etcd>) -> Directory {
+    pub(crate) fn new(etcd: Arc<Etcd>) -> Directory {
         Directory { view: RwLock::default(), etcd }
     }
 
     /// The cached entry of `name`, if the cache is synced and has one.
-    pub fn cached(&self, name: &str) -> Option<Entry> {
+    pub(crate) fn cached(&self, name: &str) -> Option<Entry> {
         let view = self.view.read().expect("directory view lock");
         view.synced.then(|| view.streams.get(name).cloned()).flatten()
     }
 
     /// `name`'s entry: the cache's, or etcd's where the cache has none.
-    pub async fn lookup(&self, name: &str) -> Result<Option<Entry>, EtcdError> {
+    pub(crate) async fn lookup(&self, name: &str) -> Result<Option<Entry>, EtcdError> {
         if let Some(entry) = self.cached(name) {
             return Ok(Some(entry));
         }
@@ -145,7 +145,7 @@ impl Directory {
 
     /// Where node `id` serves, while its lease lives: the cache's answer, or etcd's where
     /// the cache does not have the node (it may lag behind a node that just joined).
-    pub async fn node(&self, id: &str) -> Result<Option<String>, EtcdError> {
+    pub(crate) async fn node(&self, id: &str) -> Result<Option<String>, EtcdError> {
         if let Some(authority) = self.view.read().expect("directory view lock").nodes.get(id) {
             return Ok(Some(authority.clone()));
         }
@@ -154,12 +154,12 @@ impl Directory {
     }
 
     /// Whether the cache follows etcd.
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         self.view.read().expect("directory view lock").synced
     }
 
     /// Every stream entry, read from etcd page by page.
-    pub async fn all_streams(&self) -> Result<Vec<(String, Entry)>, EtcdError> {
+    pub(crate) async fn all_streams(&self) -> Result<Vec<(String, Entry)>, EtcdError> {
         let (kvs, _) = self.read_all(STREAMS.as_bytes()).await?;
         let entries = kvs.iter().filter_map(|kv| {
             let name = std::str::from_utf8(&kv.key).ok()?.strip_prefix(STREAMS)?.to_string();
@@ -184,7 +184,7 @@ impl Directory {
 
     /// Keeps the cache following etcd until the process ends: a snapshot, then the watch
     /// from just after it; when either fails, the cache is unsynced until they work again.
-    pub async fn follow(self: Arc<Self>) {
+    pub(crate) async fn follow(self: Arc<Self>) {
         loop {
             if let Err(error) = self.snapshot_and_watch().await {
                 tracing::warn!(%error, "directory watch interrupted; retrying");

@@ -21,11 +21,11 @@ use serde_json::{json, Value};
 use super::client::{OutBody, PeerError, Peers, Pooled};
 
 /// Longest wait for one call's answer.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// etcd could not be asked, or answered something unexpected.
 #[derive(Clone, Debug)]
-pub struct EtcdError(pub String);
+pub(crate) struct EtcdError(pub String);
 
 impl std::fmt::Display for EtcdError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -35,7 +35,7 @@ impl std::fmt::Display for EtcdError {
 
 /// One key and its value, with the revisions a compare needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Kv {
+pub(crate) struct Kv {
     pub key: Vec<u8>,
     pub value: Vec<u8>,
     pub mod_revision: i64,
@@ -43,7 +43,7 @@ pub struct Kv {
 
 /// What must hold of a key for a transaction to put it.
 #[derive(Clone, Copy, Debug)]
-pub enum Guard {
+pub(crate) enum Guard {
     /// The key does not exist.
     Absent,
     /// The key's last change is at this revision.
@@ -64,7 +64,7 @@ impl Guard {
 }
 
 /// The etcd cluster, by its endpoints' `host:port`.
-pub struct Etcd {
+pub(crate) struct Etcd {
     endpoints: Vec<String>,
     next: AtomicUsize,
     peers: Arc<Peers>,
@@ -72,7 +72,7 @@ pub struct Etcd {
 
 impl Etcd {
     /// Endpoints as `http://host:port` URLs (comma-separated in the configuration).
-    pub fn new(urls: &[String], peers: Arc<Peers>) -> Result<Etcd, String> {
+    pub(crate) fn new(urls: &[String], peers: Arc<Peers>) -> Result<Etcd, String> {
         let endpoints = urls
             .iter()
             .map(|url| {
@@ -144,7 +144,7 @@ impl Etcd {
 
     /// The keys from `key` up to `range_end` (exclusive; `None`: `key` alone), at most
     /// `limit` of them (0: all), with the store's revision and whether more follow.
-    pub async fn range(
+    pub(crate) async fn range(
         &self,
         key: &[u8],
         range_end: Option<&[u8]>,
@@ -160,18 +160,23 @@ impl Etcd {
     }
 
     /// `key` alone, if present.
-    pub async fn get(&self, key: &[u8]) -> Result<Option<Kv>, EtcdError> {
+    pub(crate) async fn get(&self, key: &[u8]) -> Result<Option<Kv>, EtcdError> {
         Ok(self.range(key, None, 1).await?.0.into_iter().next())
     }
 
     /// Puts `key` only where it does not exist: `Ok(Ok(mod_revision))` when put, or
     /// `Ok(Err(existing))` when another value holds it.
-    pub async fn create(&self, key: &[u8], value: &[u8], lease: i64) -> Result<Result<i64, Kv>, EtcdError> {
+    pub(crate) async fn create(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        lease: i64,
+    ) -> Result<Result<i64, Kv>, EtcdError> {
         self.put_if(key, value, lease, Guard::Absent.compare(key)).await
     }
 
     /// Puts `key` only where its last change is `mod_revision`.
-    pub async fn replace(
+    pub(crate) async fn replace(
         &self,
         key: &[u8],
         value: &[u8],
@@ -215,7 +220,10 @@ impl Etcd {
 
     /// Puts every `(key, value)` in one transaction, only where each key's [`Guard`] holds;
     /// the store's revision when they were put, `None` when any guard failed (none is put).
-    pub async fn put_all(&self, changes: &[(Vec<u8>, Vec<u8>, Guard)]) -> Result<Option<i64>, EtcdError> {
+    pub(crate) async fn put_all(
+        &self,
+        changes: &[(Vec<u8>, Vec<u8>, Guard)],
+    ) -> Result<Option<i64>, EtcdError> {
         let compare: Vec<Value> = changes.iter().map(|(key, _, guard)| guard.compare(key)).collect();
         let success: Vec<Value> = changes
             .iter()
@@ -229,7 +237,7 @@ impl Etcd {
     }
 
     /// Deletes `key` only where its last change is `mod_revision`; whether it did.
-    pub async fn delete_at(&self, key: &[u8], mod_revision: i64) -> Result<bool, EtcdError> {
+    pub(crate) async fn delete_at(&self, key: &[u8], mod_revision: i64) -> Result<bool, EtcdError> {
         let body = json!({
             "compare": [Guard::At(mod_revision).compare(key)],
             "success": [{ "request_delete_range": { "key": BASE64.encode(key) } }],
@@ -239,20 +247,20 @@ impl Etcd {
     }
 
     /// A new lease of `ttl_secs`; its id.
-    pub async fn grant(&self, ttl_secs: u64) -> Result<i64, EtcdError> {
+    pub(crate) async fn grant(&self, ttl_secs: u64) -> Result<i64, EtcdError> {
         let answer = self.call("/v3/lease/grant", &json!({ "TTL": ttl_secs.to_string() })).await?;
         number(answer.get("ID")).ok_or_else(|| EtcdError(format!("lease grant: no ID in {answer}")))
     }
 
     /// Renews `lease`; its remaining seconds (0: it had expired).
-    pub async fn keep_alive(&self, lease: i64) -> Result<i64, EtcdError> {
+    pub(crate) async fn keep_alive(&self, lease: i64) -> Result<i64, EtcdError> {
         let answer = self.call("/v3/lease/keepalive", &json!({ "ID": lease.to_string() })).await?;
         Ok(answer.pointer("/result/TTL").and_then(|ttl| number(Some(ttl))).unwrap_or(0))
     }
 
     /// Opens a watch of the keys from `key` to `range_end` from `start_revision` on; its
     /// answers stream in the returned body, one JSON object after another.
-    pub async fn watch(
+    pub(crate) async fn watch(
         &self,
         key: &[u8],
         range_end: &[u8],
@@ -275,7 +283,7 @@ impl Etcd {
 }
 
 /// The key just past every key that starts with `prefix` (etcd's range end of a prefix).
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -287,7 +295,7 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 }
 
 /// A 64-bit number the gateway spells as a string (or, sometimes, as a number).
-pub fn number(value: Option<&Value>) -> Option<i64> {
+pub(super) fn number(value: Option<&Value>) -> Option<i64> {
     match value? {
         Value::String(text) => text.parse().ok(),
         Value::Number(n) => n.as_i64(),
@@ -300,12 +308,12 @@ fn revision(answer: &Value) -> Result<i64, EtcdError> {
 }
 
 /// The key-values of an answer's `kvs` (absent: none).
-pub fn kvs(value: Option<&Value>) -> Result<Vec<Kv>, EtcdError> {
+pub(super) fn kvs(value: Option<&Value>) -> Result<Vec<Kv>, EtcdError> {
     let Some(Value::Array(items)) = value else { return Ok(Vec::new()) };
     items.iter().map(kv).collect()
 }
 
-pub fn kv(item: &Value) -> Result<Kv, EtcdError> {
+pub(super) fn kv(item: &Value) -> Result<Kv, EtcdError> {
     let bytes = |field: &str| -> Result<Vec<u8>, EtcdError> {
         match item.get(field).and_then(Value::as_str) {
             Some(text) => BASE64.decode(text).map_err(|_| EtcdError(format!("{field}: not base64"))),

@@ -7,10 +7,10 @@ use std::io::{self, Write};
 use std::path::Path;
 
 /// The file holding the id, in the data directory.
-pub const FILE: &str = "cluster-node-id";
+pub(super) const FILE: &str = "cluster-node-id";
 
 /// Checks `node_id` against the one `data_dir` belongs to, recording it if there is none.
-pub fn claim(data_dir: &Path, node_id: &str) -> Result<(), String> {
+pub(super) fn claim(data_dir: &Path, node_id: &str) -> Result<(), String> {
     let path = data_dir.join(FILE);
     match fs::read_to_string(&path) {
         Ok(stored) if stored.trim() == node_id => Ok(()),

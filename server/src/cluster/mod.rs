@@ -26,9 +26,9 @@ mod etcd;
 mod identity;
 mod register;
 
-pub use client::{OutBody, Peers, Pooled};
-pub use directory::{stream_key, Directory, Entry, State};
-pub use etcd::Etcd;
+pub(crate) use client::{OutBody, Peers, Pooled};
+pub(crate) use directory::{stream_key, Directory, Entry, State};
+pub(crate) use etcd::Etcd;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -44,7 +44,7 @@ use etcd::EtcdError;
 const FOLLOW_WAIT: Duration = Duration::from_secs(5);
 
 /// This node's membership of the cluster.
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub node_id: String,
     /// `host:port` the other nodes reach this one at.
     advertise: String,
@@ -60,7 +60,7 @@ pub struct Cluster {
 impl Cluster {
     /// Joins the cluster: checks the data directory's node id, enters this node and its
     /// streams in the directory, and starts following the directory and renewing the lease.
-    pub async fn start(config: &ClusterConfig, engine: &Engine) -> Result<Arc<Cluster>, String> {
+    pub(crate) async fn start(config: &ClusterConfig, engine: &Engine) -> Result<Arc<Cluster>, String> {
         if engine.config().mode != StorageMode::Memory {
             identity::claim(&engine.config().data_dir, &config.node_id)?;
         }
@@ -89,33 +89,33 @@ impl Cluster {
         Ok(cluster)
     }
 
-    pub fn etcd(&self) -> &Etcd {
+    pub(crate) fn etcd(&self) -> &Etcd {
         &self.directory.etcd
     }
 
     /// Marks the entry of `name`, which this node created after claiming it at `revision`,
     /// `live` (soon, batched with others).
-    pub async fn mark_live(&self, name: &str, revision: i64) {
+    pub(crate) async fn mark_live(&self, name: &str, revision: i64) {
         self.batcher.mark_live(name, revision).await;
     }
 
     /// Puts `value` at `key` where no entry is (batched with this node's other claims):
     /// `Ok(revision)`, or `Err(existing)` when an entry holds the name.
-    pub async fn claim(&self, key: &[u8], value: &[u8]) -> batch::Claimed {
+    pub(crate) async fn claim(&self, key: &[u8], value: &[u8]) -> batch::Claimed {
         self.batcher.claim(key.to_vec(), value.to_vec()).await
     }
 
-    pub fn directory(&self) -> &Directory {
+    pub(crate) fn directory(&self) -> &Directory {
         &self.directory
     }
 
-    pub fn peers(&self) -> &Arc<Peers> {
+    pub(crate) fn peers(&self) -> &Arc<Peers> {
         &self.peers
     }
 
     /// Names this node is creating right now (see [`Cluster::creating`]'s users in
     /// `crate::placement`).
-    pub fn creating(&self) -> &Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+    pub(crate) fn creating(&self) -> &Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
         &self.creating
     }
 

@@ -20,7 +20,7 @@ use super::Cluster;
 /// Most split streams named in the refusal.
 const NAMED_MAX: usize = 10;
 
-pub async fn local_streams(cluster: &Cluster, engine: &Engine) -> Result<(), String> {
+pub(super) async fn local_streams(cluster: &Cluster, engine: &Engine) -> Result<(), String> {
     let failed = |error: super::etcd::EtcdError| format!("cannot register this node's streams: {error}");
     let entries: HashMap<String, Entry> =
         cluster.directory.all_streams().await.map_err(failed)?.into_iter().collect();

@@ -21,7 +21,7 @@ use ds_engine::{ContentType, Offset};
 
 /// How SSE data events carry a stream's payloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SseEncoding {
+pub(crate) enum SseEncoding {
     /// UTF-8 text, one `data:` line per payload line (`text/*` and JSON streams).
     Text,
     /// Base64 of the payload bytes (every other content type).
@@ -30,7 +30,7 @@ pub enum SseEncoding {
 
 /// How a stream's messages become data events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EventFormat {
+pub(crate) struct EventFormat {
     pub encoding: SseEncoding,
     /// JSON mode: each message is wrapped in a JSON array.
     pub json: bool,
@@ -38,7 +38,7 @@ pub struct EventFormat {
 
 impl EventFormat {
     /// The format of a stream of `content_type`.
-    pub fn of(content_type: &ContentType) -> EventFormat {
+    pub(crate) fn of(content_type: &ContentType) -> EventFormat {
         let text = content_type.is_json() || content_type.media_type().starts_with("text/");
         let encoding = if text { SseEncoding::Text } else { SseEncoding::Base64 };
         EventFormat { encoding, json: content_type.is_json() }
@@ -47,7 +47,7 @@ impl EventFormat {
 
 /// What a control event says besides the offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ControlState<'a> {
+pub(crate) struct ControlState<'a> {
     /// The interval cursor (omitted once the stream is closed).
     pub cursor: &'a Cursor,
     pub up_to_date: bool,
@@ -56,7 +56,7 @@ pub struct ControlState<'a> {
 }
 
 /// Appends the data event of one message and the control event that follows it.
-pub fn write_message(
+pub(crate) fn write_message(
     out: &mut BytesMut,
     format: EventFormat,
     payload: &[u8],
@@ -94,7 +94,7 @@ fn write_data_with_id(out: &mut BytesMut, format: EventFormat, payload: &[u8], i
 }
 
 /// Appends a control event for the position `next`.
-pub fn write_control(out: &mut BytesMut, next: Offset, state: ControlState) {
+pub(crate) fn write_control(out: &mut BytesMut, next: Offset, state: ControlState) {
     write_control_with_id(out, next.text().as_str(), state);
 }
 

@@ -17,11 +17,11 @@ use ds_engine::{Offset, StreamHandle};
 use super::event::{write_control, write_message, ControlState, EventFormat, SseEncoding};
 
 /// Most stored message bytes formatted into one frame.
-pub const FRAME_STORED_BYTES_MAX: usize = 64 * 1024;
+pub(crate) const FRAME_STORED_BYTES_MAX: usize = 64 * 1024;
 
 /// Events for a reader, covering the messages up to `to`.
 #[derive(Clone, Debug)]
-pub struct Frame {
+pub(crate) struct Frame {
     pub bytes: Bytes,
     /// Where the reader stands after the frame (its start, for a control-only frame).
     pub to: Offset,
@@ -31,7 +31,7 @@ pub struct Frame {
 
 /// What a reader at some position has to send.
 #[derive(Clone, Debug)]
-pub enum Next {
+pub(crate) enum Next {
     Frame(Frame),
     /// Nothing new (the reader was already told it is up to date).
     Nothing,
@@ -43,7 +43,7 @@ pub enum Next {
 
 /// The last message frame one of a stream's readers formatted, for the others.
 #[derive(Default)]
-pub struct FrameCache {
+pub(crate) struct FrameCache {
     last: Mutex<Option<CachedFrame>>,
 }
 
@@ -71,7 +71,7 @@ impl FrameCache {
 }
 
 /// Who is asking: the stream, what its readers share, and the reader's view of it.
-pub struct FrameSource<'a> {
+pub(crate) struct FrameSource<'a> {
     pub handle: &'a StreamHandle,
     pub frames: &'a FrameCache,
     pub format: EventFormat,
@@ -81,7 +81,7 @@ pub struct FrameSource<'a> {
 impl FrameSource<'_> {
     /// The frame for a reader at `from`; `told_up_to_date`: it already had a control event
     /// saying so (no bare one is repeated).
-    pub fn next_frame(&self, from: Offset, told_up_to_date: bool) -> Next {
+    pub(crate) fn next_frame(&self, from: Offset, told_up_to_date: bool) -> Next {
         let key = frame_key(self.format, &self.cursor);
         if let Some(shared) = key.and_then(|key| self.frames.get(key, from)) {
             return Next::Frame(Frame { bytes: shared.bytes, to: shared.to, closes: shared.last });

@@ -4,5 +4,5 @@
 //! - `frame`: the events a reader at a position sends next, formatted once and shared by
 //!   the stream's readers at the same position.
 
-pub mod event;
-pub mod frame;
+pub(crate) mod event;
+pub(crate) mod frame;

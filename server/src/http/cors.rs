@@ -9,18 +9,20 @@ use hyper::header::{
 };
 
 /// Headers a browser script may read from our responses.
-pub const EXPOSED_HEADERS: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, \
+pub(crate) const EXPOSED_HEADERS: &str =
+    "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, \
      Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, \
      Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, Retry-After";
 /// Request headers a browser script may send: every protocol header a route acts on (forks'
 /// included), and `Authorization` for the proxy in front.
-pub const ALLOWED_HEADERS: &str = "Content-Type, If-None-Match, Last-Event-ID, Authorization, Stream-Seq, \
+pub(crate) const ALLOWED_HEADERS: &str =
+    "Content-Type, If-None-Match, Last-Event-ID, Authorization, Stream-Seq, \
      Stream-TTL, Stream-Expires-At, Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, \
      Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset";
 /// Methods a browser script may use.
-pub const ALLOWED_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
+pub(crate) const ALLOWED_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
 /// How long browsers may cache a preflight answer, in seconds.
-pub const PREFLIGHT_MAX_AGE_SECS: &str = "86400";
+pub(crate) const PREFLIGHT_MAX_AGE_SECS: &str = "86400";
 
 /// The allowed origins.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,15 +11,15 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
 /// 2024-10-09T00:00:00Z, in seconds since the Unix epoch.
-pub const CURSOR_EPOCH_SECS: u64 = 1_728_432_000;
+pub(crate) const CURSOR_EPOCH_SECS: u64 = 1_728_432_000;
 /// Length of one cursor interval.
-pub const CURSOR_INTERVAL_SECS: u64 = 20;
+pub(crate) const CURSOR_INTERVAL_SECS: u64 = 20;
 /// Largest random jump, in seconds.
 const JITTER_SECS_MAX: u64 = 3600;
 
 /// A cursor a live response carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Cursor {
+pub(crate) enum Cursor {
     /// An interval number (every cursor ds makes from the clock).
     Interval(u64),
     /// The decimal digits of one past `u64::MAX`: an echoed cursor that large, moved on.
@@ -28,7 +28,7 @@ pub enum Cursor {
 
 impl Cursor {
     /// The interval number, when it fits a `u64`.
-    pub fn interval(&self) -> Option<u64> {
+    pub(crate) fn interval(&self) -> Option<u64> {
         match self {
             Cursor::Interval(interval) => Some(*interval),
             Cursor::Beyond(_) => None,
@@ -47,7 +47,7 @@ impl fmt::Display for Cursor {
 
 /// The cursor of a live response at `now_ms`, given the client's echoed cursor: the current
 /// interval, or, for an echo not behind it, the echo plus a random jump.
-pub fn response_cursor(client_cursor: Option<&str>, now_ms: u64) -> Cursor {
+pub(crate) fn response_cursor(client_cursor: Option<&str>, now_ms: u64) -> Cursor {
     let current = (now_ms / 1000).saturating_sub(CURSOR_EPOCH_SECS) / CURSOR_INTERVAL_SECS;
     let Some(digits) = client_cursor.and_then(decimal_digits) else {
         return Cursor::Interval(current);

@@ -13,50 +13,50 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::problem::Problem;
 
-pub const STREAM_NEXT_OFFSET: HeaderName = HeaderName::from_static("stream-next-offset");
-pub const STREAM_UP_TO_DATE: HeaderName = HeaderName::from_static("stream-up-to-date");
-pub const STREAM_CLOSED: HeaderName = HeaderName::from_static("stream-closed");
-pub const STREAM_CURSOR: HeaderName = HeaderName::from_static("stream-cursor");
-pub const STREAM_TTL: HeaderName = HeaderName::from_static("stream-ttl");
-pub const STREAM_FORKED_FROM: HeaderName = HeaderName::from_static("stream-forked-from");
-pub const STREAM_FORK_OFFSET: HeaderName = HeaderName::from_static("stream-fork-offset");
-pub const STREAM_FORK_SUB_OFFSET: HeaderName = HeaderName::from_static("stream-fork-sub-offset");
-pub const STREAM_EXPIRES_AT: HeaderName = HeaderName::from_static("stream-expires-at");
-pub const STREAM_SEQ: HeaderName = HeaderName::from_static("stream-seq");
-pub const STREAM_SSE_DATA_ENCODING: HeaderName = HeaderName::from_static("stream-sse-data-encoding");
-pub const PRODUCER_ID: HeaderName = HeaderName::from_static("producer-id");
-pub const PRODUCER_EPOCH: HeaderName = HeaderName::from_static("producer-epoch");
-pub const PRODUCER_SEQ: HeaderName = HeaderName::from_static("producer-seq");
-pub const PRODUCER_EXPECTED_SEQ: HeaderName = HeaderName::from_static("producer-expected-seq");
-pub const PRODUCER_RECEIVED_SEQ: HeaderName = HeaderName::from_static("producer-received-seq");
-pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+pub(crate) const STREAM_NEXT_OFFSET: HeaderName = HeaderName::from_static("stream-next-offset");
+pub(crate) const STREAM_UP_TO_DATE: HeaderName = HeaderName::from_static("stream-up-to-date");
+pub(crate) const STREAM_CLOSED: HeaderName = HeaderName::from_static("stream-closed");
+pub(crate) const STREAM_CURSOR: HeaderName = HeaderName::from_static("stream-cursor");
+pub(crate) const STREAM_TTL: HeaderName = HeaderName::from_static("stream-ttl");
+pub(crate) const STREAM_FORKED_FROM: HeaderName = HeaderName::from_static("stream-forked-from");
+pub(crate) const STREAM_FORK_OFFSET: HeaderName = HeaderName::from_static("stream-fork-offset");
+pub(crate) const STREAM_FORK_SUB_OFFSET: HeaderName = HeaderName::from_static("stream-fork-sub-offset");
+pub(crate) const STREAM_EXPIRES_AT: HeaderName = HeaderName::from_static("stream-expires-at");
+pub(crate) const STREAM_SEQ: HeaderName = HeaderName::from_static("stream-seq");
+pub(crate) const STREAM_SSE_DATA_ENCODING: HeaderName = HeaderName::from_static("stream-sse-data-encoding");
+pub(crate) const PRODUCER_ID: HeaderName = HeaderName::from_static("producer-id");
+pub(crate) const PRODUCER_EPOCH: HeaderName = HeaderName::from_static("producer-epoch");
+pub(crate) const PRODUCER_SEQ: HeaderName = HeaderName::from_static("producer-seq");
+pub(crate) const PRODUCER_EXPECTED_SEQ: HeaderName = HeaderName::from_static("producer-expected-seq");
+pub(crate) const PRODUCER_RECEIVED_SEQ: HeaderName = HeaderName::from_static("producer-received-seq");
+pub(crate) const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
 /// Longest accepted `Stream-TTL`: 100 years.
-pub const TTL_SECS_MAX: u64 = 100 * 365 * 24 * 3600;
+pub(crate) const TTL_SECS_MAX: u64 = 100 * 365 * 24 * 3600;
 
 /// `true` as a header value.
-pub const TRUE: HeaderValue = HeaderValue::from_static("true");
+pub(crate) const TRUE: HeaderValue = HeaderValue::from_static("true");
 
 /// An offset as a header value.
-pub fn offset_value(offset: Offset) -> HeaderValue {
+pub(crate) fn offset_value(offset: Offset) -> HeaderValue {
     HeaderValue::from_str(offset.text().as_str()).expect("offsets are ASCII")
 }
 
 /// A number as a header value.
 /// A `Stream-Cursor` value.
-pub fn cursor_value(cursor: &Cursor) -> HeaderValue {
+pub(crate) fn cursor_value(cursor: &Cursor) -> HeaderValue {
     match cursor {
         Cursor::Interval(interval) => number_value(*interval),
         Cursor::Beyond(digits) => HeaderValue::from_str(digits).expect("cursors are decimal digits"),
     }
 }
 
-pub fn number_value(number: u64) -> HeaderValue {
+pub(crate) fn number_value(number: u64) -> HeaderValue {
     HeaderValue::from(number)
 }
 
 /// The single value of `name` as text, `None` when absent.
-pub fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, Problem> {
+pub(crate) fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, Problem> {
     let mut values = headers.get_all(name).iter();
     let Some(first) = values.next() else {
         return Ok(None);
@@ -76,7 +76,7 @@ fn given_twice(name: &HeaderName) -> Problem {
 }
 
 /// `Content-Type`: absent, or a valid media type (an empty value is an error).
-pub fn content_type(headers: &HeaderMap) -> Result<Option<ContentType>, Problem> {
+pub(crate) fn content_type(headers: &HeaderMap) -> Result<Option<ContentType>, Problem> {
     let Some(text) = single(headers, &hyper::header::CONTENT_TYPE)? else {
         return Ok(None);
     };
@@ -88,7 +88,7 @@ pub fn content_type(headers: &HeaderMap) -> Result<Option<ContentType>, Problem>
 /// `Stream-Closed`: set only by the value `true` (any case). Any other value — `false`,
 /// `yes`, `1`, empty, not even text — is as if the header were absent, and no error: the
 /// protocol says so (§4.1). Given twice, it is refused like every header read once.
-pub fn stream_closed(headers: &HeaderMap) -> Result<bool, Problem> {
+pub(crate) fn stream_closed(headers: &HeaderMap) -> Result<bool, Problem> {
     let mut values = headers.get_all(&STREAM_CLOSED).iter();
     match (values.next(), values.next()) {
         (None, _) => Ok(false),
@@ -98,7 +98,7 @@ pub fn stream_closed(headers: &HeaderMap) -> Result<bool, Problem> {
 }
 
 /// `Stream-TTL`: whole seconds, no sign, no leading zeros.
-pub fn ttl_secs(headers: &HeaderMap) -> Result<Option<u64>, Problem> {
+pub(crate) fn ttl_secs(headers: &HeaderMap) -> Result<Option<u64>, Problem> {
     let Some(text) = single(headers, &STREAM_TTL)? else {
         return Ok(None);
     };
@@ -118,7 +118,7 @@ pub fn ttl_secs(headers: &HeaderMap) -> Result<Option<u64>, Problem> {
 }
 
 /// `Stream-Expires-At`: an RFC 3339 timestamp.
-pub fn expires_at_ms(headers: &HeaderMap) -> Result<Option<i64>, Problem> {
+pub(crate) fn expires_at_ms(headers: &HeaderMap) -> Result<Option<i64>, Problem> {
     let Some(text) = single(headers, &STREAM_EXPIRES_AT)? else {
         return Ok(None);
     };
@@ -128,7 +128,7 @@ pub fn expires_at_ms(headers: &HeaderMap) -> Result<Option<i64>, Problem> {
 }
 
 /// `Producer-Id`, `Producer-Epoch`, `Producer-Seq`: all three or none.
-pub fn producer(headers: &HeaderMap) -> Result<Option<ProducerTag>, Problem> {
+pub(crate) fn producer(headers: &HeaderMap) -> Result<Option<ProducerTag>, Problem> {
     let id = single(headers, &PRODUCER_ID)?;
     let epoch = single(headers, &PRODUCER_EPOCH)?;
     let seq = single(headers, &PRODUCER_SEQ)?;
@@ -156,7 +156,7 @@ pub fn producer(headers: &HeaderMap) -> Result<Option<ProducerTag>, Problem> {
 }
 
 /// `Stream-Seq`: an opaque, non-empty string compared bytewise.
-pub fn stream_seq(headers: &HeaderMap) -> Result<Option<Box<str>>, Problem> {
+pub(crate) fn stream_seq(headers: &HeaderMap) -> Result<Option<Box<str>>, Problem> {
     let Some(text) = single(headers, &STREAM_SEQ)? else {
         return Ok(None);
     };
@@ -167,7 +167,7 @@ pub fn stream_seq(headers: &HeaderMap) -> Result<Option<Box<str>>, Problem> {
 }
 
 /// The authority a request names: its `Host`, or else (HTTP/2 sends none) its URI's.
-pub fn authority<'a>(headers: &'a HeaderMap, uri: &'a hyper::Uri) -> Option<&'a str> {
+pub(crate) fn authority<'a>(headers: &'a HeaderMap, uri: &'a hyper::Uri) -> Option<&'a str> {
     match headers.get(hyper::header::HOST) {
         Some(host) => host.to_str().ok(),
         None => uri.authority().map(|authority| authority.as_str()),

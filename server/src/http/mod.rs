@@ -9,11 +9,11 @@
 //! - `cors`: allowed origins and the preflight answer.
 //! - `cursor`: `Stream-Cursor` values for CDN request collapsing.
 
-pub mod cors;
-pub mod cursor;
-pub mod headers;
-pub mod problem;
-pub mod query;
-pub mod read_reply;
-pub mod request_body;
-pub mod response;
+pub(crate) mod cors;
+pub(crate) mod cursor;
+pub(crate) mod headers;
+pub(crate) mod problem;
+pub(crate) mod query;
+pub(crate) mod read_reply;
+pub(crate) mod request_body;
+pub(crate) mod response;

@@ -13,7 +13,7 @@ use super::response::Body;
 
 /// An HTTP error with its problem document.
 #[derive(Debug)]
-pub struct Problem {
+pub(crate) struct Problem {
     status: StatusCode,
     kind: &'static str,
     detail: String,
@@ -22,25 +22,25 @@ pub struct Problem {
 
 impl Problem {
     /// A problem of status `status`; `kind` is a short slug such as `invalid-offset`.
-    pub fn new(status: StatusCode, kind: &'static str, detail: impl Into<String>) -> Problem {
+    pub(crate) fn new(status: StatusCode, kind: &'static str, detail: impl Into<String>) -> Problem {
         Problem { status, kind, detail: detail.into(), headers: Vec::new() }
     }
 
-    pub fn bad_request(kind: &'static str, detail: impl Into<String>) -> Problem {
+    pub(crate) fn bad_request(kind: &'static str, detail: impl Into<String>) -> Problem {
         Problem::new(StatusCode::BAD_REQUEST, kind, detail)
     }
 
-    pub fn not_found() -> Problem {
+    pub(crate) fn not_found() -> Problem {
         Problem::new(StatusCode::NOT_FOUND, "not-found", "stream not found")
     }
 
     /// Adds a header the error response must carry.
-    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Problem {
+    pub(crate) fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Problem {
         self.headers.push((name, value));
         self
     }
 
-    pub fn into_response(self) -> Response<Body> {
+    pub(crate) fn into_response(self) -> Response<Body> {
         let document = json!({
             "type": format!("urn:ds:problem:{}", self.kind),
             "title": self.status.canonical_reason().unwrap_or("Error"),

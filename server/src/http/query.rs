@@ -7,7 +7,7 @@ use super::problem::Problem;
 
 /// How a GET wants to be answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Live {
+pub(crate) enum Live {
     /// Catch-up: answer with what is there.
     No,
     LongPoll,
@@ -16,7 +16,7 @@ pub enum Live {
 
 /// The parameters of a read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReadQuery {
+pub(crate) struct ReadQuery {
     /// The `offset` parameter exactly as given (after percent-decoding).
     pub offset: Option<String>,
     pub live: Live,
@@ -27,7 +27,7 @@ pub struct ReadQuery {
 const VALUE_BYTES_MAX: usize = 256;
 
 impl ReadQuery {
-    pub fn parse(query: Option<&str>) -> Result<ReadQuery, Problem> {
+    pub(crate) fn parse(query: Option<&str>) -> Result<ReadQuery, Problem> {
         let mut read = ReadQuery { offset: None, live: Live::No, cursor: None };
         let mut live_given = false;
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {

@@ -17,7 +17,7 @@ use super::response::{response, set, Body};
 
 /// Where a read starts, and how the client spelled it (the ETag repeats the spelling).
 #[derive(Clone, Debug)]
-pub struct ReadStart {
+pub(crate) struct ReadStart {
     pub at: StartAt,
     pub text: String,
 }
@@ -25,7 +25,7 @@ pub struct ReadStart {
 impl ReadStart {
     /// The `offset` parameter, or for SSE without one a browser's `Last-Event-ID`, or `-1`
     /// for catch-up reads without one. Live reads must say where they start.
-    pub fn resolve(query: &ReadQuery, headers: &HeaderMap) -> Result<ReadStart, Problem> {
+    pub(crate) fn resolve(query: &ReadQuery, headers: &HeaderMap) -> Result<ReadStart, Problem> {
         let text = match (&query.offset, query.live) {
             (Some(text), _) => text.clone(),
             (None, Live::Sse) => match headers::single(headers, &LAST_EVENT_ID)? {
@@ -48,7 +48,11 @@ impl ReadStart {
 
 /// One read of at most the configured size; 400 off a boundary, 404 once gone, 500 at
 /// damage.
-pub fn read_once(handle: &StreamHandle, start: &ReadStart, bytes_max: usize) -> Result<ReadResult, Problem> {
+pub(crate) fn read_once(
+    handle: &StreamHandle,
+    start: &ReadStart,
+    bytes_max: usize,
+) -> Result<ReadResult, Problem> {
     handle
         .read(start.at, bytes_max)
         .map_err(|error| read_problem(error, &start.text))?
@@ -56,7 +60,7 @@ pub fn read_once(handle: &StreamHandle, start: &ReadStart, bytes_max: usize) -> 
 }
 
 /// A 200 (or 304) answer carrying the messages of `result`.
-pub fn chunk_response(
+pub(crate) fn chunk_response(
     handle: &StreamHandle,
     result: ReadResult,
     start_text: &str,
@@ -103,7 +107,7 @@ fn etag_matches(value: &HeaderValue, etag: &str) -> bool {
 }
 
 /// The HTTP answer to a read that cannot start at `offset` (as the client spelled it).
-pub fn read_problem(error: ReadError, offset: &str) -> Problem {
+pub(crate) fn read_problem(error: ReadError, offset: &str) -> Problem {
     match error {
         ReadError::NotBoundary => Problem::bad_request("invalid-offset", error.to_string()),
         ReadError::Damaged => Problem::new(

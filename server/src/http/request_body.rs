@@ -34,7 +34,7 @@ use super::problem::Problem;
 /// A request's body as the routes see it: streamed in by hyper; read whole with its head
 /// (a short body that had arrived with it, served by the bare front, `crate::serve::bare`;
 /// taken once); or none at all (a head that says there is no body).
-pub enum RequestBody {
+pub(crate) enum RequestBody {
     Streamed(Incoming),
     Whole(Option<Bytes>),
     Empty,
@@ -78,18 +78,18 @@ impl http_body::Body for RequestBody {
 
 /// Request body bytes held in memory across all connections, against a maximum.
 #[derive(Debug)]
-pub struct BodyBudget {
+pub(crate) struct BodyBudget {
     held: AtomicU64,
     max: u64,
 }
 
 impl BodyBudget {
-    pub fn new(max: u64) -> BodyBudget {
+    pub(crate) fn new(max: u64) -> BodyBudget {
         BodyBudget { held: AtomicU64::new(0), max }
     }
 
     /// Bytes held right now.
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
     }
 
@@ -103,7 +103,7 @@ impl BodyBudget {
 
 /// Bytes charged to a [`BodyBudget`], given back when dropped.
 #[derive(Debug)]
-pub struct HeldBody {
+pub(crate) struct HeldBody {
     budget: Arc<BodyBudget>,
     bytes: u64,
 }
@@ -129,7 +129,7 @@ impl Drop for HeldBody {
 
 /// How a body may be read.
 #[derive(Clone, Debug)]
-pub struct BodyRules {
+pub(crate) struct BodyRules {
     pub bytes_max: u64,
     pub timeout: Duration,
     pub budget: Arc<BodyBudget>,
@@ -144,7 +144,7 @@ const DISCARD_WAIT: Duration = Duration::from_secs(1);
 /// `problem`, as the answer to a request whose body was not read: a short body is read and
 /// dropped first, so the connection stays usable; a longer one (or one that does not arrive
 /// at once) is left unread, and the answer closes the connection.
-pub async fn refuse_unread(body: RequestBody, headers: &HeaderMap, problem: Problem) -> Problem {
+pub(crate) async fn refuse_unread(body: RequestBody, headers: &HeaderMap, problem: Problem) -> Problem {
     match discard_unread(body, headers).await {
         true => problem,
         false => closing(problem),
@@ -155,7 +155,7 @@ pub async fn refuse_unread(body: RequestBody, headers: &HeaderMap, problem: Prob
 /// short one — declared at most [`DISCARD_BYTES_MAX`] long, or chunked and ending within
 /// it — is read and dropped within [`DISCARD_WAIT`]. True when the connection can carry
 /// another request; false when the body is left unread and the answer must close it.
-pub async fn discard_unread(body: RequestBody, headers: &HeaderMap) -> bool {
+pub(crate) async fn discard_unread(body: RequestBody, headers: &HeaderMap) -> bool {
     if body.is_end_stream() {
         return true;
     }
@@ -190,14 +190,14 @@ fn closing(problem: Problem) -> Problem {
 }
 
 /// The length a request declares for its body, if it does.
-pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+pub(crate) fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
 }
 
 /// The whole body, if it is at most `rules.bytes_max` long, arrives without a pause as long
 /// as `rules.timeout`, and fits the shared budget; with its charge. A refusal leaves the
 /// rest of the body unread, and closes the connection.
-pub async fn read(
+pub(crate) async fn read(
     body: RequestBody,
     headers: &HeaderMap,
     rules: &BodyRules,

@@ -19,10 +19,10 @@ use hyper::{Response, StatusCode};
 use super::cors::CorsPolicy;
 
 /// A live response body produced while it is sent (SSE, a relayed answer).
-pub type LiveBody = Pin<Box<dyn LiveSource>>;
+pub(crate) type LiveBody = Pin<Box<dyn LiveSource>>;
 
 /// A body produced while it is sent, which a front may take over to serve its own way.
-pub trait LiveSource: http_body::Body<Data = Bytes, Error = Infallible> + Send {
+pub(crate) trait LiveSource: http_body::Body<Data = Bytes, Error = Infallible> + Send {
     /// Takes the body's state out for a front that writes it itself (the bare front takes
     /// SSE readers, `crate::serve::bare`); the body then ends. `None`: only polled as a body.
     fn hand_off(self: Pin<&mut Self>) -> Option<Box<dyn Any + Send>> {
@@ -31,7 +31,7 @@ pub trait LiveSource: http_body::Body<Data = Bytes, Error = Infallible> + Send {
 }
 
 /// Every response body of the server.
-pub enum Body {
+pub(crate) enum Body {
     Empty,
     Full(Option<Bytes>),
     /// Slices sent in order; the total length is known.
@@ -43,11 +43,11 @@ pub enum Body {
 }
 
 impl Body {
-    pub fn full(bytes: impl Into<Bytes>) -> Body {
+    pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
         Body::Full(Some(bytes.into()))
     }
 
-    pub fn slices(slices: Vec<Bytes>) -> Body {
+    pub(crate) fn slices(slices: Vec<Bytes>) -> Body {
         let remaining = slices.iter().map(|s| s.len() as u64).sum();
         Body::Slices { slices: slices.into_iter().filter(|s| !s.is_empty()).collect(), remaining }
     }
@@ -66,7 +66,7 @@ const FRAME_BYTES_MAX: usize = 4 << 20;
 /// writer's iovec limit allows. Many small stored messages (one slice each) thus cost a
 /// few system calls per megabyte, not one per message, and nothing is copied on the way.
 #[derive(Debug, Default)]
-pub struct SliceBuf {
+pub(crate) struct SliceBuf {
     slices: VecDeque<Bytes>,
     remaining: usize,
 }
@@ -96,7 +96,7 @@ impl SliceBuf {
 impl SliceBuf {
     /// Takes the first `count` bytes (at most all of them) out as a buffer of their own,
     /// splitting a slice where the cut falls (no bytes copied).
-    pub fn split_to(&mut self, count: usize) -> SliceBuf {
+    pub(crate) fn split_to(&mut self, count: usize) -> SliceBuf {
         let count = count.min(self.remaining);
         let mut front = SliceBuf::default();
         while front.remaining < count {
@@ -201,14 +201,14 @@ impl http_body::Body for Body {
 }
 
 /// A response with `status`, `body` and no headers yet.
-pub fn response(status: StatusCode, body: Body) -> Response<Body> {
+pub(crate) fn response(status: StatusCode, body: Body) -> Response<Body> {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     response
 }
 
 /// Sets a header whose value is known to be valid.
-pub fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+pub(crate) fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     match HeaderValue::from_str(value) {
         Ok(value) => {
             headers.insert(name, value);
@@ -221,7 +221,7 @@ const X_CONTENT_TYPE_OPTIONS: HeaderName = HeaderName::from_static("x-content-ty
 const CROSS_ORIGIN_RESOURCE_POLICY: HeaderName = HeaderName::from_static("cross-origin-resource-policy");
 
 /// Adds the headers of every response: caching, sniffing, resource policy and CORS.
-pub fn finish(response: &mut Response<Body>, cors: &CorsPolicy, origin: Option<&HeaderValue>) {
+pub(crate) fn finish(response: &mut Response<Body>, cors: &CorsPolicy, origin: Option<&HeaderValue>) {
     let headers = response.headers_mut();
     if !headers.contains_key(CACHE_CONTROL) {
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));

@@ -20,7 +20,7 @@ use crate::http::problem::Problem;
 use crate::http::read_reply::{chunk_response, read_once, ReadStart};
 use crate::http::response::{response, Body};
 
-pub async fn serve(
+pub(crate) async fn serve(
     app: Arc<App>,
     handle: StreamHandle,
     start: ReadStart,

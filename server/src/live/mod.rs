@@ -10,6 +10,6 @@
 //! subscription with others) and enables the wait before looking at the tail, so no append
 //! between the look and the wait is missed.
 
-pub mod long_poll;
-pub mod sse;
-pub mod sse_reader;
+pub(crate) mod long_poll;
+pub(crate) mod sse;
+pub(crate) mod sse_reader;

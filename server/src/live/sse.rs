@@ -39,7 +39,7 @@ use crate::http::response::{response, Body, LiveSource};
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
 /// Starts an SSE response at `start` (400 when it is not a message boundary).
-pub fn serve(
+pub(crate) fn serve(
     app: &Arc<App>,
     handle: StreamHandle,
     start: ReadStart,
@@ -73,7 +73,7 @@ pub fn serve(
 }
 
 /// The body of one SSE response.
-pub struct SseBody {
+pub(crate) struct SseBody {
     stream: Arc<SseStream>,
     /// `None` once the answer ended or was handed off.
     reader: Option<SseReader>,

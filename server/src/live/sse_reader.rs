@@ -33,7 +33,7 @@ use crate::per_stream::Member;
 const TOUCH_INTERVAL_MS: u64 = 1000;
 
 /// What the SSE readers of one stream share.
-pub struct SseStream {
+pub(crate) struct SseStream {
     pub app: Arc<App>,
     pub handle: StreamHandle,
     /// Frames formatted by the stream's other SSE readers.
@@ -44,13 +44,13 @@ pub struct SseStream {
 }
 
 impl SseStream {
-    pub fn new(app: Arc<App>, handle: StreamHandle, format: EventFormat) -> SseStream {
+    pub(crate) fn new(app: Arc<App>, handle: StreamHandle, format: EventFormat) -> SseStream {
         let frames = app.frames.join(&handle);
         SseStream { app, handle, frames, format, touched_ms: AtomicU64::new(0) }
     }
 
     /// The idle interval after which a reader without data is closed (`None`: never).
-    pub fn idle_close(&self) -> Option<Duration> {
+    pub(crate) fn idle_close(&self) -> Option<Duration> {
         self.app.sse_idle_close
     }
 
@@ -71,21 +71,21 @@ impl SseStream {
 /// The time a step runs at, read once for every reader a lot visits (two clock reads per
 /// reader per event were ~2% of a fan-out's CPU).
 #[derive(Clone, Copy, Debug)]
-pub struct StepClock {
+pub(crate) struct StepClock {
     pub instant: Instant,
     /// System clock milliseconds (cursors, TTL renewals).
     pub ms: u64,
 }
 
 impl StepClock {
-    pub fn now() -> StepClock {
+    pub(crate) fn now() -> StepClock {
         StepClock { instant: Instant::now(), ms: ds_engine::Clock::System.now_ms() }
     }
 }
 
 /// What a reader does next.
 #[derive(Debug)]
-pub enum Step {
+pub(crate) enum Step {
     /// Send these events.
     Frame(Bytes),
     /// Nothing new: the reader waits for the tail.
@@ -95,7 +95,7 @@ pub enum Step {
 }
 
 /// One SSE reader: where it stands, counted in the live-reader gauge while it exists.
-pub struct SseReader {
+pub(crate) struct SseReader {
     offset: Offset,
     client_cursor: Option<Arc<str>>,
     /// When data last went out (or the answer began), for the idle close.
@@ -108,7 +108,7 @@ pub struct SseReader {
 
 impl SseReader {
     /// A reader starting at `offset` (a message boundary), counted until dropped.
-    pub fn new(metrics: Arc<Metrics>, offset: Offset, client_cursor: Option<Arc<str>>) -> SseReader {
+    pub(crate) fn new(metrics: Arc<Metrics>, offset: Offset, client_cursor: Option<Arc<str>>) -> SseReader {
         metrics.sse_started();
         SseReader {
             offset,
@@ -123,7 +123,7 @@ impl SseReader {
     /// Whether a step may have something to send (no stream lock): the tail moved past the
     /// reader, the stream closed or went, the reader has not been told it is up to date, or
     /// the answer is ending.
-    pub fn wants_step(&self, tail: LiveTail, stream: &SseStream) -> bool {
+    pub(crate) fn wants_step(&self, tail: LiveTail, stream: &SseStream) -> bool {
         self.finished
             || !self.told_up_to_date
             || tail.messages > self.offset.messages
@@ -133,17 +133,17 @@ impl SseReader {
     }
 
     /// When the reader is due to close for want of data (`None`: it never is).
-    pub fn idle_deadline(&self, stream: &SseStream) -> Option<Instant> {
+    pub(crate) fn idle_deadline(&self, stream: &SseStream) -> Option<Instant> {
         stream.idle_close().map(|interval| self.last_data + interval)
     }
 
     /// Ends the answer at the next step (idle, or the server is leaving).
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         self.finished = true;
     }
 
     /// The reader's next frame, moving past it, at the time `clock` says.
-    pub fn step(&mut self, stream: &SseStream, clock: StepClock) -> Step {
+    pub(crate) fn step(&mut self, stream: &SseStream, clock: StepClock) -> Step {
         if self.finished || stream.app.shutdown.is_triggered() {
             self.finished = true;
             return Step::End;
@@ -182,14 +182,14 @@ impl Drop for SseReader {
 }
 
 /// A started SSE answer, taken from its body by a front that writes it itself.
-pub struct SseHandoff {
+pub(crate) struct SseHandoff {
     pub stream: Arc<SseStream>,
     pub reader: SseReader,
 }
 
 /// A wait for a stream's tail to advance, re-armed after each wake: the one subscription a
 /// reader under hyper, or a whole lot of parked readers, waits on.
-pub struct TailWatch {
+pub(crate) struct TailWatch {
     subscription: Subscription,
     /// The wait itself; its allocation is reused for every wait.
     woken: Pin<Box<OwnedNotified>>,
@@ -198,21 +198,21 @@ pub struct TailWatch {
 }
 
 impl TailWatch {
-    pub fn new(handle: &StreamHandle) -> TailWatch {
+    pub(crate) fn new(handle: &StreamHandle) -> TailWatch {
         let subscription = handle.subscribe();
         let woken = Box::pin(Arc::clone(subscription.notify()).notified_owned());
         TailWatch { subscription, woken, armed: false }
     }
 
     /// The stream's published tail as of its last commit (no stream lock taken).
-    pub fn tail(&self) -> LiveTail {
+    pub(crate) fn tail(&self) -> LiveTail {
         self.subscription.tail()
     }
 
     /// Arms (once) the wait for the next advance; true if it fired. Arm before looking at
     /// the tail, so an advance (or the shutdown's wake of every live reader,
     /// `App::begin_shutdown`) right after the look still wakes the caller.
-    pub fn fired(&mut self, cx: &mut Context<'_>) -> bool {
+    pub(crate) fn fired(&mut self, cx: &mut Context<'_>) -> bool {
         if !self.armed {
             self.woken.set(Arc::clone(self.subscription.notify()).notified_owned());
             self.woken.as_mut().enable();

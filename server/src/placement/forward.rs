@@ -23,7 +23,7 @@ use crate::http::request_body::RequestBody;
 use crate::http::response::{Body, LiveSource};
 
 /// Marks a request one node passed to another (its value: the forwarding node's id).
-pub const FORWARDED_BY: HeaderName = HeaderName::from_static("ds-forwarded-by");
+pub(super) const FORWARDED_BY: HeaderName = HeaderName::from_static("ds-forwarded-by");
 /// How long connecting to an owner may take before the request is answered 503.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Headers that belong to one connection, not to the request or answer.
@@ -31,13 +31,13 @@ const HOP_BY_HOP: [&str; 7] =
     ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"];
 
 /// 503 with `Retry-After: 1`: the stream exists but cannot be served right now.
-pub fn unavailable(kind: &'static str, detail: String) -> Problem {
+pub(super) fn unavailable(kind: &'static str, detail: String) -> Problem {
     Problem::new(StatusCode::SERVICE_UNAVAILABLE, kind, detail)
         .with_header(RETRY_AFTER, HeaderValue::from_static("1"))
 }
 
 /// Passes `request` to node `owner` and returns its answer.
-pub async fn forward(
+pub(super) async fn forward(
     cluster: &Cluster,
     owner: &str,
     request: Request<RequestBody>,

@@ -37,7 +37,7 @@ use forward::{forward, unavailable};
 const CLAIM_ATTEMPTS: usize = 4;
 
 /// Serves a stream request (`label` one of the stream routes) in cluster mode.
-pub async fn serve(
+pub(crate) async fn serve(
     app: &Arc<App>,
     cluster: &Cluster,
     label: Route,

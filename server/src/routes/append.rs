@@ -17,7 +17,7 @@ use crate::http::request_body::{self, RequestBody};
 use crate::http::response::{response, Body};
 use crate::metrics::Metrics;
 
-pub async fn append(
+pub(crate) async fn append(
     app: &App,
     name: StreamName,
     request: Request<RequestBody>,

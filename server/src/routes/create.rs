@@ -22,7 +22,7 @@ use crate::http::request_body::{self, RequestBody};
 use crate::http::response::{response, set, Body};
 use crate::metrics::Metrics;
 
-pub async fn create(
+pub(crate) async fn create(
     app: &App,
     name: StreamName,
     request: Request<RequestBody>,

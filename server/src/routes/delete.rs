@@ -8,7 +8,7 @@ use crate::app::App;
 use crate::http::problem::Problem;
 use crate::http::response::{response, Body};
 
-pub async fn delete(app: &App, name: StreamName) -> Result<Response<Body>, Problem> {
+pub(crate) async fn delete(app: &App, name: StreamName) -> Result<Response<Body>, Problem> {
     app.engine.delete(name).await.map_err(op_problem)?;
     Ok(response(StatusCode::NO_CONTENT, Body::Empty))
 }

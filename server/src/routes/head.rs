@@ -13,7 +13,7 @@ use crate::http::headers::{self, STREAM_CLOSED, STREAM_EXPIRES_AT, STREAM_NEXT_O
 use crate::http::problem::Problem;
 use crate::http::response::{response, set, Body};
 
-pub fn head(app: &App, name: &StreamName) -> Result<Response<Body>, Problem> {
+pub(crate) fn head(app: &App, name: &StreamName) -> Result<Response<Body>, Problem> {
     let handle = super::open_stream(app, name)?;
     let status = handle.status().ok_or_else(Problem::not_found)?;
     let mut reply = response(StatusCode::OK, Body::Empty);

@@ -6,7 +6,7 @@ use hyper::{Method, Response, StatusCode};
 use crate::http::problem::Problem;
 use crate::http::response::{response, Body};
 
-pub fn health(method: &Method) -> Result<Response<Body>, Problem> {
+pub(crate) fn health(method: &Method) -> Result<Response<Body>, Problem> {
     if method != Method::GET && method != Method::HEAD {
         return Err(Problem::new(
             StatusCode::METHOD_NOT_ALLOWED,

@@ -10,7 +10,7 @@ use crate::http::problem::Problem;
 use crate::http::response::{response, Body};
 use crate::metrics::{render, EngineView, FrontGauges};
 
-pub fn metrics(app: &App, method: &Method) -> Result<Response<Body>, Problem> {
+pub(crate) fn metrics(app: &App, method: &Method) -> Result<Response<Body>, Problem> {
     if method != Method::GET {
         return Err(Problem::new(
             StatusCode::METHOD_NOT_ALLOWED,

@@ -5,14 +5,14 @@
 //!   `head` (HEAD), `delete` (DELETE), `health` (`/healthz`), `metrics` (`/metrics`),
 //!   `preflight` (CORS OPTIONS).
 
-pub mod append;
-pub mod create;
-pub mod delete;
-pub mod head;
-pub mod health;
-pub mod metrics;
-pub mod preflight;
-pub mod read;
+pub(crate) mod append;
+pub(crate) mod create;
+pub(crate) mod delete;
+pub(crate) mod head;
+pub(crate) mod health;
+pub(crate) mod metrics;
+pub(crate) mod preflight;
+pub(crate) mod read;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -33,20 +33,20 @@ use crate::http::response::Body;
 use crate::metrics::Route;
 
 /// Where stream names start in a path (request paths and `Stream-Forked-From`).
-pub const STREAM_PREFIX: &str = "/v1/stream/";
+pub(crate) const STREAM_PREFIX: &str = "/v1/stream/";
 
 /// A route's answer: ready now, or once a wait ends (a long-poll). A waiting answer owns
 /// what it needs; the request and the route's state are gone while it waits.
-pub enum Reply {
+pub(crate) enum Reply {
     Now(Response<Body>),
     Later(Waiting),
 }
 
 /// An answer still waiting, as a boxed future that owns its state.
-pub type Waiting = Pin<Box<dyn Future<Output = Result<Response<Body>, Problem>> + Send>>;
+pub(crate) type Waiting = Pin<Box<dyn Future<Output = Result<Response<Body>, Problem>> + Send>>;
 
 /// Serves a stream request on this node (`label` one of the stream routes).
-pub async fn stream(
+pub(crate) async fn stream(
     app: &Arc<App>,
     label: Route,
     name: StreamName,
@@ -64,7 +64,7 @@ pub async fn stream(
 }
 
 /// The HTTP answer to an engine refusal.
-pub fn op_problem(error: OpError) -> Problem {
+pub(crate) fn op_problem(error: OpError) -> Problem {
     let detail = error.to_string();
     match error {
         OpError::NotFound => Problem::not_found(),
@@ -118,7 +118,7 @@ pub fn op_problem(error: OpError) -> Problem {
 
 /// A handle on the stream called `name` for a client request: 404 when there is none, 410
 /// when it was deleted while forks still read it.
-pub fn open_stream(
+pub(crate) fn open_stream(
     app: &crate::app::App,
     name: &ds_engine::StreamName,
 ) -> Result<ds_engine::StreamHandle, Problem> {
@@ -133,7 +133,7 @@ pub fn open_stream(
 /// The messages a request body stores for a stream of `content_type` (`None` when empty).
 ///
 /// `allow_empty_array`: a create may carry `[]` (no initial messages); an append may not.
-pub fn payload_of(
+pub(crate) fn payload_of(
     content_type: &ContentType,
     body: Bytes,
     allow_empty_array: bool,

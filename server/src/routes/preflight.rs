@@ -6,7 +6,7 @@ use hyper::{Response, StatusCode};
 use crate::http::cors::{ALLOWED_HEADERS, ALLOWED_METHODS, PREFLIGHT_MAX_AGE_SECS};
 use crate::http::response::{response, Body};
 
-pub fn preflight() -> Response<Body> {
+pub(crate) fn preflight() -> Response<Body> {
     let mut reply = response(StatusCode::NO_CONTENT, Body::Empty);
     let headers = reply.headers_mut();
     headers.insert(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));

@@ -21,7 +21,11 @@ use crate::live::{long_poll, sse};
 use crate::routes::Reply;
 
 /// Answers a read: a catch-up or SSE answer now, a long-poll once it has data or times out.
-pub fn read(app: &Arc<App>, name: StreamName, request: Request<RequestBody>) -> Result<Reply, Problem> {
+pub(crate) fn read(
+    app: &Arc<App>,
+    name: StreamName,
+    request: Request<RequestBody>,
+) -> Result<Reply, Problem> {
     let query = ReadQuery::parse(request.uri().query())?;
     let start = ReadStart::resolve(&query, request.headers())?;
     let if_none_match = request.headers().get(IF_NONE_MATCH).cloned();

@@ -23,14 +23,14 @@ use crate::access_log;
 const BARE_HEAD_BYTES_MAX: usize = 512;
 
 /// An I/O object whose bare error heads from hyper become problem answers.
-pub struct Canned<I> {
+pub(crate) struct Canned<I> {
     inner: I,
     /// A replacement answer still being written.
     pending: Option<Bytes>,
 }
 
 impl<I> Canned<I> {
-    pub fn new(inner: I) -> Canned<I> {
+    pub(crate) fn new(inner: I) -> Canned<I> {
         Canned { inner, pending: None }
     }
 

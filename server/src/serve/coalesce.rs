@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Largest vectored write joined into one contiguous write, in bytes.
-pub const COALESCE_BYTES_MAX: usize = 4096;
+pub(crate) const COALESCE_BYTES_MAX: usize = 4096;
 
 thread_local! {
     /// Scratch space for joining slices; one per worker thread, never larger than the cap.
@@ -25,12 +25,12 @@ thread_local! {
 }
 
 /// An I/O object whose small vectored writes reach the socket as one write.
-pub struct Coalesced<I> {
+pub(crate) struct Coalesced<I> {
     inner: I,
 }
 
 impl<I> Coalesced<I> {
-    pub fn new(inner: I) -> Coalesced<I> {
+    pub(crate) fn new(inner: I) -> Coalesced<I> {
         Coalesced { inner }
     }
 }

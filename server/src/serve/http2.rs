@@ -56,9 +56,9 @@ use crate::router::{self, HEAD_BYTES_MAX};
 
 /// How an HTTP/2 connection opens: the preface's first part, an HTTP/1.1-shaped head that no
 /// HTTP/1.1 client sends.
-pub const PREFACE_HEAD: &[u8] = b"PRI * HTTP/2.0\r\n\r\n";
+pub(crate) const PREFACE_HEAD: &[u8] = b"PRI * HTTP/2.0\r\n\r\n";
 /// Requests one connection may have open at once (its `SETTINGS_MAX_CONCURRENT_STREAMS`).
-pub const STREAMS_PER_CONNECTION_MAX: u32 = 100;
+pub(crate) const STREAMS_PER_CONNECTION_MAX: u32 = 100;
 /// Bytes of one answer queued for a client that has not taken them (beyond the piece hyper
 /// holds, `http2_watch::PIECE_BYTES_MAX`).
 const SEND_BUFFER_BYTES_MAX: usize = 16 * 1024;
@@ -67,14 +67,14 @@ const PING_INTERVAL: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Whether a connection whose first bytes are `first` speaks HTTP/2 (with prior knowledge).
-pub fn opens_http2(first: &[u8]) -> bool {
+pub(crate) fn opens_http2(first: &[u8]) -> bool {
     first.starts_with(PREFACE_HEAD)
 }
 
 /// Reads a plain connection's first bytes into `unread` until they tell HTTP/2's preface
 /// from anything else ([`opens_http2`]), within the head read timeout (and unless the server
 /// is stopping).
-pub async fn sniff(app: &App, socket: &mut TcpStream, unread: &mut Vec<u8>) -> io::Result<()> {
+pub(crate) async fn sniff(app: &App, socket: &mut TcpStream, unread: &mut Vec<u8>) -> io::Result<()> {
     let deadline = Instant::now() + app.idle_timeout;
     while unread.len() < PREFACE_HEAD.len() && PREFACE_HEAD.starts_with(unread) {
         tokio::select! {
@@ -91,7 +91,7 @@ pub async fn sniff(app: &App, socket: &mut TcpStream, unread: &mut Vec<u8>) -> i
 /// HTTP/2 through hyper over `io` until the client, the server's shutdown or the
 /// connection's watch (`super::http2_watch`) ends it; `watcher` is held until then, so the
 /// server's drain waits for it.
-pub async fn serve<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watcher)
+pub(crate) async fn serve<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watcher)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use crate::http::response::{Body, SliceBuf};
 
 /// Most bytes one answer hands hyper at a time (an HTTP/2 DATA frame's default size).
-pub const PIECE_BYTES_MAX: usize = 16 * 1024;
+pub(super) const PIECE_BYTES_MAX: usize = 16 * 1024;
 /// Answers remembered per connection before the ended ones are forgotten.
 const ANSWERS_REMEMBERED_MAX: usize = 256;
 /// `AnswerState::waiting_since_ms` of an answer hyper is not waiting on.
@@ -44,7 +44,7 @@ const NOT_WAITING: u64 = u64::MAX;
 
 /// What the connection's task should do.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(super) enum Verdict {
     Serving,
     /// An answer's data has waited for hyper longer than the write-stall timeout.
     Stalled,
@@ -53,7 +53,7 @@ pub enum Verdict {
 }
 
 /// One connection's answers, shared by their bodies and the connection's task.
-pub struct ConnectionWatch {
+pub(super) struct ConnectionWatch {
     started: Instant,
     answers: Mutex<Vec<Weak<AnswerState>>>,
     /// Requests begun whose answers have not ended.
@@ -69,7 +69,7 @@ struct AnswerState {
 }
 
 impl ConnectionWatch {
-    pub fn new() -> ConnectionWatch {
+    pub(super) fn new() -> ConnectionWatch {
         ConnectionWatch {
             started: Instant::now(),
             answers: Mutex::new(Vec::new()),
@@ -84,7 +84,7 @@ impl ConnectionWatch {
 
     /// A request on this connection begins: the connection is not idle until what this
     /// returns (or the [`Held`] body made of it) is dropped.
-    pub fn begin(self: &Arc<Self>) -> Open {
+    pub(super) fn begin(self: &Arc<Self>) -> Open {
         let state = Arc::new(AnswerState { waiting_since_ms: AtomicU64::new(NOT_WAITING) });
         let mut answers = self.answers.lock().expect("watch lock");
         if answers.len() >= ANSWERS_REMEMBERED_MAX {
@@ -98,7 +98,7 @@ impl ConnectionWatch {
     }
 
     /// What the connection's task should do now, given the write-stall and idle timeouts.
-    pub fn verdict(&self, stall: Duration, idle: Duration) -> Verdict {
+    pub(super) fn verdict(&self, stall: Duration, idle: Duration) -> Verdict {
         let now_ms = self.now_ms();
         let mut answers = self.answers.lock().expect("watch lock");
         answers.retain(|answer| answer.strong_count() > 0);
@@ -119,7 +119,7 @@ impl ConnectionWatch {
 }
 
 /// A request in progress on a watched connection (see [`ConnectionWatch::begin`]).
-pub struct Open {
+pub(super) struct Open {
     state: Arc<AnswerState>,
     watch: Arc<ConnectionWatch>,
 }
@@ -127,7 +127,7 @@ pub struct Open {
 impl Open {
     /// The request's answer body, holding its permit of the HTTP/2 budget (if any) until it
     /// ends or is dropped. Until hyper first pulls it, it counts as waiting.
-    pub fn hold(self, body: Body, permit: Option<OwnedSemaphorePermit>) -> Held {
+    pub(super) fn hold(self, body: Body, permit: Option<OwnedSemaphorePermit>) -> Held {
         self.state.waiting_since_ms.store(self.watch.now_ms(), Ordering::Relaxed);
         Held { body, rest: None, open: self, _permit: permit }
     }
@@ -142,7 +142,7 @@ impl Drop for Open {
 
 /// An answer's body on an HTTP/2 connection: handed out in pieces, watched, holding its
 /// request's permit until it ends or is dropped.
-pub struct Held {
+pub(super) struct Held {
     body: Body,
     /// What is left of the body's last frame after the piece handed out.
     rest: Option<SliceBuf>,

@@ -35,7 +35,7 @@ const SCRATCH_BYTES: usize = 16 << 10;
 
 /// An I/O object that lingers when dropped after its write side was shut while the peer
 /// had not ended its own.
-pub struct Lingering<I: AsyncRead + Unpin + Send + 'static> {
+pub(super) struct Lingering<I: AsyncRead + Unpin + Send + 'static> {
     /// Taken by the lingering task on drop.
     inner: Option<I>,
     /// The write side was shut (the server is closing the connection).
@@ -47,7 +47,7 @@ pub struct Lingering<I: AsyncRead + Unpin + Send + 'static> {
 }
 
 impl<I: AsyncRead + Unpin + Send + 'static> Lingering<I> {
-    pub fn new(inner: I, metrics: Arc<Metrics>) -> Lingering<I> {
+    pub(super) fn new(inner: I, metrics: Arc<Metrics>) -> Lingering<I> {
         Lingering { inner: Some(inner), shut: false, ended: false, metrics }
     }
 

@@ -19,16 +19,16 @@
 //! bounded by [`HANDSHAKE_TIMEOUT`]. On shutdown the loop stops accepting, live reads end
 //! (clients reconnect from their offsets), and in-flight requests get [`DRAIN_TIMEOUT`].
 
-pub mod bare;
-pub mod canned;
-pub mod coalesce;
-pub mod http2;
+pub(crate) mod bare;
+pub(crate) mod canned;
+pub(crate) mod coalesce;
+pub(crate) mod http2;
 mod http2_watch;
 mod linger;
 mod preface;
 mod prefixed;
-pub mod stall;
-pub mod tls;
+pub(crate) mod stall;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -58,11 +58,11 @@ use crate::serve::stall::StallGuard;
 /// long a client may take to send a request head, and a keep-alive connection may wait for
 /// its next one, is `App::idle_timeout`.
 /// How long a TLS handshake may take.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for in-flight requests.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Refused connections being answered at once.
-pub const REFUSALS_MAX: usize = 256;
+pub(crate) const REFUSALS_MAX: usize = 256;
 /// How long a refused connection is given to take its 503.
 const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pause after a failed accept (such as running out of file descriptors).
@@ -77,7 +77,7 @@ cross-origin-resource-policy: cross-origin\r\nretry-after: 1\r\nconnection: clos
 
 /// Serves `listener` until the app's shutdown signal fires, then drains. Readers the bare
 /// front parks (`bare::Parking`) belong to this loop's lots.
-pub async fn serve(listener: TcpListener, app: Arc<App>, tls: Option<TlsAcceptor>) {
+pub(crate) async fn serve(listener: TcpListener, app: Arc<App>, tls: Option<TlsAcceptor>) {
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(app.connections_max));
     let refusals = Arc::new(Semaphore::new(REFUSALS_MAX));
@@ -151,7 +151,7 @@ async fn connection(
 
 /// A plain connection served by hyper from its first byte not yet served (`unread` holds
 /// the bytes already read): HTTP/2 if it opens with the preface, else HTTP/1.1.
-pub async fn serve_plain(
+pub(crate) async fn serve_plain(
     app: &Arc<App>,
     mut socket: TcpStream,
     peer: SocketAddr,
@@ -177,7 +177,7 @@ pub async fn serve_plain(
 
 /// A connection counted in `connections_open`, holding its slot under the connection limit,
 /// until dropped (the bare front moves it with the connection when it parks a reader).
-pub struct OpenConnection {
+pub(crate) struct OpenConnection {
     app: Arc<App>,
     _slot: OwnedSemaphorePermit,
 }
@@ -188,7 +188,7 @@ impl OpenConnection {
         OpenConnection { app, _slot: slot }
     }
 
-    pub fn app(&self) -> &Arc<App> {
+    pub(crate) fn app(&self) -> &Arc<App> {
         &self.app
     }
 }

@@ -21,7 +21,7 @@ use tokio::time::Sleep;
 const PREFACE_BYTES: usize = 24;
 
 /// An I/O object whose reads fail when the first [`PREFACE_BYTES`] do not arrive in time.
-pub struct PrefaceDeadline<I> {
+pub(super) struct PrefaceDeadline<I> {
     inner: I,
     /// Preface bytes still to come.
     awaited: usize,
@@ -30,7 +30,7 @@ pub struct PrefaceDeadline<I> {
 }
 
 impl<I> PrefaceDeadline<I> {
-    pub fn new(inner: I, timeout: Duration) -> PrefaceDeadline<I> {
+    pub(super) fn new(inner: I, timeout: Duration) -> PrefaceDeadline<I> {
         PrefaceDeadline {
             inner,
             awaited: PREFACE_BYTES,

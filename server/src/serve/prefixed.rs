@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, ReadBuf};
 
 /// `prefix`, then `inner`.
-pub struct Prefixed<R> {
+pub(super) struct Prefixed<R> {
     prefix: Vec<u8>,
     /// Bytes of `prefix` already read.
     at: usize,
@@ -21,7 +21,7 @@ pub struct Prefixed<R> {
 }
 
 impl<R> Prefixed<R> {
-    pub fn new(prefix: Vec<u8>, inner: R) -> Prefixed<R> {
+    pub(super) fn new(prefix: Vec<u8>, inner: R) -> Prefixed<R> {
         Prefixed { prefix, at: 0, inner }
     }
 }

@@ -22,7 +22,7 @@ use tokio::time::{Instant, Sleep};
 use crate::metrics::{ErrorKind, Metrics};
 
 /// An I/O object whose writes give up after a stall of `timeout`.
-pub struct StallGuard<I> {
+pub(crate) struct StallGuard<I> {
     inner: I,
     timeout: Duration,
     /// Armed while a write is blocked; re-armed at the first block after progress.
@@ -32,7 +32,7 @@ pub struct StallGuard<I> {
 }
 
 impl<I> StallGuard<I> {
-    pub fn new(inner: I, timeout: Duration, metrics: Arc<Metrics>) -> StallGuard<I> {
+    pub(crate) fn new(inner: I, timeout: Duration, metrics: Arc<Metrics>) -> StallGuard<I> {
         StallGuard { inner, timeout, timer: Box::pin(tokio::time::sleep(timeout)), armed: false, metrics }
     }
 

@@ -32,10 +32,10 @@ impl std::fmt::Display for TlsError {
 impl std::error::Error for TlsError {}
 
 /// The ALPN name of HTTP/2 (a connection that negotiated it goes to `super::http2`).
-pub const ALPN_HTTP2: &[u8] = b"h2";
+pub(crate) const ALPN_HTTP2: &[u8] = b"h2";
 
 /// Loads and checks the files, and builds the acceptor; `http2`: offer HTTP/2 by ALPN.
-pub fn acceptor(files: &TlsFiles, http2: bool) -> Result<TlsAcceptor, TlsError> {
+pub(crate) fn acceptor(files: &TlsFiles, http2: bool) -> Result<TlsAcceptor, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = load_chain(&files.cert_path)?;
     let key = load_key(&files.key_path)?;

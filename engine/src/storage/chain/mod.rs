@@ -17,7 +17,7 @@
 //! so a damaged jump must lead to a refusal ([`Broken`]), never to another record.
 //! [`find_last_tolerant`] searches around records that cannot be read.
 
-pub mod read;
+pub(crate) mod read;
 
 use crate::ids::{ChainIndex, Location, StreamId};
 use crate::offset::Offset;
@@ -33,7 +33,7 @@ pub struct Chain {
 }
 
 /// How many jumps record `n` stores.
-pub fn jump_count(n: ChainIndex) -> usize {
+pub(crate) fn jump_count(n: ChainIndex) -> usize {
     if n.is_create() {
         0
     } else {
@@ -81,7 +81,7 @@ impl From<Broken> for ReadError {
 }
 
 /// Reads the record at a location.
-pub trait NodeSource {
+pub(crate) trait NodeSource {
     type Error: From<Broken>;
     fn node(&self, location: Location) -> Result<Node, Self::Error>;
 
@@ -97,7 +97,7 @@ pub trait NodeSource {
 /// chain: the same stream, the next index, its nearest jump leading to `previous`, starting
 /// where `previous` ends, later in the log. Each record names one predecessor, so records
 /// linked this way from a record back to one the chain reached are the chain's own.
-pub fn follows(previous: &Node, next: &Node) -> bool {
+pub(crate) fn follows(previous: &Node, next: &Node) -> bool {
     next.stream == previous.stream
         && next.n == previous.n.next()
         && next.jumps.first() == Some(&previous.location)
@@ -106,7 +106,7 @@ pub fn follows(previous: &Node, next: &Node) -> bool {
 }
 
 /// The record `from`'s jump `k` leads to, checked to be the one the chain names.
-pub fn hop<S: NodeSource>(source: &S, from: &Node, k: usize) -> Result<Node, S::Error> {
+pub(crate) fn hop<S: NodeSource>(source: &S, from: &Node, k: usize) -> Result<Node, S::Error> {
     let location = *from.jumps.get(k).ok_or(Broken)?;
     let n = from.n.back(1 << k).ok_or(Broken)?;
     if location >= from.location {
@@ -124,7 +124,7 @@ pub fn hop<S: NodeSource>(source: &S, from: &Node, k: usize) -> Result<Node, S::
 
 /// The writer's view of a chain: enough to give the next record its jumps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Levels {
+pub(crate) struct Levels {
     /// The index the next record gets.
     next: ChainIndex,
     /// Location of record 0.
@@ -136,16 +136,16 @@ pub struct Levels {
 
 impl Levels {
     /// A chain whose only record, the create, is at `location`.
-    pub fn started_at(location: Location) -> Levels {
+    pub(crate) fn started_at(location: Location) -> Levels {
         Levels { next: ChainIndex::CREATE.next(), first: location, latest: Vec::new() }
     }
 
-    pub fn next_index(&self) -> ChainIndex {
+    pub(crate) fn next_index(&self) -> ChainIndex {
         self.next
     }
 
     /// Location of the chain's last record.
-    pub fn last(&self) -> Location {
+    pub(crate) fn last(&self) -> Location {
         if self.next <= ChainIndex::CREATE.next() {
             self.first
         } else {
@@ -154,14 +154,14 @@ impl Levels {
     }
 
     /// The chain entry of the next record.
-    pub fn next_chain(&self) -> Chain {
+    pub(crate) fn next_chain(&self) -> Chain {
         let n = self.next;
         let jumps = (0..jump_count(n)).map(|k| self.latest.get(k).copied().unwrap_or(self.first)).collect();
         Chain { n, jumps }
     }
 
     /// Records that the next record was written at `location`.
-    pub fn push(&mut self, location: Location) {
+    pub(crate) fn push(&mut self, location: Location) {
         let n = self.next;
         debug_assert!(!n.is_create(), "the create starts a chain");
         let levels = n.trailing_zeros() as usize + 1;
@@ -173,7 +173,7 @@ impl Levels {
     }
 
     /// Rebuilds the levels of a chain whose last record is `tail`.
-    pub fn rebuild<S: NodeSource>(source: &S, tail: &Node) -> Result<Levels, S::Error> {
+    pub(crate) fn rebuild<S: NodeSource>(source: &S, tail: &Node) -> Result<Levels, S::Error> {
         let mut latest = Vec::new();
         // The index's bits say which jumps lead back to record 0.
         let (mut index, mut location) = (tail.n.raw(), tail.location);
@@ -195,19 +195,19 @@ impl Levels {
 
 /// The last record whose start is at or before `target_bytes`, searching back from `tail`.
 /// (Records without data share their start with their successor; the later one wins.)
-pub fn find<S: NodeSource>(source: &S, tail: &Node, target_bytes: u64) -> Result<Node, S::Error> {
+pub(crate) fn find<S: NodeSource>(source: &S, tail: &Node, target_bytes: u64) -> Result<Node, S::Error> {
     find_last(source, tail, |node| node.start.bytes <= target_bytes)
 }
 
 /// The record with index `n` (at most `tail.n`).
-pub fn find_index<S: NodeSource>(source: &S, tail: &Node, n: ChainIndex) -> Result<Node, S::Error> {
+pub(crate) fn find_index<S: NodeSource>(source: &S, tail: &Node, n: ChainIndex) -> Result<Node, S::Error> {
     debug_assert!(n <= tail.n);
     find_last(source, tail, |node| node.n <= n)
 }
 
 /// The last record (searching back from `tail`) that satisfies `keep`, which must hold for
 /// record 0 and for every record before one it holds for.
-pub fn find_last<S: NodeSource>(
+pub(crate) fn find_last<S: NodeSource>(
     source: &S,
     tail: &Node,
     keep: impl Fn(&Node) -> bool,
@@ -240,14 +240,14 @@ pub fn find_last<S: NodeSource>(
 /// before a record past it. `below` is the nearest readable record known to satisfy the
 /// predicate, from which a reader may scan the log forward.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Blocked {
+pub(crate) struct Blocked {
     pub below: Option<Node>,
 }
 
 /// [`find_last`] that steps around records it cannot read or that are not what their
 /// chain names, taking a shorter jump instead; it gives up only when the record right
 /// before one past the target is out of reach.
-pub fn find_last_tolerant<S: NodeSource>(
+pub(crate) fn find_last_tolerant<S: NodeSource>(
     source: &S,
     tail: &Node,
     keep: impl Fn(&Node) -> bool,
@@ -283,7 +283,7 @@ pub fn find_last_tolerant<S: NodeSource>(
 /// The records from `first` to `last` (inclusive, same chain), walking back from `last`,
 /// each checked to end where the next one starts. `limit` bounds the walk; the result is in
 /// chain order.
-pub fn collect<S: NodeSource>(
+pub(crate) fn collect<S: NodeSource>(
     source: &S,
     first: &Node,
     last: Node,

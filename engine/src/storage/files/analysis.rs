@@ -51,7 +51,12 @@ pub struct FileAnalysis {
 /// `durable`: the file was written by file-durable (each batch synced before the next);
 /// `clean`: where it ended at a clean stop, if that was saved (and only if the file still
 /// holds the incarnation of the stream saved then).
-pub fn analyze_file(bytes: &Bytes, suffix: u8, durable: bool, clean: Option<&CleanEnd>) -> FileAnalysis {
+pub(crate) fn analyze_file(
+    bytes: &Bytes,
+    suffix: u8,
+    durable: bool,
+    clean: Option<&CleanEnd>,
+) -> FileAnalysis {
     // A save no start has read yet names the incarnation the file still holds; after a
     // start, a create since (then cut short by a crash) may have taken the name's file.
     let saved_by_the_last_stop = clean.is_some_and(|clean| clean.fresh);

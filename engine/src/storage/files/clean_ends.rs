@@ -44,13 +44,13 @@ const VERSION: u32 = 2;
 const VERSION_OLDEST: u32 = 1;
 /// Most bytes of a create record a saved end keeps (a create record holds the stream's
 /// name, content type and fork origin: a few hundred bytes at most in practice).
-pub const CREATE_RECORD_SAVED_MAX: usize = 64 << 10;
+pub(crate) const CREATE_RECORD_SAVED_MAX: usize = 64 << 10;
 /// The directory under the data directory that holds the shards' saved ends.
-pub const CLEAN_ENDS_DIR: &str = "clean-ends";
+pub(crate) const CLEAN_ENDS_DIR: &str = "clean-ends";
 
 /// Where one stream's file ended at a clean stop.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CleanEnd {
+pub(crate) struct CleanEnd {
     /// The stream's name (for reports: the file itself may be gone).
     pub name: Box<str>,
     /// The file's length: every byte before it was written whole and synced.
@@ -69,7 +69,7 @@ pub struct CleanEnd {
 
 /// The header check of the create record at the start of a stream file, `None` when the
 /// file is too short to hold a header.
-pub fn create_check(start: &[u8]) -> Option<u32> {
+pub(crate) fn create_check(start: &[u8]) -> Option<u32> {
     let check = start.get(CREATE_CHECK_AT..CREATE_CHECK_AT + 4)?;
     Some(u32::from_le_bytes(check.try_into().expect("four bytes")))
 }
@@ -78,10 +78,10 @@ pub fn create_check(start: &[u8]) -> Option<u32> {
 const CREATE_CHECK_AT: usize = 60;
 
 /// Saved ends by file path, relative to the data directory.
-pub type CleanEnds = HashMap<PathBuf, CleanEnd>;
+pub(crate) type CleanEnds = HashMap<PathBuf, CleanEnd>;
 
 /// Where shard `shard` saves its streams' file ends.
-pub fn clean_ends_path(root: &Path, shard: u32) -> PathBuf {
+pub(crate) fn clean_ends_path(root: &Path, shard: u32) -> PathBuf {
     root.join(CLEAN_ENDS_DIR).join(format!("shard-{shard:03}.bin"))
 }
 
@@ -92,7 +92,7 @@ fn fresh_path(root: &Path, shard: u32) -> PathBuf {
 
 /// Writes `ends` (file paths relative to `root`) as shard `shard`'s, durably, then marks
 /// them fresh.
-pub fn save(vfs: &dyn Vfs, root: &Path, shard: u32, ends: &[(PathBuf, CleanEnd)]) -> io::Result<()> {
+pub(crate) fn save(vfs: &dyn Vfs, root: &Path, shard: u32, ends: &[(PathBuf, CleanEnd)]) -> io::Result<()> {
     let path = clean_ends_path(root, shard);
     create_dir_durably(vfs, path.parent().expect("a saved file has a directory"))?;
     write_file_durably(vfs, &path, &encode(ends))?;
@@ -101,7 +101,7 @@ pub fn save(vfs: &dyn Vfs, root: &Path, shard: u32, ends: &[(PathBuf, CleanEnd)]
 
 /// Every shard's saved ends under `root`. A damaged file counts for nothing (its shard's
 /// files are then judged as after a crash), with a warning.
-pub fn load(vfs: &dyn Vfs, root: &Path) -> CleanEnds {
+pub(crate) fn load(vfs: &dyn Vfs, root: &Path) -> CleanEnds {
     let mut ends = CleanEnds::new();
     let dir = root.join(CLEAN_ENDS_DIR);
     let Ok(names) = vfs.list(&dir) else { return ends };
@@ -121,7 +121,7 @@ pub fn load(vfs: &dyn Vfs, root: &Path) -> CleanEnds {
 /// The streams of `ends` saved by a stop no start has read yet whose file is no longer at
 /// its path under `root` (gone, or moved aside by recovery): each file's path, with its
 /// saved end, in path order.
-pub fn lost<'a>(vfs: &dyn Vfs, root: &Path, ends: &'a CleanEnds) -> Vec<(PathBuf, &'a CleanEnd)> {
+pub(crate) fn lost<'a>(vfs: &dyn Vfs, root: &Path, ends: &'a CleanEnds) -> Vec<(PathBuf, &'a CleanEnd)> {
     let mut lost: Vec<(PathBuf, &CleanEnd)> = ends
         .iter()
         .filter(|(_, end)| end.fresh)
@@ -134,7 +134,7 @@ pub fn lost<'a>(vfs: &dyn Vfs, root: &Path, ends: &'a CleanEnds) -> Vec<(PathBuf
 
 /// Marks every save under `root` read (durably): done by recovery, before the store takes
 /// a write.
-pub fn mark_read(vfs: &dyn Vfs, root: &Path) -> io::Result<()> {
+pub(crate) fn mark_read(vfs: &dyn Vfs, root: &Path) -> io::Result<()> {
     let dir = root.join(CLEAN_ENDS_DIR);
     if !vfs.exists(&dir) {
         return Ok(());

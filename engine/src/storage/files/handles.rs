@@ -13,7 +13,7 @@ use crate::ids::StreamId;
 use crate::storage::vfs::VfsFile;
 
 /// Open files by stream id.
-pub struct Handles {
+pub(crate) struct Handles {
     capacity: usize,
     state: Mutex<State>,
 }
@@ -31,7 +31,7 @@ impl Handles {
         self.state.lock().expect("handle cache lock").open.len()
     }
 
-    pub fn new(capacity: usize) -> Handles {
+    pub(crate) fn new(capacity: usize) -> Handles {
         assert!(capacity > 0, "a handle cache holds at least one file");
         Handles { capacity, state: Mutex::new(State::default()) }
     }
@@ -41,7 +41,7 @@ impl Handles {
     }
 
     /// The open file of `stream`, opened with `open` if it is not (outside the lock).
-    pub fn get_or_open(
+    pub(crate) fn get_or_open(
         &self,
         stream: StreamId,
         open: impl FnOnce() -> io::Result<Arc<dyn VfsFile>>,
@@ -53,7 +53,7 @@ impl Handles {
         Ok(self.insert(stream, file))
     }
 
-    pub fn get(&self, stream: StreamId) -> Option<Arc<dyn VfsFile>> {
+    pub(crate) fn get(&self, stream: StreamId) -> Option<Arc<dyn VfsFile>> {
         let mut state = self.lock();
         state.tick += 1;
         let tick = state.tick;
@@ -64,7 +64,7 @@ impl Handles {
     }
 
     /// Caches `file` for `stream` (keeping one opened meanwhile by another thread).
-    pub fn insert(&self, stream: StreamId, file: Arc<dyn VfsFile>) -> Arc<dyn VfsFile> {
+    pub(crate) fn insert(&self, stream: StreamId, file: Arc<dyn VfsFile>) -> Arc<dyn VfsFile> {
         let mut state = self.lock();
         state.tick += 1;
         let tick = state.tick;
@@ -77,7 +77,7 @@ impl Handles {
 
     /// Makes `file` the one of `stream` (its old file was deleted and written again):
     /// readers from now on use it; one already reading keeps the old until it is done.
-    pub fn replace(&self, stream: StreamId, file: Arc<dyn VfsFile>) {
+    pub(crate) fn replace(&self, stream: StreamId, file: Arc<dyn VfsFile>) {
         let mut state = self.lock();
         state.tick += 1;
         let tick = state.tick;
@@ -88,12 +88,12 @@ impl Handles {
     }
 
     /// Forgets `stream`'s file (its stream is gone).
-    pub fn remove(&self, stream: StreamId) {
+    pub(crate) fn remove(&self, stream: StreamId) {
         self.lock().open.remove(&stream);
     }
 
     /// Most files the cache keeps open.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 }

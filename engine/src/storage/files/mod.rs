@@ -20,13 +20,13 @@
 //! file, with the collision suffix in the top byte. Readers' TTL renewals are saved in
 //! `renewals/shard-NNN.bin` (`crate::storage::renewals`), keyed by the collision suffix.
 
-pub mod analysis;
-pub mod clean_ends;
-pub mod handles;
-pub mod recovery;
+pub(crate) mod analysis;
+pub(crate) mod clean_ends;
+pub(crate) mod handles;
+pub(crate) mod recovery;
 mod rewrite;
-pub mod source;
-pub mod writer;
+pub(crate) mod source;
+pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
 
@@ -35,13 +35,13 @@ use xxhash_rust::xxh3::xxh3_128;
 use crate::ids::{ChainIndex, Location, Lsn};
 
 /// The directory under the data directory that holds stream files.
-pub const STREAMS_DIR: &str = "streams";
+pub(crate) const STREAMS_DIR: &str = "streams";
 const EXTENSION: &str = "log";
 /// Most streams whose names share one hash (far beyond any real collision).
-pub const SUFFIX_MAX: u8 = 255;
+pub(crate) const SUFFIX_MAX: u8 = 255;
 
 /// The location of `position` in the file with collision suffix `suffix`.
-pub fn location(suffix: u8, position: u64) -> Location {
+pub(crate) fn location(suffix: u8, position: u64) -> Location {
     assert!(position < 1 << 56, "stream files are smaller than 2^56 bytes");
     Location::from_raw(u64::from(suffix) << 56 | position)
 }
@@ -49,24 +49,24 @@ pub fn location(suffix: u8, position: u64) -> Location {
 /// The sequence number a stream file gives the record with chain index `n`: a file holds one
 /// chain, so its records are numbered by their index (a soft delete, outside the chain, takes
 /// the next).
-pub fn record_number(n: ChainIndex) -> Lsn {
+pub(crate) fn record_number(n: ChainIndex) -> Lsn {
     Lsn::from_raw(n.raw())
 }
 
 /// The collision suffix and position of a location.
-pub fn split_location(location: Location) -> (u8, u64) {
+pub(crate) fn split_location(location: Location) -> (u8, u64) {
     let raw = location.raw();
     ((raw >> 56) as u8, raw & ((1 << 56) - 1))
 }
 
 /// Where shard `shard` saves its readers' TTL renewals.
-pub fn renewals_path(root: &Path, shard: u32) -> PathBuf {
+pub(crate) fn renewals_path(root: &Path, shard: u32) -> PathBuf {
     root.join("renewals").join(format!("shard-{shard:03}.bin"))
 }
 
 /// Which incarnation of its name the stream whose chain ends at `chain_tail` is: its
 /// file's collision suffix.
-pub fn incarnation(chain_tail: Location) -> u64 {
+pub(crate) fn incarnation(chain_tail: Location) -> u64 {
     u64::from(split_location(chain_tail).0)
 }
 
@@ -76,7 +76,7 @@ fn name_hash(name: &str) -> String {
 }
 
 /// The directory that holds the files of streams whose name hashes like `name`'s.
-pub fn stream_dir(root: &Path, name: &str) -> PathBuf {
+pub(crate) fn stream_dir(root: &Path, name: &str) -> PathBuf {
     let hash = name_hash(name);
     root.join(STREAMS_DIR).join(&hash[0..2]).join(&hash[2..4])
 }
@@ -92,7 +92,7 @@ pub fn stream_path(root: &Path, name: &str, suffix: u8) -> PathBuf {
 }
 
 /// The hash and collision suffix a stream file's name stands for, if it is one.
-pub fn parse_file_name(file: &str) -> Option<(String, u8)> {
+pub(crate) fn parse_file_name(file: &str) -> Option<(String, u8)> {
     let stem = file.strip_suffix(&format!(".{EXTENSION}"))?;
     let (hash, suffix) = match stem.split_once('-') {
         Some((hash, suffix)) => (hash, suffix.parse::<u8>().ok().filter(|k| *k > 0)?),
@@ -103,7 +103,7 @@ pub fn parse_file_name(file: &str) -> Option<(String, u8)> {
 }
 
 /// Whether `path` is where the file of stream `name` with suffix `suffix` belongs.
-pub fn belongs_at(name: &str, suffix: u8, path: &Path, root: &Path) -> bool {
+pub(crate) fn belongs_at(name: &str, suffix: u8, path: &Path, root: &Path) -> bool {
     stream_path(root, name, suffix) == path
 }
 

@@ -28,10 +28,10 @@ use crate::storage::vfs::{create_dir_durably, write_file_durably, Vfs, VfsFile};
 use crate::storage::{Damage, RecoveryReport};
 
 /// Where files that cannot be streams go.
-pub const DROPPED_DIR: &str = "dropped";
+pub(crate) const DROPPED_DIR: &str = "dropped";
 
 /// The streams of a file-mode data directory, by shard.
-pub struct FilesRecovered {
+pub(crate) struct FilesRecovered {
     pub shards: Vec<Vec<StreamSnapshot>>,
     /// Stream directories that exist.
     pub dirs: BTreeSet<PathBuf>,
@@ -60,7 +60,7 @@ enum FileOutcome {
 }
 
 /// Recovers every stream under `root`; `threads` readers work in parallel (1: in order).
-pub fn recover(
+pub(crate) fn recover(
     vfs: &dyn Vfs,
     root: &Path,
     shard_count: u32,
@@ -207,7 +207,10 @@ fn gather(
 pub type FileEntry = (PathBuf, u8);
 
 /// The stream directories (`streams/ab/cd`) and stream files under `root`.
-pub fn list_stream_files(vfs: &dyn Vfs, root: &Path) -> io::Result<(BTreeSet<PathBuf>, Vec<FileEntry>)> {
+pub(crate) fn list_stream_files(
+    vfs: &dyn Vfs,
+    root: &Path,
+) -> io::Result<(BTreeSet<PathBuf>, Vec<FileEntry>)> {
     let streams = root.join(STREAMS_DIR);
     create_dir_durably(vfs, &streams)?;
     let is_hex_pair =
@@ -230,7 +233,7 @@ pub fn list_stream_files(vfs: &dyn Vfs, root: &Path) -> io::Result<(BTreeSet<Pat
 }
 
 /// The bytes of the file at `path`, shared from a map.
-pub fn file_bytes(vfs: &dyn Vfs, path: &Path) -> io::Result<(Arc<dyn VfsFile>, Bytes)> {
+pub(crate) fn file_bytes(vfs: &dyn Vfs, path: &Path) -> io::Result<(Arc<dyn VfsFile>, Bytes)> {
     let file = vfs.open(path)?;
     let size = file.size()?;
     let bytes = if size == 0 { Bytes::new() } else { file.map(size)?.slice(0, size as usize) };

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use crate::storage::vfs::{read_exact_at, Vfs, VfsFile};
 
 /// Longest stream written again on the shard thread.
-pub const REWRITE_BYTES_MAX: u64 = 256 << 20;
+pub(super) const REWRITE_BYTES_MAX: u64 = 256 << 20;
 /// Bytes copied per read and write.
 const CHUNK_BYTES: u64 = 1 << 20;
 
 /// A new file at `path` holding the first `end` bytes of `old`, made durable with its
 /// directory entry when `durable`; nothing is left at `path` when it fails.
-pub fn rewrite(
+pub(super) fn rewrite(
     vfs: &dyn Vfs,
     path: &Path,
     old: &dyn VfsFile,

@@ -27,7 +27,7 @@ use crate::storage::vfs::{read_exact_at, Vfs, VfsFile};
 use crate::storage::{LogStore, LogView};
 
 /// One stream file as a source of records.
-pub struct FileSource {
+pub(crate) struct FileSource {
     pub file: Arc<dyn VfsFile>,
     /// The stream the file must belong to (a file found by name may already hold a newer
     /// stream of that name).
@@ -119,7 +119,7 @@ impl RecordSource for FileSource {
 }
 
 /// How readers of a shard reach its streams' files.
-pub struct FileStore {
+pub(crate) struct FileStore {
     pub vfs: Arc<dyn Vfs>,
     pub root: PathBuf,
     pub handles: Arc<Handles>,

@@ -64,7 +64,7 @@ struct OpenStream {
     linked_checked: Option<Instant>,
 }
 
-pub struct FileWriter {
+pub(crate) struct FileWriter {
     vfs: Arc<dyn Vfs>,
     root: PathBuf,
     /// Whether `root` is still there (no writes once it is not).
@@ -92,7 +92,7 @@ pub struct FileWriter {
 }
 
 impl FileWriter {
-    pub fn new(
+    pub(crate) fn new(
         vfs: Arc<dyn Vfs>,
         root: PathBuf,
         shard: u32,
@@ -121,7 +121,7 @@ impl FileWriter {
     }
 
     /// The saved ends that found this shard's files short at start (`FilesRecovered::floors`).
-    pub fn with_floors(mut self, floors: Vec<(PathBuf, CleanEnd)>) -> FileWriter {
+    pub(crate) fn with_floors(mut self, floors: Vec<(PathBuf, CleanEnd)>) -> FileWriter {
         self.floors = floors.into_iter().collect();
         self
     }
@@ -480,7 +480,7 @@ fn parent(path: &Path) -> PathBuf {
 }
 
 /// The stream a file's create record names, if it has a readable one.
-pub fn stream_name_in(vfs: &dyn Vfs, path: &Path) -> Option<String> {
+pub(crate) fn stream_name_in(vfs: &dyn Vfs, path: &Path) -> Option<String> {
     let file = vfs.open(path).ok()?;
     let record = create_record_in(file.as_ref())?;
     let first = decode_record(&record).ok()?;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 /// A fixed-capacity buffer whose bytes are written once and then only read.
-pub struct Block {
+pub(super) struct Block {
     start: NonNull<u8>,
     capacity: usize,
 }
@@ -27,7 +27,7 @@ unsafe impl Sync for Block {}
 
 impl Block {
     /// Allocates a block of exactly `capacity` bytes (at least one).
-    pub fn new(capacity: usize) -> Arc<Block> {
+    pub(super) fn new(capacity: usize) -> Arc<Block> {
         assert!(capacity > 0, "blocks are never empty");
         let mut storage = std::mem::ManuallyDrop::new(Vec::<u8>::with_capacity(capacity));
         let capacity = storage.capacity();
@@ -35,7 +35,7 @@ impl Block {
         Arc::new(Block { start, capacity })
     }
 
-    pub fn capacity(&self) -> usize {
+    pub(super) fn capacity(&self) -> usize {
         self.capacity
     }
 
@@ -44,7 +44,7 @@ impl Block {
     /// # Safety
     /// The caller is the block's only writer, `at + source.len()` is within the capacity, and
     /// no byte of `at..at + source.len()` has been written before or published to any reader.
-    pub unsafe fn write_at(&self, at: usize, source: &[u8]) {
+    pub(super) unsafe fn write_at(&self, at: usize, source: &[u8]) {
         assert!(at + source.len() <= self.capacity, "write past the end of a block");
         // SAFETY: in bounds (checked above); the caller guarantees nobody reads or writes this
         // range concurrently, and `source` cannot overlap a range that was never handed out.
@@ -58,7 +58,7 @@ impl Block {
     /// # Safety
     /// Every byte of `start..end` was written and published (made visible through a
     /// release/acquire pair such as the stream's lock) before this call.
-    pub unsafe fn published(&self, start: usize, end: usize) -> &[u8] {
+    pub(super) unsafe fn published(&self, start: usize, end: usize) -> &[u8] {
         assert!(start <= end && end <= self.capacity, "read outside a block");
         // SAFETY: in bounds; the caller guarantees the bytes are initialised and immutable.
         unsafe { std::slice::from_raw_parts(self.start.as_ptr().add(start), end - start) }
@@ -68,7 +68,7 @@ impl Block {
     ///
     /// # Safety
     /// As for [`Block::published`].
-    pub unsafe fn slice(self: &Arc<Block>, start: usize, end: usize) -> Bytes {
+    pub(super) unsafe fn slice(self: &Arc<Block>, start: usize, end: usize) -> Bytes {
         // Check the range now; the owner re-borrows it later without the caller's context.
         // SAFETY: forwarded contract.
         let _ = unsafe { self.published(start, end) };

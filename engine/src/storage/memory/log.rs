@@ -18,13 +18,13 @@ use crate::payload::Payload;
 use crate::storage::chunk::{Chunk, Message, ReadError};
 
 /// Capacity of a stream's first block.
-pub const BLOCK_BYTES_MIN: usize = 64;
+pub(super) const BLOCK_BYTES_MIN: usize = 64;
 /// Capacity blocks grow to (larger single messages get a block of their own size).
-pub const BLOCK_BYTES_MAX: usize = 64 * 1024;
+pub(super) const BLOCK_BYTES_MAX: usize = 64 * 1024;
 
 /// The blocks of one stream.
 #[derive(Default)]
-pub struct MemLog {
+pub(crate) struct MemLog {
     blocks: Vec<MemBlock>,
     /// Where the log's first message starts (a fork's own messages follow its inherited ones).
     base: Offset,
@@ -67,18 +67,18 @@ struct Position {
 
 impl MemLog {
     /// An empty log whose first message will start at `base`.
-    pub fn starting_at(base: Offset) -> MemLog {
+    pub(crate) fn starting_at(base: Offset) -> MemLog {
         MemLog { blocks: Vec::new(), base }
     }
 
     /// Where the log's first message starts.
-    pub fn base(&self) -> Offset {
+    pub(crate) fn base(&self) -> Offset {
         self.base
     }
 
     /// Stores `payload` after `tail` (the writer's tail) and returns the new tail. The bytes
     /// stay invisible to readers until the caller publishes the new tail.
-    pub fn append(&mut self, tail: Offset, payload: &Payload) -> Offset {
+    pub(crate) fn append(&mut self, tail: Offset, payload: &Payload) -> Offset {
         let needed = payload.stored_len() as usize;
         if needed == 0 {
             return tail;
@@ -119,7 +119,7 @@ impl MemLog {
 
     /// Reads whole messages from `from` up to `until` (a published tail), stopping before
     /// `bytes_max` is exceeded but always returning at least one message when there is one.
-    pub fn read(&self, from: Offset, until: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
+    pub(crate) fn read(&self, from: Offset, until: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
         let mut position = self.locate(from, until)?;
         let mut chunk = Chunk { next: from, messages: 0, slices: Vec::new(), copied: false };
         let mut budget = bytes_max;
@@ -158,7 +158,7 @@ impl MemLog {
     }
 
     /// Reads messages one by one (for SSE), with the same limits as [`MemLog::read`].
-    pub fn read_messages(
+    pub(crate) fn read_messages(
         &self,
         from: Offset,
         until: Offset,

@@ -6,4 +6,4 @@
 mod block;
 mod log;
 
-pub use log::MemLog;
+pub(crate) use log::MemLog;

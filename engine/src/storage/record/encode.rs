@@ -20,7 +20,7 @@ use crate::payload::Payload;
 use crate::storage::chain::Chain;
 
 /// A record whose meta is encoded and whose length is known.
-pub struct Prepared<'r> {
+pub(crate) struct Prepared<'r> {
     kind: Kind,
     flags: u8,
     stream: StreamId,
@@ -37,7 +37,7 @@ pub struct Prepared<'r> {
 
 /// Where a staged record's bytes are: `head` in the staging buffer, then the body (if any),
 /// then `padding`.
-pub struct Staged<'r> {
+pub(crate) struct Staged<'r> {
     pub head: Range<usize>,
     pub body: Option<&'r Bytes>,
     pub padding: &'static [u8],
@@ -45,13 +45,13 @@ pub struct Staged<'r> {
 
 /// The most bytes a record can take whose meta, besides its chain, is `meta_bytes` and whose
 /// data is `data_bytes`: what a writer sets aside for it before it exists.
-pub fn record_bytes_max(meta_bytes: usize, data_bytes: u64) -> u64 {
+pub(crate) fn record_bytes_max(meta_bytes: usize, data_bytes: u64) -> u64 {
     let head = codec::align(HEADER_BYTES + codec::chain_bytes(codec::JUMPS_MAX) + meta_bytes);
     head as u64 + data_bytes + codec::RECORD_ALIGN as u64
 }
 
 /// Encodes `record`'s meta (with `chain`, for creates and appends) into `meta`.
-pub fn prepare<'r>(
+pub(crate) fn prepare<'r>(
     record: &'r Record,
     chain: Option<&Chain>,
     meta: &mut Vec<u8>,
@@ -68,7 +68,7 @@ pub fn prepare<'r>(
 }
 
 /// Appends the header (with `lsn` and `time_ms`), `meta` and any JSON data to `staging`.
-pub fn stage<'r>(
+pub(crate) fn stage<'r>(
     prepared: &Prepared<'r>,
     meta: &[u8],
     lsn: Lsn,

@@ -6,9 +6,9 @@
 //! record that stores the data it guards — a crash can never keep one and lose the other.
 //! Memory mode commits records by dropping them; the disk modes encode and write them.
 
-pub mod codec;
-pub mod encode;
-pub mod scan;
+pub(crate) mod codec;
+pub(crate) mod encode;
+pub(crate) mod scan;
 
 use std::sync::Arc;
 
@@ -20,7 +20,7 @@ use crate::producer::ProducerTag;
 
 /// One accepted mutation.
 #[derive(Debug)]
-pub enum Record {
+pub(crate) enum Record {
     /// A stream came to be, with its configuration and any initial messages (a fork's after
     /// the bytes it inherits through `fork`).
     Create {

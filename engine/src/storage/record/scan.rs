@@ -11,13 +11,13 @@ use bytes::Bytes;
 use super::codec::{decode_record, DecodeError, Header, Kind, Meta, HEADER_BYTES, MAGIC, RECORD_ALIGN};
 
 /// Sectors a disk writes whole or not at all (the smallest any disk uses).
-pub const SECTOR_BYTES: usize = 512;
+pub(crate) const SECTOR_BYTES: usize = 512;
 
 /// Whether the `len` bytes at `start` of `bytes` (which start at a sector boundary of their
 /// file) could be a write the disk did not finish: they run past the end, or some sector of
 /// them reads as zeros, as space no write reached does (segments are zero-filled ahead,
 /// files grow from zeros). Damage to bytes that were written whole shows no such sector.
-pub fn could_be_torn(bytes: &[u8], start: usize, len: usize) -> bool {
+pub(crate) fn could_be_torn(bytes: &[u8], start: usize, len: usize) -> bool {
     let end = start + len;
     if end > bytes.len() {
         return true;
@@ -37,7 +37,7 @@ pub fn could_be_torn(bytes: &[u8], start: usize, len: usize) -> bool {
 /// time, which the compiler turns into vector instructions: a start scans some megabytes
 /// past the end of every shard's log (`wal::recovery`), nearly all of them zeros, and a byte
 /// at a time that was most of a small directory's start.
-pub fn last_nonzero(bytes: &[u8]) -> Option<usize> {
+pub(crate) fn last_nonzero(bytes: &[u8]) -> Option<usize> {
     const BLOCK: usize = 64;
     let blocks = bytes.len() / BLOCK * BLOCK;
     if let Some(last) = bytes[blocks..].iter().rposition(|b| *b != 0) {
@@ -53,7 +53,7 @@ pub fn last_nonzero(bytes: &[u8]) -> Option<usize> {
 
 /// How many bytes of a record that failed its checks at `start` to judge: the whole record
 /// when its header holds, else the header alone.
-pub fn failed_record_len(bytes: &[u8], start: usize) -> usize {
+pub(crate) fn failed_record_len(bytes: &[u8], start: usize) -> usize {
     let header =
         bytes.get(start..start + HEADER_BYTES).and_then(|raw| Header::decode(raw.try_into().ok()?).ok());
     header.map_or(HEADER_BYTES, |header| header.record_len())
@@ -88,7 +88,7 @@ pub fn next_header(bytes: &[u8], from: usize) -> Option<(usize, Header)> {
 /// durable. So two times after `from` mean that whatever precedes the earlier record was
 /// durable before the crash: a record failing its checks (or zeros) there is damage to
 /// written data, never the end a crash left.
-pub fn later_batches_follow(bytes: &Bytes, from: usize, lsn_min: u64, lsn_span: u64) -> bool {
+pub(crate) fn later_batches_follow(bytes: &Bytes, from: usize, lsn_min: u64, lsn_span: u64) -> bool {
     let lsn_max = lsn_min.saturating_add(lsn_span);
     let (mut position, mut lsn_last, mut time_first) = (from, None::<u64>, None::<u64>);
     while let Some((start, _)) = next_header(bytes, position) {

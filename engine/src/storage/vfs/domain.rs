@@ -22,7 +22,7 @@ const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
 const EXT4_INODE_BYTES_MIN: u64 = 128;
 
 /// The device of `path` when it is on ext4 (not `data=journal`) or XFS.
-pub fn flush_domain(path: &Path) -> Option<u64> {
+pub(super) fn flush_domain(path: &Path) -> Option<u64> {
     let device = std::fs::metadata(path).ok()?.dev();
     match file_system_magic(path)?.0 {
         XFS_SUPER_MAGIC => Some(device),
@@ -36,7 +36,7 @@ pub fn flush_domain(path: &Path) -> Option<u64> {
 
 /// On ext4, the most inodes one block of the inode table under `path` can hold (its block
 /// size over the smallest inode); `None` on other file systems.
-pub fn inode_table_span(path: &Path) -> Option<u64> {
+pub(super) fn inode_table_span(path: &Path) -> Option<u64> {
     match file_system_magic(path)? {
         (EXT4_SUPER_MAGIC, block_bytes) if block_bytes >= EXT4_INODE_BYTES_MIN => {
             Some(block_bytes / EXT4_INODE_BYTES_MIN)

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Once, OnceLock};
 
 /// Maps guarded at once (a slot is 24 bytes: 384 KiB of static memory in all).
-pub const SLOTS: usize = 16_384;
+pub(crate) const SLOTS: usize = 16_384;
 
 struct Slot {
     /// First address of the map; 0 when the slot is free.
@@ -42,22 +42,22 @@ static INSTALL: Once = Once::new();
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 
 /// Pages of guarded maps replaced by zeros since the process started.
-pub fn faults() -> u64 {
+pub(crate) fn faults() -> u64 {
     FAULTS.load(Ordering::Relaxed)
 }
 
 /// Maps left unguarded because the registry was full.
-pub fn unguarded() -> u64 {
+pub(crate) fn unguarded() -> u64 {
     UNGUARDED.load(Ordering::Relaxed)
 }
 
 /// A guarded range; unguarded when dropped (drop it before the map is unmapped).
-pub struct Guard {
+pub(crate) struct Guard {
     slot: Option<usize>,
 }
 
 /// Guards `len` bytes mapped at `start` until the returned guard is dropped.
-pub fn guard(start: *const u8, len: usize) -> Guard {
+pub(crate) fn guard(start: *const u8, len: usize) -> Guard {
     INSTALL.call_once(install);
     if len == 0 {
         return Guard { slot: None };
@@ -81,7 +81,7 @@ pub fn guard(start: *const u8, len: usize) -> Guard {
 impl Guard {
     /// Whether a page of the guarded map was replaced by zeros: what it shows may differ
     /// from the file from then on (a writer should move on to another file).
-    pub fn faulted(&self) -> bool {
+    pub(crate) fn faulted(&self) -> bool {
         self.slot.is_some_and(|index| REGISTRY[index].faulted.load(Ordering::Acquire))
     }
 }

@@ -15,11 +15,11 @@
 //!   checksum passes) instead of killing the process with SIGBUS.
 
 mod domain;
-pub mod fault_guard;
-pub mod read_only;
-pub mod real;
+pub(crate) mod fault_guard;
+pub(crate) mod read_only;
+pub(crate) mod real;
 #[cfg(any(test, feature = "testing"))]
-pub mod sim;
+pub(crate) mod sim;
 
 use std::any::Any;
 use std::io;
@@ -84,7 +84,7 @@ pub trait Vfs: Send + Sync + 'static {
 }
 
 /// Whether `error` says the disk (or the user's quota) is full.
-pub fn is_out_of_space(error: &io::Error) -> bool {
+pub(crate) fn is_out_of_space(error: &io::Error) -> bool {
     error.kind() == io::ErrorKind::StorageFull
         || matches!(error.raw_os_error(), Some(code) if code == libc::ENOSPC || code == libc::EDQUOT)
 }
@@ -148,7 +148,7 @@ pub trait FileMap: Send + Sync {
 }
 
 /// Reads exactly `buffer.len()` bytes at `position`, failing on a short read.
-pub fn read_exact_at(file: &dyn VfsFile, position: u64, buffer: &mut [u8]) -> io::Result<()> {
+pub(crate) fn read_exact_at(file: &dyn VfsFile, position: u64, buffer: &mut [u8]) -> io::Result<()> {
     let mut done = 0;
     while done < buffer.len() {
         let read = file.read_at(position + done as u64, &mut buffer[done..])?;
@@ -162,7 +162,7 @@ pub fn read_exact_at(file: &dyn VfsFile, position: u64, buffer: &mut [u8]) -> io
 
 /// Writes a file under a temporary name, syncs it, renames it into place and syncs the
 /// directory: after a crash the file is either the old one or complete.
-pub fn write_file_durably(vfs: &dyn Vfs, path: &Path, contents: &[u8]) -> io::Result<()> {
+pub(crate) fn write_file_durably(vfs: &dyn Vfs, path: &Path, contents: &[u8]) -> io::Result<()> {
     let directory = path.parent().unwrap_or(Path::new("."));
     let temporary = path.with_extension("tmp");
     if vfs.exists(&temporary) {
@@ -179,7 +179,7 @@ pub fn write_file_durably(vfs: &dyn Vfs, path: &Path, contents: &[u8]) -> io::Re
 /// Creates directory `path` and any missing parents, and makes each new entry durable: the
 /// directory holding each created one is synced (deepest first) before this returns, so a
 /// power cut cannot take a directory away with the files acknowledged in it.
-pub fn create_dir_durably(vfs: &dyn Vfs, path: &Path) -> io::Result<()> {
+pub(crate) fn create_dir_durably(vfs: &dyn Vfs, path: &Path) -> io::Result<()> {
     let mut missing = Vec::new();
     let mut current = Some(path);
     while let Some(dir) = current.filter(|dir| !dir.as_os_str().is_empty() && !vfs.exists(dir)) {

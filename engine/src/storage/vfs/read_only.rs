@@ -10,7 +10,7 @@ use super::{Vfs, VfsFile};
 
 /// `inner`, read-only: files open for reading, and creating, removing, renaming, syncing
 /// directories or taking an exclusive lock fail.
-pub struct ReadOnly(pub Arc<dyn Vfs>);
+pub(crate) struct ReadOnly(pub Arc<dyn Vfs>);
 
 fn refused() -> io::Error {
     io::Error::new(io::ErrorKind::PermissionDenied, "read-only inspection changes nothing")

@@ -19,7 +19,7 @@ use super::{FileMap, Vfs, VfsFile};
 const IOV_MAX: usize = 1024;
 
 #[derive(Clone, Copy, Debug, Default)]
-pub struct RealVfs;
+pub(crate) struct RealVfs;
 
 struct RealFile {
     file: File,

@@ -32,13 +32,13 @@ const MAGIC: u32 = u32::from_le_bytes(*b"DSK1");
 /// (without forks and soft deletes) are still read.
 const VERSION: u32 = 4;
 /// File name of a shard's checkpoint.
-pub const CHECKPOINT_NAME: &str = "checkpoint";
+pub(crate) const CHECKPOINT_NAME: &str = "checkpoint";
 /// The previous checkpoint, kept as a fallback.
-pub const PREVIOUS_CHECKPOINT_NAME: &str = "checkpoint.previous";
+pub(crate) const PREVIOUS_CHECKPOINT_NAME: &str = "checkpoint.previous";
 
 /// A shard's state at `lsn`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     pub shard: u32,
     /// Written by a clean shutdown (nothing follows in the log).
     pub clean: bool,
@@ -53,12 +53,12 @@ pub struct Checkpoint {
     pub streams: Vec<StreamSnapshot>,
 }
 
-pub fn checkpoint_path(shard_dir: &Path) -> PathBuf {
+pub(crate) fn checkpoint_path(shard_dir: &Path) -> PathBuf {
     shard_dir.join(CHECKPOINT_NAME)
 }
 
 impl Checkpoint {
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Encoder::default();
         out.u32(MAGIC).u32(VERSION).u32(self.shard).u8(u8::from(self.clean));
         out.u64(self.lsn.raw()).u32(self.resume_ordinal).u64(self.resume_position);
@@ -80,7 +80,7 @@ impl Checkpoint {
         out.bytes
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Checkpoint, DecodeFailure> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Checkpoint, DecodeFailure> {
         let (body, crc) = bytes.split_at(bytes.len().checked_sub(4).ok_or(DecodeFailure)?);
         if crc32fast::hash(body).to_le_bytes() != crc {
             return Err(DecodeFailure);

@@ -28,7 +28,7 @@ use crate::storage::vfs::{write_file_durably, Vfs, VfsFile};
 /// Most tasks waiting for the housekeeper (senders wait beyond it).
 const QUEUE_CAPACITY: usize = 1024;
 
-pub enum Task {
+pub(crate) enum Task {
     /// Create a segment file of `size` bytes, zero-filled over its first step, and report
     /// its path.
     Prepare { dir: PathBuf, ordinal: u32, size: u64, done: Sender<io::Result<PathBuf>> },
@@ -57,7 +57,7 @@ pub enum Task {
 
 /// A handle on the housekeeper; clones share it.
 #[derive(Clone)]
-pub enum Housekeeper {
+pub(crate) enum Housekeeper {
     /// Tasks go to the housekeeper thread.
     Thread(Sender<Task>),
     /// Tasks run on the sender's thread at once (deterministic tests).
@@ -65,13 +65,13 @@ pub enum Housekeeper {
 }
 
 /// What runs the tasks.
-pub struct Worker {
+pub(crate) struct Worker {
     vfs: Arc<dyn Vfs>,
 }
 
 impl Housekeeper {
     /// Starts the housekeeper thread.
-    pub fn start(vfs: Arc<dyn Vfs>) -> io::Result<(Housekeeper, JoinHandle<()>)> {
+    pub(crate) fn start(vfs: Arc<dyn Vfs>) -> io::Result<(Housekeeper, JoinHandle<()>)> {
         let (tasks, queue) = crossbeam_channel::bounded(QUEUE_CAPACITY);
         let mut worker = Worker { vfs };
         let thread = std::thread::Builder::new().name("ds-housekeeper".into()).spawn(move || {
@@ -82,11 +82,11 @@ impl Housekeeper {
     }
 
     /// A housekeeper that runs each task inside `send`.
-    pub fn inline(vfs: Arc<dyn Vfs>) -> Housekeeper {
+    pub(crate) fn inline(vfs: Arc<dyn Vfs>) -> Housekeeper {
         Housekeeper::Inline(Arc::new(Mutex::new(Worker { vfs })))
     }
 
-    pub fn send(&self, task: Task) {
+    pub(crate) fn send(&self, task: Task) {
         match self {
             // The thread only ends after every handle is gone, so a send cannot fail while we hold one.
             Housekeeper::Thread(tasks) => {
@@ -97,21 +97,21 @@ impl Housekeeper {
     }
 
     /// Asks for a prepared segment; the answer arrives on the returned channel.
-    pub fn prepare(&self, dir: PathBuf, ordinal: u32, size: u64) -> Receiver<io::Result<PathBuf>> {
+    pub(crate) fn prepare(&self, dir: PathBuf, ordinal: u32, size: u64) -> Receiver<io::Result<PathBuf>> {
         let (done, answer) = crossbeam_channel::bounded(1);
         self.send(Task::Prepare { dir, ordinal, size, done });
         answer
     }
 
     /// Asks for `from..to` of `file` to be zero-filled; the answer arrives on the channel.
-    pub fn zero_fill(&self, file: Arc<dyn VfsFile>, from: u64, to: u64) -> Receiver<io::Result<()>> {
+    pub(crate) fn zero_fill(&self, file: Arc<dyn VfsFile>, from: u64, to: u64) -> Receiver<io::Result<()>> {
         let (done, answer) = crossbeam_channel::bounded(1);
         self.send(Task::ZeroFill { file, from, to, done });
         answer
     }
 
     /// Waits until every task sent so far is done.
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         let (done, finished) = crossbeam_channel::bounded(1);
         self.send(Task::Flush(done));
         let _ = finished.recv();

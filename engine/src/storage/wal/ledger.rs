@@ -14,28 +14,28 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 #[derive(Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     inner: Mutex<LedgerState>,
 }
 
 /// A durable checkpoint as segment removal sees it: where its replay resumes, and the
 /// segments its ledger counts no live byte in.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DurableCheckpoint {
+pub(crate) struct DurableCheckpoint {
     pub resume: u32,
     pub dead: BTreeSet<u32>,
 }
 
 impl DurableCheckpoint {
     /// Where a checkpoint with `ledger` resumes (`resume`), as removal sees it.
-    pub fn of(resume: u32, ledger: &LedgerState) -> DurableCheckpoint {
+    pub(crate) fn of(resume: u32, ledger: &LedgerState) -> DurableCheckpoint {
         let dead = ledger.live.iter().filter(|(_, live)| **live == 0).map(|(ordinal, _)| *ordinal).collect();
         DurableCheckpoint { resume, dead }
     }
 
     /// Whether segment `ordinal` may go while this is the oldest checkpoint a restart may
     /// read: replay from it starts past the segment, and it counts no live record there.
-    pub fn lets_go(&self, ordinal: u32) -> bool {
+    pub(crate) fn lets_go(&self, ordinal: u32) -> bool {
         ordinal < self.resume && self.dead.contains(&ordinal)
     }
 }
@@ -49,7 +49,7 @@ pub struct LedgerState {
 }
 
 impl Ledger {
-    pub fn from_state(state: LedgerState) -> Ledger {
+    pub(crate) fn from_state(state: LedgerState) -> Ledger {
         Ledger { inner: Mutex::new(state) }
     }
 
@@ -58,7 +58,7 @@ impl Ledger {
     }
 
     /// Adds one batch's live bytes and pending reclaims.
-    pub fn record_batch(&self, added: &BTreeMap<u32, u64>, deleted_tails: &[Location]) {
+    pub(crate) fn record_batch(&self, added: &BTreeMap<u32, u64>, deleted_tails: &[Location]) {
         if added.is_empty() && deleted_tails.is_empty() {
             return;
         }
@@ -70,7 +70,7 @@ impl Ledger {
     }
 
     /// Subtracts a reclaimed chain (bytes per segment) and takes it off the pending list.
-    pub fn reclaimed(&self, tail: Location, removed: &BTreeMap<u32, u64>) {
+    pub(crate) fn reclaimed(&self, tail: Location, removed: &BTreeMap<u32, u64>) {
         let mut state = self.lock();
         if !state.pending.remove(&tail) {
             return;
@@ -83,21 +83,21 @@ impl Ledger {
     }
 
     /// Starts accounting for a segment (so one that never holds a live record can be removed).
-    pub fn track(&self, ordinal: u32) {
+    pub(crate) fn track(&self, ordinal: u32) {
         self.lock().live.entry(ordinal).or_default();
     }
 
     /// Forgets a removed segment.
-    pub fn forget(&self, ordinal: u32) {
+    pub(crate) fn forget(&self, ordinal: u32) {
         self.lock().live.remove(&ordinal);
     }
 
-    pub fn snapshot(&self) -> LedgerState {
+    pub(crate) fn snapshot(&self) -> LedgerState {
         self.lock().clone()
     }
 
     /// Ordinals below `below` with no live bytes.
-    pub fn dead_below(&self, below: u32) -> Vec<u32> {
+    pub(crate) fn dead_below(&self, below: u32) -> Vec<u32> {
         self.lock().live.range(..below).filter(|(_, live)| **live == 0).map(|(ordinal, _)| *ordinal).collect()
     }
 }

@@ -20,19 +20,19 @@
 //! A record's location is `ordinal << 32 | position` within its segment. Readers' TTL
 //! renewals are saved next to the segments, in [`RENEWALS_FILE`], keyed by stream id.
 
-pub mod checkpoint;
-pub mod housekeeper;
-pub mod ledger;
-pub mod lost;
-pub mod recovery;
+pub(crate) mod checkpoint;
+pub(crate) mod housekeeper;
+pub(crate) mod ledger;
+pub(crate) mod lost;
+pub(crate) mod recovery;
 mod replay;
 mod run;
 mod salvage;
-pub mod segment;
+pub(crate) mod segment;
 mod snapshots;
-pub mod source;
-pub mod writer;
-pub mod zero_waits;
+pub(crate) mod source;
+pub(crate) mod writer;
+pub(crate) mod zero_waits;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -46,11 +46,11 @@ use segment::Segment;
 use zero_waits::ZeroWaits;
 
 /// The file in a shard's directory that holds its readers' TTL renewals.
-pub const RENEWALS_FILE: &str = "renewals.bin";
+pub(crate) const RENEWALS_FILE: &str = "renewals.bin";
 
 /// Where one shard's log lives and how its segments are sized.
 #[derive(Clone)]
-pub struct ShardFiles {
+pub(crate) struct ShardFiles {
     pub vfs: Arc<dyn Vfs>,
     pub dir: PathBuf,
     pub shard: u32,
@@ -64,7 +64,7 @@ pub struct ShardFiles {
 }
 
 /// Where a shard's log continues.
-pub struct WalPosition {
+pub(crate) struct WalPosition {
     pub active: Arc<Segment>,
     pub position: u64,
     pub next_lsn: Lsn,
@@ -77,13 +77,13 @@ pub struct WalPosition {
 }
 
 /// The location of the record at `position` in segment `ordinal`.
-pub fn location(ordinal: u32, position: u64) -> Location {
+pub(crate) fn location(ordinal: u32, position: u64) -> Location {
     assert!(position < 1 << 32, "segments are smaller than 4 GiB");
     Location::from_raw(u64::from(ordinal) << 32 | position)
 }
 
 /// The segment ordinal and position of a location.
-pub fn split_location(location: Location) -> (u32, u64) {
+pub(crate) fn split_location(location: Location) -> (u32, u64) {
     let raw = location.raw();
     ((raw >> 32) as u32, raw & 0xffff_ffff)
 }

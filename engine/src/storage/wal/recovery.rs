@@ -41,11 +41,11 @@ use crate::storage::vfs::{create_dir_durably, is_out_of_space, read_exact_at, re
 use crate::storage::{Damage, RecoveryReport};
 
 /// Where files that are not segments of the shard go.
-pub const DROPPED_DIR: &str = "dropped";
+pub(crate) const DROPPED_DIR: &str = "dropped";
 
 /// What recovery needs to know besides the directory.
 #[derive(Clone, Debug)]
-pub struct RecoverySettings {
+pub(crate) struct RecoverySettings {
     pub shard: u32,
     pub segment_bytes: u64,
     /// Bytes after the last good record that may hold a torn batch.
@@ -54,7 +54,7 @@ pub struct RecoverySettings {
 }
 
 /// A recovered shard.
-pub struct Recovered {
+pub(crate) struct Recovered {
     pub table: Arc<SegmentTable>,
     pub ledger: LedgerState,
     /// The checkpoint recovery started from, as segment removal sees it (resuming at 0,
@@ -169,7 +169,7 @@ impl Analysis {
 
 /// Reads shard `shard`'s log in `dir` (which must exist) without changing it; `window`:
 /// bytes past a failed record within which a crash can have left a torn batch.
-pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result<Analysis> {
+pub(crate) fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result<Analysis> {
     let (named, leftovers) = list_segments(vfs, dir)?;
     let checkpoint = load_checkpoint(vfs, dir, shard);
     let known: Vec<u32> = checkpoint.as_ref().map_or_else(Vec::new, |c| {
@@ -214,7 +214,7 @@ pub fn analyze(vfs: &dyn Vfs, dir: &Path, shard: u32, window: u64) -> io::Result
 }
 
 /// Recovers the shard in `dir`, creating its first segment when the directory is new.
-pub fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Result<Recovered> {
+pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path, settings: &RecoverySettings) -> io::Result<Recovered> {
     create_dir_durably(vfs, dir)?;
     let mut analysis = analyze(vfs, dir, settings.shard, settings.stale_window_bytes)?;
     let mut report = analysis.report(dir);

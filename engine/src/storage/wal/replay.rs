@@ -104,7 +104,7 @@ impl Replay {
     /// Replay from `checkpoint` (if there is one) over `segments`; `window`: bytes past a
     /// failed record within which a crash can have left a torn batch. The checkpoint's
     /// streams move into the replay (a copy would hold every stream twice at a start).
-    pub fn start(checkpoint: Option<Checkpoint>, segments: &[Arc<Segment>], window: u64) -> Replay {
+    pub(super) fn start(checkpoint: Option<Checkpoint>, segments: &[Arc<Segment>], window: u64) -> Replay {
         let mut replay = Replay {
             streams: Snapshots::default(),
             names: None,
@@ -137,7 +137,7 @@ impl Replay {
     }
 
     /// Replays every segment from the start position to the end of the log (or a torn write).
-    pub fn run(&mut self, segments: &[Arc<Segment>]) -> ReplayEnd {
+    pub(super) fn run(&mut self, segments: &[Arc<Segment>]) -> ReplayEnd {
         let Some(first) = segments.iter().position(|s| s.ordinal() >= self.start.0) else {
             let after = segments.last().map_or(0, |s| s.ordinal() + 1);
             let ordinal = if self.checkpoint_used { after.max(self.start.0 + 1) } else { after };

@@ -26,7 +26,7 @@ use crate::storage::chain::read::COPY_BELOW_BYTES;
 use crate::storage::record::codec::{peek_chain, whole_payload_crc, Header, Kind, HEADER_BYTES};
 
 /// The record a run starts after: where it lies and what the next one must continue.
-pub struct RunStart {
+pub(super) struct RunStart {
     pub ordinal: u32,
     /// Its position in the segment; the run's bytes start here.
     pub position: u64,
@@ -38,7 +38,7 @@ pub struct RunStart {
 
 /// What a run may take: records up to index `last_n` that start at or before the location
 /// `limit` (the read's last record's) and end by `until`.
-pub struct RunLimits {
+pub(super) struct RunLimits {
     pub last_n: ChainIndex,
     pub limit: Location,
     pub until: Offset,
@@ -47,7 +47,7 @@ pub struct RunLimits {
 /// Copies the data of the plain records that follow `start` in `bytes` (the segment's bytes
 /// from `start`'s position on) into `out`; returns the position in the segment of the last
 /// record copied, or `None` when the first one is not plain.
-pub fn copy_plain_records(
+pub(super) fn copy_plain_records(
     bytes: &[u8],
     start: &RunStart,
     limits: &RunLimits,

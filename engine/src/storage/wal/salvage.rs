@@ -22,7 +22,7 @@ use crate::storage::vfs::Vfs;
 
 /// Where a readable segment stands: its ordinal and first sequence number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Placed {
+pub(super) struct Placed {
     pub ordinal: u32,
     pub first_lsn: Lsn,
 }
@@ -31,7 +31,7 @@ pub struct Placed {
 /// `first_lsn`, among `placed` (the readable ones, by ordinal), or `None` when it cannot
 /// be told for certain. `known`: the ordinals the checkpoint's ledger counts live bytes in
 /// (a segment with none is one a shard may already have removed).
-pub fn infer_ordinal(first_lsn: Lsn, placed: &BTreeMap<u32, Placed>, known: &[u32]) -> Option<u32> {
+pub(super) fn infer_ordinal(first_lsn: Lsn, placed: &BTreeMap<u32, Placed>, known: &[u32]) -> Option<u32> {
     let before = placed.values().filter(|p| p.first_lsn < first_lsn).map(|p| p.ordinal).max();
     let after = placed.values().filter(|p| p.first_lsn > first_lsn).map(|p| p.ordinal).min();
     let room = open_range(before, after)?;
@@ -59,7 +59,7 @@ fn open_range(before: Option<u32>, after: Option<u32>) -> Option<RangeInclusive<
 /// Opens each segment whose header failed its checks under the ordinal [`infer_ordinal`]
 /// gives (in sequence order, so one salvaged places the next); one it cannot place, or
 /// holding no more than a header, is a stray.
-pub fn open_headerless(
+pub(super) fn open_headerless(
     vfs: &dyn Vfs,
     headerless: Vec<(Lsn, PathBuf, io::Error)>,
     shard: u32,

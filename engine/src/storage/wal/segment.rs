@@ -34,7 +34,7 @@ use crate::storage::vfs::{read_exact_at, FileMap, Vfs, VfsFile};
 /// map).
 const WRITTEN_READ_BYTES_MAX: u64 = 16 << 20;
 
-pub const SEGMENT_HEADER_BYTES: u64 = 64;
+pub(crate) const SEGMENT_HEADER_BYTES: u64 = 64;
 const _: () = assert!(
     SEGMENT_HEADER_BYTES.is_multiple_of(crate::storage::record::codec::RECORD_ALIGN as u64),
     "records after a segment header start aligned"
@@ -42,7 +42,7 @@ const _: () = assert!(
 const MAGIC: u32 = u32::from_le_bytes(*b"DSG1");
 const VERSION: u32 = 1;
 /// Extension of active and sealed segments.
-pub const SEGMENT_EXTENSION: &str = "wal";
+pub(crate) const SEGMENT_EXTENSION: &str = "wal";
 /// Prefix of prepared, not yet active segment files.
 const PREPARED_PREFIX: &str = "prepared-";
 /// Most a writer zero-fills ahead of its records in one step.
@@ -218,36 +218,36 @@ impl Segment {
 }
 
 /// The file name of an active segment whose first record has `first_lsn`.
-pub fn segment_name(first_lsn: Lsn) -> String {
+pub(crate) fn segment_name(first_lsn: Lsn) -> String {
     format!("{first_lsn:016x}.{SEGMENT_EXTENSION}")
 }
 
 /// The first LSN a segment file name stands for, if it is one.
-pub fn parse_segment_name(name: &str) -> Option<Lsn> {
+pub(crate) fn parse_segment_name(name: &str) -> Option<Lsn> {
     let stem = name.strip_suffix(&format!(".{SEGMENT_EXTENSION}"))?;
     (stem.len() == 16).then(|| u64::from_str_radix(stem, 16).ok()).flatten().map(Lsn::from_raw)
 }
 
 /// Whether `name` is a prepared (never activated) segment, left over from a previous run.
-pub fn is_prepared_name(name: &str) -> bool {
+pub(crate) fn is_prepared_name(name: &str) -> bool {
     name.starts_with(PREPARED_PREFIX)
 }
 
 /// How far ahead of its records a writer zero-fills a segment of `segment_bytes` at a time
 /// (and how much of a shard's first segment is zero-filled before any record).
-pub fn zero_step_bytes(segment_bytes: u64) -> u64 {
+pub(crate) fn zero_step_bytes(segment_bytes: u64) -> u64 {
     (segment_bytes / 32).clamp(4096, ZERO_STEP_BYTES_MAX)
 }
 
 /// How much of a new segment of `segment_bytes` is zero-filled before it is used: its
 /// header and the first step.
-pub fn first_zeroed_bytes(segment_bytes: u64) -> u64 {
+pub(crate) fn first_zeroed_bytes(segment_bytes: u64) -> u64 {
     zero_step_bytes(segment_bytes).min(segment_bytes)
 }
 
 /// Creates a segment file of `size` bytes, zero-filled and synced over its first step
 /// ([`first_zeroed_bytes`]), ready to activate.
-pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64) -> io::Result<PathBuf> {
+pub(crate) fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64) -> io::Result<PathBuf> {
     let zeroed_bytes = first_zeroed_bytes(size);
     assert!(zeroed_bytes >= SEGMENT_HEADER_BYTES, "the header lands in written blocks");
     let path = dir.join(format!("{PREPARED_PREFIX}{ordinal:08x}.tmp"));
@@ -271,7 +271,7 @@ pub fn prepare(vfs: &dyn Vfs, dir: &Path, ordinal: u32, size: u64) -> io::Result
 /// also writes the file's block allocation (the blocks the chunks' writes allocated in the
 /// sparse file) and flushes the device cache, and on a slow disk a housekeeper paying that
 /// per chunk fell behind the shards, which then waited for their zeros.
-pub fn zero_fill(file: &dyn VfsFile, from: u64, to: u64) -> io::Result<()> {
+pub(crate) fn zero_fill(file: &dyn VfsFile, from: u64, to: u64) -> io::Result<()> {
     if from >= to {
         return Ok(());
     }
@@ -297,7 +297,12 @@ pub fn zero_fill(file: &dyn VfsFile, from: u64, to: u64) -> io::Result<()> {
 
 /// Turns a prepared file into the active segment `header`: writes and syncs its header,
 /// renames it to its first LSN and syncs the directory.
-pub fn activate(vfs: &dyn Vfs, prepared: &Path, dir: &Path, header: SegmentHeader) -> io::Result<Segment> {
+pub(crate) fn activate(
+    vfs: &dyn Vfs,
+    prepared: &Path,
+    dir: &Path,
+    header: SegmentHeader,
+) -> io::Result<Segment> {
     let file = vfs.open(prepared)?;
     if file.size()? != header.size {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "prepared segment has the wrong size"));

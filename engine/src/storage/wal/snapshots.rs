@@ -25,7 +25,7 @@ impl Snapshots {
     /// The snapshots of `streams` (a checkpoint's), kept where they are. Their ids are
     /// distinct unless the checkpoint is wrong; then the last snapshot of an id wins, as a
     /// later record's would.
-    pub fn from_vec(streams: Vec<StreamSnapshot>) -> Snapshots {
+    pub(super) fn from_vec(streams: Vec<StreamSnapshot>) -> Snapshots {
         assert!(streams.len() <= u32::MAX as usize, "stream count fits a slot");
         let slot_of: HashMap<StreamId, u32> =
             streams.iter().enumerate().map(|(slot, stream)| (stream.id, slot as u32)).collect();
@@ -41,17 +41,17 @@ impl Snapshots {
         table
     }
 
-    pub fn contains(&self, id: StreamId) -> bool {
+    pub(super) fn contains(&self, id: StreamId) -> bool {
         self.slot_of.contains_key(&id)
     }
 
-    pub fn get_mut(&mut self, id: StreamId) -> Option<&mut StreamSnapshot> {
+    pub(super) fn get_mut(&mut self, id: StreamId) -> Option<&mut StreamSnapshot> {
         let slot = *self.slot_of.get(&id)?;
         Some(&mut self.dense[slot as usize])
     }
 
     /// Adds a stream not yet present.
-    pub fn insert(&mut self, snapshot: StreamSnapshot) {
+    pub(super) fn insert(&mut self, snapshot: StreamSnapshot) {
         let slot = u32::try_from(self.dense.len()).expect("stream count fits a slot");
         let before = self.slot_of.insert(snapshot.id, slot);
         assert!(before.is_none(), "stream {} inserted twice", snapshot.id);
@@ -59,7 +59,7 @@ impl Snapshots {
     }
 
     /// Removes a stream; the last snapshot takes its slot.
-    pub fn remove(&mut self, id: StreamId) -> Option<StreamSnapshot> {
+    pub(super) fn remove(&mut self, id: StreamId) -> Option<StreamSnapshot> {
         let slot = self.slot_of.remove(&id)? as usize;
         let removed = self.dense.swap_remove(slot);
         assert_eq!(removed.id, id);
@@ -70,16 +70,16 @@ impl Snapshots {
         Some(removed)
     }
 
-    pub fn values(&self) -> impl Iterator<Item = &StreamSnapshot> {
+    pub(super) fn values(&self) -> impl Iterator<Item = &StreamSnapshot> {
         self.dense.iter()
     }
 
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut StreamSnapshot> {
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut StreamSnapshot> {
         self.dense.iter_mut()
     }
 
     /// Every snapshot, in no particular order; the map of slots is freed.
-    pub fn into_vec(self) -> Vec<StreamSnapshot> {
+    pub(super) fn into_vec(self) -> Vec<StreamSnapshot> {
         self.dense
     }
 }

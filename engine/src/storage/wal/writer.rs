@@ -53,12 +53,12 @@ const CHAINS_CACHED_MAX: usize = 16_384;
 /// Most bytes written past the durable end of the log before a sync, even inside one batch:
 /// with the largest record, this bounds where a crash can leave stale bytes (recovery
 /// checks that window).
-pub const SYNC_RUN_BYTES_MAX: u64 = 4 << 20;
+pub(crate) const SYNC_RUN_BYTES_MAX: u64 = 4 << 20;
 /// How often, at most, a commit asks whether the active segment's file still has its name
 /// (milliseconds): an `fstat` per shard per commit measured 3–8% of acid's appends/s.
 const LINKED_CHECK_MS: u64 = 10;
 
-pub struct WalWriter {
+pub(crate) struct WalWriter {
     files: ShardFiles,
     table: Arc<SegmentTable>,
     ledger: Arc<Ledger>,
@@ -126,7 +126,7 @@ enum Part {
 }
 
 impl WalWriter {
-    pub fn new(
+    pub(crate) fn new(
         files: ShardFiles,
         table: Arc<SegmentTable>,
         ledger: Arc<Ledger>,
@@ -177,7 +177,7 @@ impl WalWriter {
         writer
     }
 
-    pub fn source(&self) -> WalSource {
+    pub(crate) fn source(&self) -> WalSource {
         self.source.clone()
     }
 

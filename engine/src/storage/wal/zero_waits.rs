@@ -16,7 +16,7 @@ use crate::histogram::{Histogram, HistogramSnapshot};
 
 /// The counters the writers share.
 #[derive(Default)]
-pub struct ZeroWaits {
+pub(crate) struct ZeroWaits {
     waits: AtomicU64,
     wait_us: Histogram,
 }
@@ -32,7 +32,7 @@ pub struct ZeroWaitStats {
 
 impl ZeroWaits {
     /// Runs `wait` (a wait for zeros) and counts it with its time.
-    pub fn time<T>(&self, wait: impl FnOnce() -> T) -> T {
+    pub(crate) fn time<T>(&self, wait: impl FnOnce() -> T) -> T {
         let started = Instant::now();
         let result = wait();
         self.record(started.elapsed());
@@ -45,7 +45,7 @@ impl ZeroWaits {
         self.wait_us.record(waited.as_micros() as u64);
     }
 
-    pub fn stats(&self) -> ZeroWaitStats {
+    pub(crate) fn stats(&self) -> ZeroWaitStats {
         ZeroWaitStats { waits: self.waits.load(Ordering::Relaxed), wait_us: self.wait_us.snapshot() }
     }
 }

@@ -20,10 +20,10 @@ use crate::http::response::SliceBuf;
 use crate::live::sse_reader::{SseReader, SseStream, Step, StepClock};
 
 /// The chunk that ends a chunked body.
-pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+pub(super) const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
 /// An SSE answer in progress on a bare connection.
-pub struct Events {
+pub(crate) struct Events {
     pub stream: Arc<SseStream>,
     pub reader: SseReader,
     /// The response head, until it is written.
@@ -35,7 +35,7 @@ pub struct Events {
 }
 
 /// Where a write left the answer.
-pub enum Written {
+pub(super) enum Written {
     /// The last chunk went out; `again`: the connection may carry another request.
     Ended { again: bool },
     /// Every frame ready went out (head and leftover included): the reader waits.
@@ -43,7 +43,7 @@ pub enum Written {
 }
 
 /// Writes `events` until it is caught up or ends.
-pub async fn write(socket: &TcpStream, mut events: Events, stall: Duration) -> io::Result<Written> {
+pub(super) async fn write(socket: &TcpStream, mut events: Events, stall: Duration) -> io::Result<Written> {
     if let Some(rest) = events.leftover.take() {
         reply::write_all(socket, &mut [IoSlice::new(&rest)], stall).await?;
     }

@@ -27,18 +27,18 @@ use bytes::Bytes;
 
 /// Message bytes one gather buffer holds after the head: a default-sized read answer (4 MiB)
 /// is four writes.
-pub const BUFFER_BYTES: usize = 1 << 20;
+pub(super) const BUFFER_BYTES: usize = 1 << 20;
 /// Room kept before the messages for a response head (read answers' heads are a few hundred
 /// bytes); a larger head takes its room from the messages.
-pub const HEAD_ROOM_BYTES: usize = 4 << 10;
+pub(super) const HEAD_ROOM_BYTES: usize = 4 << 10;
 /// Capacity of one gather buffer.
 const CAPACITY_BYTES: usize = BUFFER_BYTES + HEAD_ROOM_BYTES;
 /// Most gather buffers in the process, in use or idle: 32 MiB.
-pub const BUFFERS_MAX: usize = 32;
+pub(super) const BUFFERS_MAX: usize = 32;
 /// Most idle buffers one worker thread keeps for reuse.
 const IDLE_PER_THREAD_MAX: usize = 4;
 /// Messages at least this large (on average) are written from the map without a copy.
-pub const SLICE_BYTES_MAX: usize = 64 << 10;
+pub(super) const SLICE_BYTES_MAX: usize = 64 << 10;
 
 /// Buffers that exist (in use or idle), never more than [`BUFFERS_MAX`].
 static BUFFERS_LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -48,19 +48,19 @@ thread_local! {
 }
 
 /// Whether `slices` are worth gathering: several of them, small on average.
-pub fn worth_gathering(slices: &VecDeque<Bytes>, bytes: u64) -> bool {
+pub(super) fn worth_gathering(slices: &VecDeque<Bytes>, bytes: u64) -> bool {
     slices.len() > 1 && bytes / (slices.len() as u64) < SLICE_BYTES_MAX as u64
 }
 
 /// One gather buffer, held while its bytes are written; back to the idle list on drop.
-pub struct Buffer {
+pub(super) struct Buffer {
     bytes: Vec<u8>,
 }
 
 impl Buffer {
     /// An empty buffer (room for a head and [`BUFFER_BYTES`] of messages), or `None` when
     /// the budget is spent.
-    pub fn take() -> Option<Buffer> {
+    pub(super) fn take() -> Option<Buffer> {
         if let Some(bytes) = IDLE.with(|idle| idle.borrow_mut().pop()) {
             debug_assert!(bytes.is_empty() && bytes.capacity() >= CAPACITY_BYTES);
             return Some(Buffer { bytes });
@@ -74,7 +74,7 @@ impl Buffer {
     /// Appends `head` and then as much of `slices` as fits (up to [`BUFFER_BYTES`] of them
     /// after a head within its room), splitting the last slice taken when it does not fit
     /// whole. Returns the bytes taken from `slices`.
-    pub fn fill(&mut self, head: &[u8], slices: &mut VecDeque<Bytes>) -> u64 {
+    pub(super) fn fill(&mut self, head: &[u8], slices: &mut VecDeque<Bytes>) -> u64 {
         assert!(self.bytes.is_empty(), "a gather buffer is filled once per write");
         assert!(head.len() <= CAPACITY_BYTES, "a head fits a gather buffer");
         self.bytes.extend_from_slice(head);
@@ -98,7 +98,7 @@ impl Buffer {
         taken
     }
 
-    pub fn as_slice(&self) -> &[u8] {
+    pub(super) fn as_slice(&self) -> &[u8] {
         &self.bytes
     }
 }

@@ -22,16 +22,16 @@ use crate::http::request_body::RequestBody;
 
 /// Largest head the bare front reads; a longer one goes to hyper (which applies the
 /// server's head limits and answers 414 or 431 as it does on every connection).
-pub const HEAD_BYTES_BARE_MAX: usize = 16 * 1024;
+pub(crate) const HEAD_BYTES_BARE_MAX: usize = 16 * 1024;
 /// Largest body the bare front takes with its head (a producer's append, most often; as
 /// long as the bodies it reads and drops for a route that takes none); a longer one goes to
 /// hyper, which reads it as it arrives.
-pub const BODY_BYTES_BARE_MAX: usize = 64 * 1024;
+pub(crate) const BODY_BYTES_BARE_MAX: usize = 64 * 1024;
 /// Most headers a bare request may carry (hyper's default limit; more goes to hyper).
 const HEADERS_MAX: usize = 100;
 
 /// What the bytes read so far hold.
-pub enum Head {
+pub(crate) enum Head {
     /// Not a whole head yet: read more.
     Partial,
     /// A whole head whose declared body has not all arrived: the request is the first
@@ -45,7 +45,7 @@ pub enum Head {
 }
 
 /// Parses the head at the start of `bytes`.
-pub fn parse(bytes: &[u8]) -> Head {
+pub(crate) fn parse(bytes: &[u8]) -> Head {
     let mut slots = [httparse::EMPTY_HEADER; HEADERS_MAX];
     let mut parsed = httparse::Request::new(&mut slots);
     let consumed = match parsed.parse(bytes) {
@@ -78,7 +78,7 @@ pub fn parse(bytes: &[u8]) -> Head {
 /// does) and gives its body, if it has one: without a copy when the request is all the
 /// buffer holds, as it is unless the client sent ahead (the buffer then becomes the body's);
 /// else copied out. What is left is held at its own size; nothing, when nothing is left.
-pub fn take_body(buffer: &mut Vec<u8>, body: Range<usize>) -> Option<Bytes> {
+pub(crate) fn take_body(buffer: &mut Vec<u8>, body: Range<usize>) -> Option<Bytes> {
     assert!(body.start <= body.end && body.end <= buffer.len(), "the body lies in the buffer");
     let end = body.end;
     if !body.is_empty() && end == buffer.len() {
@@ -140,7 +140,7 @@ fn digits_at_most(text: &[u8], max: usize) -> Option<usize> {
 
 /// Whether `headers` carry `Connection: close` (among other tokens or not, any case): of a
 /// request, the client's wish; of a response, the route's.
-pub fn says_close(headers: &HeaderMap) -> bool {
+pub(crate) fn says_close(headers: &HeaderMap) -> bool {
     let mut tokens =
         headers.get_all(CONNECTION).iter().flat_map(|value| value.as_bytes().split(|byte| *byte == b','));
     tokens.any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))

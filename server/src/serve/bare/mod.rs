@@ -31,11 +31,11 @@
 
 mod events;
 mod gather;
-pub mod head;
+pub(crate) mod head;
 mod park;
-pub mod reply;
+pub(crate) mod reply;
 
-pub use park::Parking;
+pub(crate) use park::Parking;
 
 use std::future::Future;
 use std::io;
@@ -63,7 +63,7 @@ use reply::Framing;
 use super::OpenConnection;
 
 /// A plain TCP connection of the bare front: its socket, and what it holds for the server.
-pub struct Conn {
+pub(crate) struct Conn {
     socket: TcpStream,
     peer: SocketAddr,
     watcher: Watcher,
@@ -73,7 +73,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(socket: TcpStream, peer: SocketAddr, watcher: Watcher, open: OpenConnection) -> Conn {
+    pub(crate) fn new(socket: TcpStream, peer: SocketAddr, watcher: Watcher, open: OpenConnection) -> Conn {
         Conn { socket, peer, watcher, unread: Vec::new(), open }
     }
 }
@@ -92,7 +92,7 @@ enum Answered {
 /// parks it; `events`: an SSE answer to go on with first (a parked reader resuming). Each
 /// step is boxed, and so is an SSE answer between steps, so the connection's task holds
 /// only what the step it is in needs (a waiting long-poll: its socket and a few pointers).
-pub async fn serve(parking: Arc<Parking>, mut conn: Conn, mut events: Option<Box<Events>>) {
+pub(crate) async fn serve(parking: Arc<Parking>, mut conn: Conn, mut events: Option<Box<Events>>) {
     let app = Arc::clone(conn.open.app());
     loop {
         if let Some(answer) = events.take() {

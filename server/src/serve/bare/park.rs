@@ -41,7 +41,7 @@ use crate::per_stream::{Member, PerStream};
 
 /// Most readers in one lot: larger fan-outs spread over several lots (and the runtime's
 /// threads).
-pub const LOT_READERS_MAX: usize = 1024;
+pub(super) const LOT_READERS_MAX: usize = 1024;
 /// Most readers one poll of a lot visits; a sweep of more goes on in the lot's next poll,
 /// after the runtime's other ready tasks. A visit that writes costs about 10 µs of kernel
 /// time, so a sweep of a full lot in one poll would hold its worker thread for some 10 ms
@@ -52,13 +52,13 @@ const REARMS_MAX: usize = 4;
 
 /// The lots of every stream with parked readers (one per accept loop).
 #[derive(Default)]
-pub struct Parking {
+pub(crate) struct Parking {
     lots: Arc<PerStream<Lots>>,
 }
 
 /// The lots of one stream.
 #[derive(Default)]
-pub struct Lots {
+pub(super) struct Lots {
     inboxes: Mutex<Vec<Arc<Inbox>>>,
 }
 
@@ -92,7 +92,7 @@ struct Parked {
 
 impl Parking {
     /// Parks a caught-up answer (its head and every ready frame written) with `conn`.
-    pub fn park(self: &Arc<Self>, conn: Conn, events: Events) {
+    pub(crate) fn park(self: &Arc<Self>, conn: Conn, events: Events) {
         assert!(events.head.is_none() && events.leftover.is_none(), "only a caught-up answer parks");
         let Events { stream, reader, close, .. } = events;
         let watching = conn.unread.is_empty();

@@ -33,7 +33,7 @@ const JOIN_BYTES_MAX: usize = 4096;
 
 /// How a response's body is framed on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Framing {
+pub(crate) enum Framing {
     /// No body bytes go out (HEAD, 1xx, 204, 304, or an empty body).
     None,
     Length,
@@ -42,7 +42,7 @@ pub enum Framing {
 
 /// The response head as bytes, and how its body is framed. `close`: the connection ends
 /// after this response (`connection: close` is added when the route did not say so).
-pub fn head(response: &Response<Body>, method: &Method, close: bool) -> (Vec<u8>, Framing) {
+pub(crate) fn head(response: &Response<Body>, method: &Method, close: bool) -> (Vec<u8>, Framing) {
     let status = response.status();
     let headers = response.headers();
     let mut out = Vec::with_capacity(256 + headers.len() * 48);
@@ -93,13 +93,13 @@ fn line(out: &mut Vec<u8>, name: &str, value: &[u8]) {
 }
 
 /// Whether the route asked for the connection to end after its answer.
-pub fn closes(response: &Response<Body>) -> bool {
+pub(crate) fn closes(response: &Response<Body>) -> bool {
     super::head::says_close(response.headers())
 }
 
 /// Writes `head` and then `body` framed as `framing`; a write blocked for the app's stall
 /// timeout fails with `TimedOut`. Ends with the body (a chunked body with its last chunk).
-pub async fn send(
+pub(crate) async fn send(
     socket: &TcpStream,
     head: Vec<u8>,
     mut body: Body,
@@ -184,7 +184,7 @@ async fn write_one(socket: &TcpStream, bytes: Vec<u8>, stall: Duration) -> io::R
 }
 
 /// One frame (with the head before it when it is the first), chunk-framed if chunked.
-pub async fn send_frame(
+pub(crate) async fn send_frame(
     socket: &TcpStream,
     head: &[u8],
     data: SliceBuf,
@@ -229,7 +229,7 @@ pub async fn send_frame(
 }
 
 /// Writes every byte of `slices`; a socket that takes nothing for `stall` fails the write.
-pub async fn write_all(
+pub(crate) async fn write_all(
     socket: &TcpStream,
     mut slices: &mut [IoSlice<'_>],
     stall: Duration,

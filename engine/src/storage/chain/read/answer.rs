@@ -32,7 +32,7 @@ pub(super) struct Answer {
 impl Answer {
     /// An empty answer from `from` over the records from `first` to `last` (whose data is
     /// what its copies are charged for).
-    pub fn new(from: Offset, first: &Node, last: &Node) -> Answer {
+    pub(super) fn new(from: Offset, first: &Node, last: &Node) -> Answer {
         let span_end = last.end.bytes;
         let copies = Copies::new(span_end - first.start.bytes);
         Answer {
@@ -47,7 +47,7 @@ impl Answer {
 
     /// Takes the data of `node` (after its first `skip` bytes) into the answer; nothing is
     /// taken when it fails its checks.
-    pub fn take<S: RecordSource>(
+    pub(super) fn take<S: RecordSource>(
         &mut self,
         read: &LogRead<'_, S>,
         node: &Node,
@@ -76,7 +76,7 @@ impl Answer {
 
     /// After `node` was taken: takes the run of plain records right behind it in one pass
     /// ([`RecordSource::copy_run`]), if the answer is copying; returns the last one taken.
-    pub fn take_run<S: RecordSource>(
+    pub(super) fn take_run<S: RecordSource>(
         &mut self,
         read: &LogRead<'_, S>,
         node: &Node,
@@ -92,13 +92,13 @@ impl Answer {
     }
 
     /// Whether the answer holds exactly the bytes its offsets promise since `from`.
-    pub fn holds_bytes_since(&self, from: Offset) -> bool {
+    pub(super) fn holds_bytes_since(&self, from: Offset) -> bool {
         let held: usize = self.slices.iter().map(Bytes::len).sum::<usize>() + self.copied.len();
         held as u64 == self.next.bytes - from.bytes
     }
 
     /// The answer, from `from`.
-    pub fn finish(mut self, from: Offset) -> Chunk {
+    pub(super) fn finish(mut self, from: Offset) -> Chunk {
         self.seal_copied();
         debug_assert!(self.next > from, "a read that returns covers at least one record");
         let (messages, copied) = (self.next.messages - from.messages, !self.from_storage);

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use crate::limits::ByteBudget;
 
 /// Most bytes all reads' copies hold at once: 16 reads of the default 4 MiB.
-pub const COPIES_BYTES_MAX: u64 = 64 << 20;
+pub(crate) const COPIES_BYTES_MAX: u64 = 64 << 20;
 
 /// The budget of every read's copies in the process (it counts no streams).
 static COPIES: ByteBudget = ByteBudget::new(COPIES_BYTES_MAX, 0);
@@ -27,13 +27,13 @@ static COPIES: ByteBudget = ByteBudget::new(COPIES_BYTES_MAX, 0);
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// Bytes reads' copies hold now, across the process (charged for the most each may copy).
-pub fn copies_held_bytes() -> u64 {
+pub(crate) fn copies_held_bytes() -> u64 {
     COPIES.used()
 }
 
 /// Reads that found the budget spent, since the start (their small records went out as
 /// slices of the log, which costs more to send than one copy).
-pub fn copies_refused() -> u64 {
+pub(crate) fn copies_refused() -> u64 {
     REFUSED.load(Ordering::Relaxed)
 }
 
@@ -57,7 +57,7 @@ impl Drop for Charge {
 }
 
 /// One read's copies: charged, at its first small record, for the most the read may copy.
-pub struct Copies {
+pub(super) struct Copies {
     budget: &'static ByteBudget,
     bytes_max: u64,
     /// Bytes sealed so far (never more than `bytes_max`).
@@ -85,7 +85,7 @@ impl AsRef<[u8]> for Piece {
 
 impl Copies {
     /// The copies of a read that copies at most `bytes_max` bytes.
-    pub fn new(bytes_max: u64) -> Copies {
+    pub(super) fn new(bytes_max: u64) -> Copies {
         Copies::charged_to(&COPIES, bytes_max)
     }
 
@@ -94,7 +94,7 @@ impl Copies {
     }
 
     /// Whether this read may copy (charging the budget the first time it is asked).
-    pub fn allowed(&mut self) -> bool {
+    pub(super) fn allowed(&mut self) -> bool {
         if matches!(self.charge, Charged::NotYet) {
             self.charge = match Charge::try_new(self.budget, self.bytes_max) {
                 Some(charge) => Charged::Yes(Arc::new(charge)),
@@ -108,7 +108,7 @@ impl Copies {
     }
 
     /// `copied` (made while [`Copies::allowed`]), holding the read's charge until dropped.
-    pub fn seal(&mut self, copied: Bytes) -> Bytes {
+    pub(super) fn seal(&mut self, copied: Bytes) -> Bytes {
         let Charged::Yes(charge) = &self.charge else {
             unreachable!("only a read allowed to copy has copies to seal");
         };

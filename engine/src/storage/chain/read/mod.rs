@@ -27,7 +27,7 @@ mod careful;
 mod copies;
 mod one_pass;
 
-pub use copies::{copies_held_bytes, copies_refused, COPIES_BYTES_MAX};
+pub(crate) use copies::{copies_held_bytes, copies_refused, COPIES_BYTES_MAX};
 
 use answer::Answer;
 use bytes::{Bytes, BytesMut};
@@ -40,7 +40,7 @@ use crate::storage::chain::{collect, find, find_index, find_last, Node, NodeSour
 use crate::storage::chunk::{Chunk, Message, ReadError};
 
 /// Most records one read returns (a partial read continues at its next offset).
-pub const RECORDS_PER_READ_MAX: u64 = 4096;
+pub(crate) const RECORDS_PER_READ_MAX: u64 = 4096;
 
 /// Records whose data is smaller than this are copied into one buffer by reads (reserved
 /// once for the rest of the span) rather than handed out as slices of their own: the copy
@@ -48,13 +48,13 @@ pub const RECORDS_PER_READ_MAX: u64 = 4096;
 /// as one slice instead of one per record. At 4 KiB messages (acid catch-up) that measured
 /// 1.16x the per-record slices gathered by the server, in alternating rounds; larger
 /// records are sent from their storage without a copy.
-pub const COPY_BELOW_BYTES: u64 = 64 << 10;
+pub(crate) const COPY_BELOW_BYTES: u64 = 64 << 10;
 
 /// Most log bytes one read scans forward past other records when the chain is damaged.
-pub const SCAN_BYTES_MAX: u64 = 64 << 20;
+pub(crate) const SCAN_BYTES_MAX: u64 = 64 << 20;
 
 /// A log that can hand out a record's stored data.
-pub trait RecordSource: NodeSource<Error = ReadError> {
+pub(crate) trait RecordSource: NodeSource<Error = ReadError> {
     /// The stored message bytes of the record `node` describes.
     fn data(&self, node: &Node) -> Result<Bytes, ReadError>;
 
@@ -98,7 +98,7 @@ pub trait RecordSource: NodeSource<Error = ReadError> {
 /// Reads stored for one stream: its published last record (location and chain index),
 /// its published tail offset `until`, and where its first record starts (`start`: zero, or a
 /// fork's start after its inherited bytes, which are read from its source).
-pub struct LogRead<'a, S: RecordSource> {
+pub(crate) struct LogRead<'a, S: RecordSource> {
     pub source: &'a S,
     pub stream: StreamId,
     pub start: Offset,
@@ -133,7 +133,7 @@ struct Span {
 
 impl<S: RecordSource> LogRead<'_, S> {
     /// Whole messages from `from`, about `bytes_max` stored bytes (at least one record).
-    pub fn chunk(&self, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
+    pub(crate) fn chunk(&self, from: Offset, bytes_max: usize) -> Result<Chunk, ReadError> {
         if !self.reads_from(from)? {
             return Ok(Chunk { next: from, messages: 0, slices: Vec::new(), copied: false });
         }
@@ -185,7 +185,7 @@ impl<S: RecordSource> LogRead<'_, S> {
     }
 
     /// Single messages from `from` (for SSE), with the same limits as [`LogRead::chunk`].
-    pub fn messages(&self, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
+    pub(crate) fn messages(&self, from: Offset, bytes_max: usize) -> Result<Vec<Message>, ReadError> {
         let Some(span) = self.span(from, bytes_max)? else {
             return Ok(Vec::new());
         };

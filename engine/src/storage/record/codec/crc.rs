@@ -16,7 +16,7 @@ pub(super) fn crc32(bytes: &[u8]) -> u32 {
 }
 
 /// The payload crc of a record: meta, then data.
-pub fn payload_crc(meta: &[u8], data: &[&[u8]]) -> u32 {
+pub(crate) fn payload_crc(meta: &[u8], data: &[&[u8]]) -> u32 {
     let mut hasher = CRC_HASHER.clone();
     hasher.update(meta);
     for part in data {
@@ -28,7 +28,7 @@ pub fn payload_crc(meta: &[u8], data: &[&[u8]]) -> u32 {
 /// The payload crc of a record from its payload in one piece (meta, then data): the same
 /// value as [`payload_crc`], in one pass of the crc's wide path instead of a slow start on
 /// the few bytes of meta.
-pub fn whole_payload_crc(payload: &[u8]) -> u32 {
+pub(crate) fn whole_payload_crc(payload: &[u8]) -> u32 {
     crc32(payload)
 }
 

@@ -30,7 +30,7 @@ pub struct Meta {
 
 /// The parts of a meta to encode, borrowed from the record being written.
 #[derive(Clone, Copy, Default)]
-pub struct MetaRef<'a> {
+pub(crate) struct MetaRef<'a> {
     pub chain: Option<&'a Chain>,
     /// Name and configuration (create records).
     pub create: Option<(&'a str, &'a StreamConfig)>,
@@ -41,7 +41,7 @@ pub struct MetaRef<'a> {
 }
 
 /// Encodes the meta of a record of `kind`; the flags follow from which parts are present.
-pub fn encode_meta(kind: Kind, meta: MetaRef<'_>, out: &mut Vec<u8>) {
+pub(crate) fn encode_meta(kind: Kind, meta: MetaRef<'_>, out: &mut Vec<u8>) {
     if matches!(kind, Kind::Create | Kind::Append) {
         let chain = meta.chain.expect("create and append records are chained");
         debug_assert!(chain.jumps.len() <= JUMPS_MAX);
@@ -83,7 +83,7 @@ pub fn encode_meta(kind: Kind, meta: MetaRef<'_>, out: &mut Vec<u8>) {
 }
 
 /// Decodes the meta of a record with header `header`.
-pub fn decode_meta(header: &Header, bytes: &[u8]) -> Result<Meta, DecodeError> {
+pub(crate) fn decode_meta(header: &Header, bytes: &[u8]) -> Result<Meta, DecodeError> {
     let mut reader = Reader { bytes, at: 0 };
     let mut meta = Meta::default();
     if matches!(header.kind, Kind::Create | Kind::Append) {
@@ -116,14 +116,14 @@ pub fn decode_meta(header: &Header, bytes: &[u8]) -> Result<Meta, DecodeError> {
 }
 
 /// Decodes only the chain part of a meta (what readers need).
-pub fn decode_chain(meta: &[u8]) -> Result<Chain, DecodeError> {
+pub(crate) fn decode_chain(meta: &[u8]) -> Result<Chain, DecodeError> {
     Reader { bytes: meta, at: 0 }.chain()
 }
 
 /// The index and nearest jump of the chain at the start of `meta`, checked as
 /// [`decode_chain`] checks it (the index and jump count agree, every jump is there), without
 /// collecting the jumps: for reads that only follow records forward.
-pub fn peek_chain(meta: &[u8]) -> Result<(ChainIndex, Option<Location>), DecodeError> {
+pub(crate) fn peek_chain(meta: &[u8]) -> Result<(ChainIndex, Option<Location>), DecodeError> {
     let mut reader = Reader { bytes: meta, at: 0 };
     let (n, count) = reader.chain_head()?;
     if meta.len() < chain_bytes(count) {
@@ -134,7 +134,7 @@ pub fn peek_chain(meta: &[u8]) -> Result<(ChainIndex, Option<Location>), DecodeE
 }
 
 /// Bytes of the chain part of a meta with `jumps` jumps.
-pub fn chain_bytes(jumps: usize) -> usize {
+pub(crate) fn chain_bytes(jumps: usize) -> usize {
     9 + 8 * jumps
 }
 

@@ -33,23 +33,23 @@ mod crc;
 mod meta;
 
 use crc::crc32;
-pub use crc::{payload_crc, whole_payload_crc};
+pub(crate) use crc::{payload_crc, whole_payload_crc};
 /// Named only where tests build metas by hand (elsewhere it is reached through `Meta`).
 #[cfg(test)]
-pub use meta::CreateMeta;
-pub use meta::{chain_bytes, decode_chain, decode_meta, encode_meta, peek_chain, Meta, MetaRef};
+pub(crate) use meta::CreateMeta;
+pub(crate) use meta::{chain_bytes, decode_chain, decode_meta, encode_meta, peek_chain, Meta, MetaRef};
 
-pub const HEADER_BYTES: usize = 64;
+pub(crate) const HEADER_BYTES: usize = 64;
 /// Magic and format version: "DSR1".
-pub const MAGIC: u32 = u32::from_le_bytes(*b"DSR1");
+pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"DSR1");
 const _: () = assert!(MAGIC != 0, "a zeroed header never carries the magic");
 /// Records start at multiples of this.
-pub const RECORD_ALIGN: usize = 8;
+pub(crate) const RECORD_ALIGN: usize = 8;
 /// Most meta bytes a record carries: a full chain, a name of 1024 bytes, a content type, a
 /// producer id and a `Stream-Seq` of 256 bytes each, with their lengths, fit well inside.
-pub const META_BYTES_MAX: usize = 4096;
+pub(crate) const META_BYTES_MAX: usize = 4096;
 /// Most jump pointers one record holds (records up to 2^62 per chain).
-pub const JUMPS_MAX: usize = 63;
+pub(crate) const JUMPS_MAX: usize = 63;
 
 // The format's constants agree with one another (checked when the crate builds).
 const _: () = {
@@ -98,28 +98,28 @@ impl Kind {
 }
 
 /// Record flags.
-pub mod flags {
+pub(crate) mod flags {
     /// The stream is closed by (after) this record.
-    pub const CLOSE: u8 = 1;
+    pub(crate) const CLOSE: u8 = 1;
     /// The meta carries a producer tag.
-    pub const PRODUCER: u8 = 2;
+    pub(crate) const PRODUCER: u8 = 2;
     /// The meta carries a `Stream-Seq`.
-    pub const STREAM_SEQ: u8 = 4;
+    pub(crate) const STREAM_SEQ: u8 = 4;
     /// A delete caused by expiry.
-    pub const EXPIRED: u8 = 8;
+    pub(crate) const EXPIRED: u8 = 8;
     /// The data is stored JSON messages (each followed by `,`).
-    pub const JSON: u8 = 16;
+    pub(crate) const JSON: u8 = 16;
     /// A copy of one of the stream's records, written by compaction (acid).
-    pub const MOVED: u8 = 32;
+    pub(crate) const MOVED: u8 = 32;
     /// The last copy of a move: from here on the copies are the stream's chain.
-    pub const MOVE_END: u8 = 64;
+    pub(crate) const MOVE_END: u8 = 64;
     /// Of a create: the meta carries a fork reference (the same bit as [`SOFT`]).
-    pub const FORK: u8 = 128;
+    pub(crate) const FORK: u8 = 128;
     /// Of a delete: a soft delete; the stream stays while forks read it (the same bit as
     /// [`FORK`]).
-    pub const SOFT: u8 = 128;
+    pub(crate) const SOFT: u8 = 128;
     /// Every bit has a meaning (which depends on the kind: see each kind's check).
-    pub const ALL: u8 = CLOSE | PRODUCER | STREAM_SEQ | EXPIRED | JSON | MOVED | MOVE_END | FORK;
+    pub(crate) const ALL: u8 = CLOSE | PRODUCER | STREAM_SEQ | EXPIRED | JSON | MOVED | MOVE_END | FORK;
     const _: () = assert!(ALL == u8::MAX);
 }
 
@@ -313,7 +313,13 @@ impl Header {
 /// A whole append record of `stream` (chained by `chain`, starting at `offset`, one message
 /// of `data`), padded: for tests that lay out logs by hand.
 #[cfg(test)]
-pub fn append_for_tests(stream: StreamId, chain: &Chain, offset: Offset, lsn: Lsn, data: &[u8]) -> Vec<u8> {
+pub(crate) fn append_for_tests(
+    stream: StreamId,
+    chain: &Chain,
+    offset: Offset,
+    lsn: Lsn,
+    data: &[u8],
+) -> Vec<u8> {
     let mut meta = Vec::new();
     encode_meta(Kind::Append, MetaRef { chain: Some(chain), ..MetaRef::default() }, &mut meta);
     let header = Header {
@@ -336,23 +342,23 @@ pub fn append_for_tests(stream: StreamId, chain: &Chain, offset: Offset, lsn: Ls
 }
 
 /// Zeros that pad a record of `unpadded` bytes to the record alignment.
-pub fn padding(unpadded: usize) -> &'static [u8] {
+pub(crate) fn padding(unpadded: usize) -> &'static [u8] {
     const ZEROS: [u8; RECORD_ALIGN] = [0; RECORD_ALIGN];
     &ZEROS[..align(unpadded) - unpadded]
 }
 
-pub fn align(len: usize) -> usize {
+pub(crate) fn align(len: usize) -> usize {
     len.div_ceil(RECORD_ALIGN) * RECORD_ALIGN
 }
 
 /// A whole record read from `bytes` (which starts at the record), checked end to end.
-pub struct Decoded<'a> {
+pub(crate) struct Decoded<'a> {
     pub header: Header,
     pub meta: Meta,
     pub data: &'a [u8],
 }
 
-pub fn decode_record(bytes: &[u8]) -> Result<Decoded<'_>, DecodeError> {
+pub(crate) fn decode_record(bytes: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     let raw: &[u8; HEADER_BYTES] =
         bytes.get(..HEADER_BYTES).and_then(|b| b.try_into().ok()).ok_or_else(|| {
             if bytes.iter().all(|b| *b == 0) {

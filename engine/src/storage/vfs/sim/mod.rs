@@ -37,7 +37,7 @@ use file::{survive, write_into, FileData};
 pub use rng::SimRng;
 
 /// Granularity of a torn write: sectors of the file, each kept whole or not at all.
-pub const SECTOR_BYTES: usize = 512;
+pub(crate) const SECTOR_BYTES: usize = 512;
 
 type FileRef = Arc<Mutex<FileData>>;
 
