@@ -4,8 +4,9 @@
 //! shard does not preempt the thread that woke it, so the front finishes its turn and the
 //! shard drains a batch. A shard thread about to block on a device flush switches to the
 //! normal policy first ([`prompt_scheduling`]): the flush's completion then preempts the
-//! front at once and the batch is answered, instead of waiting for the front's turn to end
-//! (on one core, acid appends +5 % and p99 -15 %, alternating A/B). Either way a shard thread
+//! front at once and the batch is answered, instead of waiting for the front's turn to end.
+//! On a shared core that raises the append rate and lowers tail latency
+//! (docs/performance/code-choices.md). Either way a shard thread
 //! asks for a short time slice ([`SHARD_SLICE_US`]), so that once woken it is picked before
 //! a front thread that has run for a while. The policy is cached per thread, so a switch
 //! costs syscalls only when the policy changes. The other side of the bargain: a front
@@ -53,11 +54,10 @@ pub(crate) fn prompt_scheduling() {
 /// The time slice a shard thread asks for, in microseconds: Linux's EEVDF scheduler (6.12
 /// and later) gives a thread woken with a shorter slice an earlier deadline, so a shard back
 /// from its flush runs before the front thread it shares a core with has used up its own
-/// slice (the default grows with the CPU count: 1.4 ms on two CPUs). On one core, acid appends
-/// with 64 connections, alternating A/B against the default: 500 µs 1.04-1.06x appends/s,
-/// p99 0.90-0.94x; 700 µs 1.02-1.05x, p99 0.90-0.96x; 1,000 µs 1.03x, p99 0.92x; 300 µs
-/// 0.97x; 100 µs 0.96x (the shards then preempt the front for every small step); memory
-/// mode 1.01x. Older kernels ignore the request.
+/// slice (the default grows with the CPU count: 1.4 ms on two CPUs). A slice below the
+/// default raises the append rate and lowers tail latency on a shared core. A much shorter
+/// slice costs more than it gains, because the shards then preempt the front for every
+/// small step (docs/performance/code-choices.md). Older kernels ignore the request.
 const SHARD_SLICE_US: u64 = 700;
 
 fn set_policy(policy: Policy) {
@@ -129,8 +129,8 @@ const BACKGROUND_NICE: i32 = 19;
 
 /// For a thread of background work (the WAL's housekeeper: zero-filling segments ahead,
 /// checkpoints): the lowest priority of the normal policy. Its work comes in bursts of
-/// milliseconds that otherwise land in the middle of requests on a busy core (acid appends
-/// on one core, alternating A/B: p99 0.90x, p99.9 0.83x at the lowest priority). At nice 19
+/// milliseconds that otherwise land in the middle of requests on a busy core and lengthen
+/// their tail latency (docs/performance/code-choices.md). At nice 19
 /// it still gets a share of a saturated core (weight 15 against 1,024 per busy thread), so
 /// it is never starved, and all of an idle one. Failure is harmless (the thread keeps its
 /// priority).
@@ -162,9 +162,9 @@ thread_local! {
 ///
 /// Without it a front thread kept busy by catch-up readers holds the core until the
 /// scheduler's tick (milliseconds), and each step of a write waits for one — the shard's
-/// turn, the return from its flush: on one core, acid appends fell to about a thousand a
-/// second (16 ms p50) under eight catch-up readers, and to half their rate in memory
-/// mode. A read costs tens to hundreds of microseconds, so this bounds a waiting shard's
+/// turn, the return from its flush. A few catch-up readers on a shared core then bring
+/// appends almost to a stop (docs/performance/code-choices.md). A read costs tens to
+/// hundreds of microseconds, so this bounds a waiting shard's
 /// wait by about that, for a syscall that returns at once when nothing else is runnable,
 /// at most 5,000 a second per thread.
 pub(crate) fn offer_core() {

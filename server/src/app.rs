@@ -49,7 +49,8 @@ pub(crate) struct App {
     pub local_tcp_congestion: Option<Box<str>>,
     /// Whether the bare front copies catch-up answers of many small messages into gather
     /// buffers before writing them (`crate::serve::bare::gather`): in acid mode, where they
-    /// are slices of segment maps (measured faster); not where they are heap buffers.
+    /// are slices of segment maps (a copy is cheaper there than a `writev` of many slices);
+    /// not where they are heap buffers.
     pub gather_reads: bool,
     /// This node's membership of a cluster (`None`: a single node).
     pub cluster: Option<Arc<Cluster>>,

@@ -4,10 +4,10 @@
 //! reached the server on) crosses no network: there is no path to probe and no queue to
 //! keep short. It still gets the system's congestion control, and where that one paces its
 //! packets (BBR, a common default) the kernel arms a timer for the packets of a large answer
-//! and sends them from the timer: on the reference VM every timer is an exit to the
-//! hypervisor, and catch-up answers on loopback measured 1.5x (acid) and 1.7x (memory
-//! mode) faster with a non-pacing algorithm on the server's end; appends and SSE fan-out
-//! (small answers) measured the same either way. So local connections get
+//! and sends them from the timer. On a virtual machine every timer is an exit to the
+//! hypervisor. Catch-up answers on loopback are then much faster with a non-pacing algorithm
+//! on the server's end. Appends and SSE fan-out (small answers) are the same either way
+//! (docs/performance/code-choices.md). So local connections get
 //! `DS_SERVER__LOCAL_TCP_CONGESTION` (default [`DEFAULT`], which every Linux kernel has and
 //! lets any process choose) and remote ones keep the system's choice; [`SYSTEM`] leaves
 //! local ones alone too. This module owns that choice and nothing else about sockets.

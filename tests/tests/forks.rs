@@ -158,8 +158,9 @@ fn chain_of_forks(mode: &str) {
 /// last fork is deleted for good (404, its name free), never soft-deleted for a moment
 /// (410, 409 on its name) while the fork's release is still on its way — with the source
 /// and the fork in the same shard or in different ones, and 4 clients at once so that
-/// batches carry several ops (`churn.py` in `tests/campaigns` met the soft-deleted source in
-/// 2-3 of 4,800 such lives before the fix; the order itself is tested in the shard's tests).
+/// batches carry several ops (the race is rare, which is why `churn.py` in `tests/campaigns`
+/// looks for it over thousands of such lives, docs/performance/code-choices.md; the order
+/// itself is tested in the shard's tests).
 #[test]
 fn a_source_deleted_right_after_its_last_fork_is_gone_at_once() {
     for mode in ["memory", "acid"] {

@@ -150,9 +150,9 @@ fn live_reads_pass_through_promptly() {
     }
     delays.sort();
     eprintln!("SSE through the proxy: POST-to-event median {:?}, max {:?}", delays[5], delays[9]);
-    // Without `option http-no-delay` every event waits ~200 ms in the proxy (measured: median
-    // 208 ms, against under 1 ms with it); the bound sits between the two with room for a
-    // loaded machine.
+    // Without `option http-no-delay` every event waits ~200 ms in the proxy, and with it
+    // hardly at all (docs/performance/code-choices.md); the bound sits between the two with
+    // room for a loaded machine.
     assert!(delays[5] < Duration::from_millis(100), "events arrive as they are written: {delays:?}");
 
     let tail = client.send("HEAD", path, &auth, b"").next_offset();

@@ -227,8 +227,8 @@ fn ds_tool_verify(dir: &Path) -> std::process::Output {
 
 /// A stream's file deleted under the running server (file-durable, file-fast): before its
 /// next append the file is written again from the one the server still holds open, so the
-/// append is acknowledged into a file a restart finds and the stream survives whole. Before
-/// (2026-11-26), the stream was refused as damaged from then on and gone after a restart.
+/// append is acknowledged into a file a restart finds and the stream survives whole. Without
+/// that, the stream would be refused as damaged from then on and gone after a restart.
 #[test]
 fn a_stream_file_deleted_under_the_running_server_is_written_again() {
     for mode in ["file-durable", "file-fast"] {

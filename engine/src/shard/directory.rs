@@ -44,8 +44,8 @@ impl Directory {
 
     /// Publishes a shard's recovered streams, at start, into its empty directory: room for
     /// all of them first, and each name hashed once (growing the map as they came, through a
-    /// batch's overlay, hashed every name three times or more: 15-20% of a start's CPU at
-    /// 1,000,000 streams).
+    /// batch's overlay, hashed every name three times or more, a large share of a start's CPU
+    /// with many streams; docs/performance/code-choices.md).
     pub(crate) fn install(&self, recovered: Vec<Arc<Stream>>) {
         let mut streams = self.streams.write().expect("directory lock");
         assert!(streams.is_empty(), "recovered streams go into an empty directory");

@@ -9,8 +9,8 @@
 //! answers). Every shard writes before any waits, so one flush covers all the worker's
 //! shards (and, through the shared flush group, the other workers' that wrote meanwhile);
 //! the write-backs start back to back, so the block layer sends them to the device together
-//! (acid, one core, A/B: device notifications, `iowrite16`, 6.6% of the core → 4.1%; p99
-//! 0.95× to 0.98×, appends/s 1.00× to 1.02×). Each shard stays the single writer of its log
+//! and device notifications take less of the core (docs/performance/code-choices.md). Each
+//! shard stays the single writer of its log
 //! and its streams; only the thread is shared.
 //!
 //! With nothing queued the worker parks on the doorbell its shards share, until an op
@@ -28,8 +28,7 @@ use super::Shard;
 use crate::time::Clock;
 
 /// Workers per CPU: two, so that one worker's shards collect and write their next batches
-/// while the other's wait for a device flush (measured on one pinned core: 16 shards on two
-/// workers ~27,000 appends/s, on one ~22,000).
+/// while the other's wait for a device flush (docs/performance/code-choices.md).
 const WORKERS_PER_CPU: usize = 2;
 /// Longest a shard goes without a step, work or not (milliseconds).
 const FULL_TURN_MS: u64 = 1000;

@@ -6,11 +6,10 @@
 //! of the inode table that holds the file's inode whenever that block is dirty — and it is
 //! dirty whenever any inode in it changed: a log segment's modification time changes with its
 //! writes, every clock tick. Files made together get neighbouring inodes, so the flush file
-//! of a fresh data directory often shares its block with segments, and then about half the
-//! rounds wrote a 4 KiB block and waited for it before their cache flush (measured
-//! 2026-11-28, acid, 64 connections: 1,073–1,434 such writes in 2 s of 2,600–3,000 flushes,
-//! 28,700–29,500 appends/s, against none and 31,100–34,000 where the block was the flush
-//! file's alone — which start got which was chance).
+//! of a fresh data directory often shares its block with segments. Then many rounds write a
+//! 4 KiB block and wait for it before their cache flush, and appends lose a noticeable share
+//! of their rate (docs/performance/code-choices.md). Whether a start's flush file shares
+//! its block is chance.
 //!
 //! So on ext4 the flush file is one of a **pool** of empty files (`flush/NNNN` beside the
 //! plain `FLUSH`) that together hold every inode of one aligned run of the inode table as
@@ -47,27 +46,27 @@ const PLAIN_NAME: &str = "FLUSH";
 const POOL_DIR_NAME: &str = "flush";
 /// How many runs' worth of files one start may add to the pool while it looks for a run:
 /// enough to fill the holes a busy file system leaves in a group's inodes first (each new
-/// file takes the lowest free one), at 0.2-1 ms a file on this VM, once.
+/// file takes the lowest free one). The files are made once, by the start that needs them.
 const POOL_SPANS_MAX: u64 = 32;
-/// Tries after the first when no run formed. Two servers started together spoiled each
-/// other's runs in 14 of 16 starts before there were retries (both gave up after the same
-/// number of files).
+/// Tries after the first when no run formed. Two servers started together usually spoil
+/// each other's runs at the first try, because both give up after the same number of files
+/// (docs/performance/code-choices.md).
 const RETRIES_MAX: u32 = 8;
 /// Runs' worth of files one retry may add: with no other process creating files meanwhile,
 /// a run forms within two (the first try filled the holes).
 const RETRY_SPANS_MAX: u64 = 2;
 /// How many retries' worth of time a pause before a retry may last at most: two processes
-/// that retry together then seldom overlap (making a file took 0.2-1 ms on this VM, so a
-/// retry lasts tens of milliseconds).
+/// that retry together then seldom overlap (a retry makes up to [`RETRY_SPANS_MAX`] runs'
+/// worth of files, so it lasts tens of milliseconds).
 const RETRY_PAUSE_RETRIES_MAX: u32 = 8;
 /// Longest all the pauses of one start may add up to.
 const RETRY_PAUSES_MAX: Duration = Duration::from_secs(1);
 
 /// Most files a pool that owns no run keeps for the next start. They fill holes of the
 /// inode table (a file system with many files made and removed over time), so the next
-/// start's files land past them: measured here, 1,536 files of one start did not get past
-/// the holes that a few thousand old files left, and a start that removed its pool again
-/// left the same holes for the next. Past this the pool is removed and tried afresh.
+/// start's files land past them. One start's files may not reach past the holes that many
+/// old files left. A start that removed its pool again would leave the same holes for the
+/// next (docs/performance/code-choices.md). Past this the pool is removed and tried afresh.
 const POOL_KEPT_MAX: usize = 8192;
 
 /// A file of the pool: its number (its name) and its inode.

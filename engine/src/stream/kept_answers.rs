@@ -30,10 +30,9 @@
 //! answers and reads in flight together hold more than half the budget (many readers of
 //! different data, whose reads would otherwise send slices of the log instead of copies).
 //! Answers older than [`KEPT_MS_MAX`] are dropped first, so none stays for want of a later
-//! keep. Against the build without kept answers, alternating rounds, 16 connections:
-//! re-reading one 16 MiB stream 1.39×; 16 streams of 16 MiB, each connection moving on
-//! after each pass, 0.98× and 1.15× (without [`make_room`], 0.85×; without either rule,
-//! 0.88×).
+//! keep. Kept answers make re-reading a stream faster. Without the two rules that put reads
+//! in flight first, keeping answers would make many readers of different streams slower
+//! instead (docs/performance/code-choices.md).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,8 +53,9 @@ pub(crate) const KEPT_MS_MAX: u64 = 10_000;
 /// Most answers the process holds: each holds a few hundred bytes besides its own (its
 /// record, the answer's slices and their owner), which [`KEPT_BYTES_MAX`] does not count,
 /// so a crowd of tiny answers holds at most about 1 MiB more. (Counting 256 bytes for each
-/// against [`KEPT_BYTES_MAX`] instead left room for 7 answers of 4 MiB, not 8, and
-/// measured 0.68×–0.77× on 16 streams of 16 MiB read by 16 connections: 213 hits against 940.)
+/// against [`KEPT_BYTES_MAX`] instead would leave room for 7 answers of 4 MiB, not 8. Readers
+/// of several 16 MiB streams would then find far fewer kept answers
+/// (docs/performance/code-choices.md).)
 pub(crate) const KEPT_ANSWERS_MAX: usize = 4096;
 
 /// One kept answer and what it answered.

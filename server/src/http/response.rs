@@ -55,9 +55,8 @@ impl Body {
 
 /// Most slices, and bytes, one frame of a [`Body::Slices`] carries. A default-sized read
 /// answer (4 MiB) is one frame, so memory mode's answer of 64 KiB blocks goes out as one
-/// run of `writev`s rather than four, one per 1 MiB frame (alternating rounds against 1 MiB
-/// frames, 16 connections catching up on 16 MiB of 4 KiB messages: 1.12× the throughput,
-/// rounds 0.98×–1.30×, p99 0.71×; with 127 slices a frame, 1.03× and 1.15×). Slices are
+/// run of `writev`s rather than four, one per 1 MiB frame. That raises catch-up throughput
+/// and lowers its tail latency (docs/performance/code-choices.md). Slices are
 /// never copied, so a larger frame costs no memory.
 const FRAME_SLICES_MAX: usize = 64;
 const FRAME_BYTES_MAX: usize = 4 << 20;

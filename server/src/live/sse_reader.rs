@@ -69,7 +69,8 @@ impl SseStream {
 }
 
 /// The time a step runs at, read once for every reader a lot visits (two clock reads per
-/// reader per event were ~2% of a fan-out's CPU).
+/// reader per event are a noticeable share of a fan-out's CPU;
+/// docs/performance/code-choices.md).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct StepClock {
     pub instant: Instant,

@@ -2,9 +2,9 @@
 //!
 //! hyper hands the connection a chunked body frame as three slices (size line, data, CRLF)
 //! and a short response as head plus body. The kernel's TCP send path costs more for a
-//! three-slice `writev` than for one `write` of the same bytes: `bench/probes/
-//! loopback_fanout.c` with `VEC=1` measures about 0.5 µs more per 100-byte send on the
-//! reference machine, and SSE fan-out pays it once per subscriber per event. [`Coalesced`]
+//! three-slice `writev` than for one `write` of the same bytes (`bench/probes/
+//! loopback_fanout.c` with `VEC=1` shows the difference; docs/performance/code-choices.md),
+//! and SSE fan-out pays it once per subscriber per event. [`Coalesced`]
 //! copies a vectored write of at most [`COALESCE_BYTES_MAX`] bytes into a per-thread buffer
 //! and writes it once; a larger one passes through untouched, so big payloads are never
 //! copied here. It owns nothing per connection.

@@ -49,10 +49,10 @@ const PREPARED_PREFIX: &str = "prepared-";
 const ZERO_STEP_BYTES_MAX: u64 = 1 << 20;
 /// Zero-filling writes, then sends to the device and waits for, this much at a time: each
 /// chunk's write-back sits in the device queue ahead of the shards' commits, so a smaller
-/// chunk shortens the longest wait. Acid appends on one core (64 connections, 256 B),
-/// alternating A/B against 1 MiB chunks, when each chunk was also synced: 256 KiB p99
-/// 0.77-0.80x, p99.9 0.83-0.92x, appends/s 1.01-1.03x; 128 KiB p99 0.77x; 64 KiB p99 0.78x
-/// but p99.9 2x (four times the syncs of 256 KiB).
+/// chunk shortens the longest wait. 256 KiB shortens the shards' tail latency against 1 MiB
+/// chunks without lowering the append rate. Smaller chunks shorten it no further and make
+/// the rarest waits longer, because they take more trips to the device
+/// (docs/performance/code-choices.md).
 const ZERO_CHUNK_BYTES: u64 = 256 << 10;
 const _: () = assert!(ZERO_STEP_BYTES_MAX.is_multiple_of(ZERO_CHUNK_BYTES), "a step is whole chunks");
 /// Zero-filling writes one page at a time.

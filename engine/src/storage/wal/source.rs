@@ -12,8 +12,8 @@
 //! it: it keeps the segment it looked up last, so a read whose records lie in one segment
 //! takes the segment table's lock and the segment's reference count once, not twice per
 //! record. Those atomic steps, each right behind a record's copy, wait for the copy's
-//! stores to drain: dropping them measured 1.07x on acid catch-up (4 KiB records,
-//! alternating rounds). A segment the reader holds stays mapped until the read ends, even if
+//! stores to drain. Taking them once per read makes catch-up reads of small records faster
+//! (docs/performance/code-choices.md). A segment the reader holds stays mapped until the read ends, even if
 //! compaction removes it from the table meanwhile; its bytes never change.
 
 use std::cell::RefCell;

@@ -55,7 +55,8 @@ const CHAINS_CACHED_MAX: usize = 16_384;
 /// checks that window).
 pub(crate) const SYNC_RUN_BYTES_MAX: u64 = 4 << 20;
 /// How often, at most, a commit asks whether the active segment's file still has its name
-/// (milliseconds): an `fstat` per shard per commit measured 3–8% of acid's appends/s.
+/// (milliseconds): an `fstat` per shard per commit costs a noticeable share of acid's
+/// append rate (docs/performance/code-choices.md).
 const LINKED_CHECK_MS: u64 = 10;
 
 pub(crate) struct WalWriter {

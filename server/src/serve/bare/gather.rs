@@ -3,9 +3,9 @@
 //!
 //! In acid mode each message is its own slice of a segment map, cut apart by record
 //! headers, so a 1 MiB run of 4 KiB messages is 256 slices: a `writev` of them costs the
-//! kernel more than one user-space copy into a warm buffer followed by one `write` (+16%
-//! catch-up throughput in acid mode on the reference machine, 16 connections). Where the
-//! slices are heap buffers (memory mode) the copy costs more than it saves (-13%), so the
+//! kernel more than one user-space copy into a warm buffer followed by one `write`. Where the
+//! slices are heap buffers (memory mode) the copy costs more than it saves
+//! (docs/performance/code-choices.md), so the
 //! app turns gathering on for acid mode only (`App::gather_reads`); large messages are
 //! never copied. (Since the engine copies a read's records under 64 KiB into one buffer
 //! itself, an acid answer reaches this point as many slices only when the process-wide

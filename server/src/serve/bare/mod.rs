@@ -269,8 +269,9 @@ mod tests {
     }
 
     /// A bare connection's task is this future: every open connection holds it, between
-    /// requests and while a long-poll waits (344 bytes when written; it was 896 while an
-    /// SSE answer sat in it unboxed and a wrapper kept the connection's parts beside it).
+    /// requests and while a long-poll waits. It stays small because an SSE answer is boxed,
+    /// not held in it unboxed, and no wrapper keeps the connection's parts beside it
+    /// (docs/performance/code-choices.md).
     #[test]
     fn a_connection_task_stays_small() {
         let bytes = returned_bytes(&super::serve);

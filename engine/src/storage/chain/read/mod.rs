@@ -45,9 +45,9 @@ pub(crate) const RECORDS_PER_READ_MAX: u64 = 4096;
 /// Records whose data is smaller than this are copied into one buffer by reads (reserved
 /// once for the rest of the span) rather than handed out as slices of their own: the copy
 /// is made while the crc check has just brought the bytes into cache, and the answer leaves
-/// as one slice instead of one per record. At 4 KiB messages (acid catch-up) that measured
-/// 1.16x the per-record slices gathered by the server, in alternating rounds; larger
-/// records are sent from their storage without a copy.
+/// as one slice instead of one per record. For small messages (acid catch-up) that is
+/// faster than the server gathering per-record slices (docs/performance/code-choices.md);
+/// larger records are sent from their storage without a copy.
 pub(crate) const COPY_BELOW_BYTES: u64 = 64 << 10;
 
 /// Most log bytes one read scans forward past other records when the chain is damaged.

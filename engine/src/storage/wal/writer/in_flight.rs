@@ -4,9 +4,9 @@
 //! write-back and enters the shared round ([`InFlight::Entered`]); `finish_commit` waits for
 //! the round's flush. The middle step is its own so that a worker can let every one of its
 //! shards write first and then start all their write-backs back to back, and the block layer
-//! sends them to the device together: on this VM each device notification is a VM exit of
-//! about 4 µs, and in a profile they fell from 6.6% to 4.1% of the core (all of them then
-//! sent by the block layer's dispatch worker, none by the shard threads).
+//! sends them to the device together. On a virtual machine each device notification is a
+//! VM exit, so fewer notifications take less of the core. The block layer's dispatch
+//! worker then sends them, not the shard threads (docs/performance/code-choices.md).
 
 use std::io;
 

@@ -22,12 +22,10 @@ use crate::storage::NoRoom;
 
 /// How many steps of zeros the housekeeper keeps ahead of a shard's records. It runs at
 /// the lowest priority, on the core's idle moments, and on a busy core it waits for the CPU
-/// most of the time (3.9 s of 5 s at 64 connections, while running 0.15 s): a lead of one
-/// step left shards waiting for it 2–17 times in a 10 s run, 5 ms each on average. Three
-/// steps, in three runs of alternating rounds against one (8 rounds each, 64 connections):
-/// appends/s 1.04×, 1.05×, 1.00×; p99 0.89×, 0.95×, 0.93×; p99.9 0.65×, 0.90×, 0.87×; no
-/// waits. A shard holds at most one step more than this of zeros past its records, idle or
-/// not (a fresh directory of 16 shards, 32 MiB segments: 33 MiB on disk, against 16).
+/// most of the time. A lead of one step then leaves shards waiting for their zeros. A lead
+/// of three steps gives the housekeeper time to catch up, so shards do not wait for it
+/// (docs/performance/code-choices.md). A shard holds at most one step more than this of
+/// zeros past its records, idle or not.
 const ZERO_LEAD_STEPS: u64 = 3;
 
 /// A zero-fill of the active segment the housekeeper was asked for.
