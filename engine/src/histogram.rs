@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) const BUCKETS: usize = 24;
 
 #[derive(Default)]
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))] // (the `testing` front door exports it)
 pub struct Histogram {
     counts: [AtomicU64; BUCKETS],
     sum: AtomicU64,
@@ -24,11 +25,13 @@ pub struct HistogramSnapshot {
 }
 
 impl Histogram {
+    #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))] // (the `testing` front door exports it)
     pub fn record(&self, value: u64) {
         self.counts[bucket_of(value)].fetch_add(1, Ordering::Relaxed);
         self.sum.fetch_add(value, Ordering::Relaxed);
     }
 
+    #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))] // (the `testing` front door exports it)
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut snapshot = HistogramSnapshot { sum: self.sum.load(Ordering::Relaxed), ..Default::default() };
         for (count, bucket) in snapshot.counts.iter_mut().zip(&self.counts) {

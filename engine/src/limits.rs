@@ -29,6 +29,7 @@ pub(crate) const STREAMS_MAX_DEFAULT: u64 = 1_000_000;
 pub(crate) const STREAM_CHARGE_BYTES: u64 = 512;
 /// What an append costs besides its data, its producer id and its `Stream-Seq`: its record's
 /// header and chain in the disk modes, its message boundaries in memory.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))] // (the `testing` front door exports it)
 pub const APPEND_CHARGE_BYTES: u64 = 64;
 
 /// The limits of an engine.
@@ -70,6 +71,7 @@ pub(crate) fn tag_bytes(producer_id: Option<&str>, stream_seq: Option<&str>) -> 
 }
 
 /// What a stream called `name` of `content_type` costs before any append.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))] // (the `testing` front door exports it)
 pub fn stream_charge(name: &str, content_type: &str) -> u64 {
     STREAM_CHARGE_BYTES + name.len() as u64 + content_type.len() as u64
 }

@@ -18,6 +18,7 @@ pub(crate) const PRODUCER_IDLE_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
 pub(crate) const PRODUCER_CHARGE_BYTES: u64 = 96;
 
 /// What tracking the producer `id` costs.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))] // (the `testing` front door exports it)
 pub fn producer_charge(id: &str) -> u64 {
     PRODUCER_CHARGE_BYTES + id.len() as u64
 }

@@ -82,6 +82,7 @@ pub(crate) fn stream_dir(root: &Path, name: &str) -> PathBuf {
 }
 
 /// The file of stream `name` with collision suffix `suffix`.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))] // (the `testing` front door exports it)
 pub fn stream_path(root: &Path, name: &str, suffix: u8) -> PathBuf {
     let hash = name_hash(name);
     let file = match suffix {

@@ -203,6 +203,7 @@ pub(crate) fn create_dir_durably(vfs: &dyn Vfs, path: &Path) -> io::Result<()> {
 }
 
 /// Reads a whole (small) file.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))] // (the `testing` front door exports it)
 pub fn read_file(vfs: &dyn Vfs, path: &Path) -> io::Result<Vec<u8>> {
     let file = vfs.open(path)?;
     let len = usize::try_from(file.size()?).map_err(|_| io::Error::other("file too large"))?;
