@@ -1,10 +1,10 @@
 //! Deletes racing down a chain of forks: `root` soft-deleted (a fork reads it), `middle` a
 //! fork of `root`, `leaf` a fork of `middle`, and `middle` and `leaf` deleted at the same
 //! moment. Whichever shard decides first, once both deletes are answered the cascade has
-//! ended: all three are gone and their names free for the next request. Before, the
-//! leaf's delete was answered as soon as it was committed when `middle` was not deleted yet,
-//! while `middle`'s delete, decided on a fork count the leaf's release had not reached,
-//! was soft: both answered 204 with `root` still held.
+//! //! ended: all three are gone and their names free for the next request. The race to guard
+//! against: the leaf's delete answered once committed, while `middle`'s delete, decided on
+//! a fork count the leaf's release had not reached yet, was soft; both answer 204 with
+//! `root` still held.
 
 mod support;
 

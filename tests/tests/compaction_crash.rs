@@ -8,8 +8,8 @@
 //! an append, and nothing is marked damaged; after the last, a clean stop leaves a log that
 //! `ds-tool verify` finds clean.
 //!
-//! Before the fix (issue 62) a copy of a record that ended an earlier move said it ended
-//! this one too, and the restart marked healthy streams damaged. `DS_COMPACTION_CRASH_SEEDS`
+//! A copy of a record that ended an earlier move must not end this one: read so, the
+//! restart would mark healthy streams damaged. `DS_COMPACTION_CRASH_SEEDS`
 //! runs more seeds (default 4), `DS_COMPACTION_CRASH_SEED_FROM` shifts them.
 
 use std::collections::BTreeMap;
