@@ -150,6 +150,38 @@ fn zeros_followed_by_later_batches_are_damage_not_the_end_of_the_log() {
     }
 }
 
+/// The same after a clean stop and a restart that wrote on from where the clean checkpoint
+/// ends the log (and crashed before its next checkpoint): the first record written after
+/// the restart zeroed is damage, and every later batch is kept, not dropped as if the log
+/// ended where the clean stop left it.
+#[test]
+fn zeros_where_a_clean_stop_ended_the_log_are_damage_when_later_batches_follow() {
+    let mut harness = Harness::new(SEGMENT_BYTES);
+    harness.create("s", plain_config()).unwrap();
+    let bodies: Vec<String> = (0..10).map(|i| format!("r{i:02}-{}|", "x".repeat(600 + i))).collect();
+    harness.append(append_request("s", &bodies[0])).unwrap();
+    harness.shutdown();
+    harness.start();
+    for body in &bodies[1..] {
+        harness.clock.advance_ms(1);
+        harness.append(append_request("s", body)).unwrap();
+    }
+    harness.stop_abruptly();
+    let file = harness.segments()[0].clone();
+    // Record 1, the first after the restart, runs from where record 0's data ends.
+    let end_of = |i: usize| (harness.find(&file, &bodies[i][..4]) + bodies[i].len()).next_multiple_of(8);
+    let (from, to) = (end_of(0), end_of(1));
+    harness.disk.corrupt(&file, from, &vec![0; to - from]).unwrap();
+    let report = harness.start();
+    assert_eq!(report.damaged_streams, 1, "{report:?}");
+    assert_eq!(harness.damage("s").map(|d| d.at), Some(Harness::offset_of(&bodies, 1)));
+    assert_eq!(
+        harness.read_from("s", Harness::offset_of(&bodies, 2)),
+        (bodies[2..].concat(), None),
+        "the batches after the zeros are kept"
+    );
+}
+
 #[test]
 fn a_truncated_segment_keeps_the_records_before_the_cut() {
     let (mut harness, bodies) = ten_records();

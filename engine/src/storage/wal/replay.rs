@@ -79,8 +79,6 @@ pub(super) struct Replay {
     pub checkpoint_used: bool,
     /// Bytes past a failed record within which a crash can have left a torn batch.
     window: u64,
-    /// Where a clean stop's checkpoint says the log ends (segment ordinal and position).
-    clean_end: Option<(u32, u64)>,
 }
 
 /// The copies of a move replayed so far.
@@ -121,7 +119,6 @@ impl Replay {
             moving: None,
             checkpoint_used: false,
             window,
-            clean_end: None,
         };
         if let Some(checkpoint) = checkpoint {
             replay.streams = Snapshots::from_vec(checkpoint.streams);
@@ -131,7 +128,6 @@ impl Replay {
             replay.start = (checkpoint.resume_ordinal, checkpoint.resume_position);
             replay.orphans_expected = false;
             replay.checkpoint_used = true;
-            replay.clean_end = checkpoint.clean.then_some(replay.start);
         }
         replay
     }
@@ -234,10 +230,8 @@ impl Replay {
     /// file's first hole, and mapping it would bring megabytes of nothing into memory.
     fn written_after(&self, segment: &Segment, bytes: &Bytes, failed: usize, last: bool) -> bool {
         let next = self.next_lsn.raw();
-        if self.clean_end == Some((segment.ordinal(), failed as u64)) {
-            // Where a clean stop ended the log: nothing after it was ever written.
-            return false;
-        }
+        // (Even where a clean stop's checkpoint ended the log: a restart may have written on
+        // from there, and crashed before its next checkpoint.)
         if !last {
             return next_header(bytes, failed.saturating_add(1)).is_some_and(|(_, header)| {
                 header.lsn > self.next_lsn && header.lsn.raw() - next <= RESYNC_LSN_MAX
