@@ -11,7 +11,7 @@
 #   PEER_MODE  electric's --durability: memory or wal
 #   env ROUNDS (3), SECONDS_PER_RUN (5), PEER (path of electric's durable-streams-server;
 #   default: on PATH, else ~/.cargo/bin), DS_ENV (extra VAR=value settings for ds).
-# Examples (the figures in the README's performance section):
+# Examples (the figures in docs/performance/README.md):
 #   bench/compare-peer.sh acid wal read --connections 16 --fill-bytes 16777216
 #   bench/compare-peer.sh memory memory read --connections 16 --fill-bytes 16777216
 #   SECONDS_PER_RUN=10 bench/compare-peer.sh acid wal append --connections 64 --streams 100 --bytes 256

@@ -161,7 +161,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 /// acid where each shard flushes its own log (a file system where device flushes cannot be
 /// shared, or `DS_STORAGE__SHARED_FLUSH=false`): shards beyond the CPUs there are to run them
 /// split the same appends into more, smaller group commits, each with its own device flush
-/// (see the README's shard-count tables). Said at start, because the count is fixed when the
+/// (see the shard-count tables in docs/performance/README.md). Said at start, because the count is fixed when the
 /// data directory is created. Where flushes are shared the shard count costs far less, and
 /// nothing is said.
 fn log_shard_hint(engine: &Engine) {
