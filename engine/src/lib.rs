@@ -40,6 +40,8 @@
 //! - `config`, `engine`: the [`Engine`] handle — validates the configuration, opens the
 //!   storage, starts the shards, routes a name to its shard with xxh3.
 //! - [`inspect`]: read-only access to a data directory for offline tools (`ds-tool`).
+//! - `fuzz` (the `testing` feature only): what the fuzz targets run on arbitrary bytes, one
+//!   decoder each, and what each may promise of what it accepts.
 //! - `properties` (tests only): property tests of every decoder of stored bytes and every
 //!   parser of client input.
 //!
@@ -67,6 +69,8 @@ mod config;
 mod content_type;
 mod engine;
 mod fork_point;
+#[cfg(feature = "testing")]
+mod fuzz;
 mod histogram;
 mod ids;
 pub mod inspect;

@@ -60,7 +60,7 @@ impl AccessRecord {
 }
 
 /// Writes the line of a request that could not be parsed, answered `status` with a body of
-/// `bytes` (`serve::canned`): there is no method, path or subject to say (`-`), nor a start
+/// `bytes` (`serve::gate`, the bare front): there is no method, path or subject to say (`-`), nor a start
 /// to measure from.
 pub(crate) fn unparsed(status: u16, bytes: usize) {
     line(&"-", &"-", status, &bytes, &"-", &"-");

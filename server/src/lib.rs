@@ -33,8 +33,9 @@
 //!   catch-up, long-poll, SSE) and short ones whose body arrived with the head (appends),
 //!   and hyper for the rest (a connection goes to hyper at its first request with a body it
 //!   does not take: chunked, over 64 KiB or still arriving; write stalls, small writes
-//!   joined, hyper's own error answers made problem documents); HTTP/2 through hyper for clients that speak it (`serve::http2`:
+//!   joined, heads hyper would refuse answered before hyper reads them: `serve::gate`); HTTP/2 through hyper for clients that speak it (`serve::http2`:
 //!   the preface on plain TCP, ALPN `h2` on TLS; its request limits).
+//! - `fuzz` (the `testing` feature only): what the request-head fuzz target runs.
 //!
 //! # How a request flows
 //!
@@ -53,6 +54,8 @@ mod config;
 mod congestion;
 mod descriptors;
 mod events;
+#[cfg(feature = "testing")]
+pub mod fuzz;
 mod heap;
 mod http;
 mod live;

@@ -82,7 +82,7 @@ fn judge_head(headers: &hyper::HeaderMap) -> Result<(StreamConfig, bool), Proble
 }
 
 /// What the fork headers ask for.
-struct ForkHead {
+pub(crate) struct ForkHead {
     source: StreamName,
     offset: Option<Offset>,
     sub_offset: u64,
@@ -90,7 +90,7 @@ struct ForkHead {
 
 /// The fork headers, if the request is for a fork; 400 for any of them malformed, or given
 /// without what they refine.
-fn judge_fork(headers: &hyper::HeaderMap) -> Result<Option<ForkHead>, Problem> {
+pub(crate) fn judge_fork(headers: &hyper::HeaderMap) -> Result<Option<ForkHead>, Problem> {
     let text = |name: hyper::header::HeaderName| {
         headers.get(&name).map(|value: &hyper::header::HeaderValue| {
             value.to_str().map_err(|_| Problem::bad_request("invalid-fork", format!("{name} is not text")))

@@ -4,7 +4,9 @@
 //! Connections get keep-alive, `TCP_NODELAY`, a congestion control that does not pace when
 //! they come from this host (`crate::congestion`), a bounded request head (size and hyper's
 //! default of 100 headers), an idle and head read timeout, a write-stall guard
-//! ([`StallGuard`]), small vectored writes joined into one ([`Coalesced`]) and, where hyper
+//! ([`StallGuard`]), small vectored writes joined into one ([`Coalesced`]), request heads
+//! judged before hyper reads them, so that a malformed one is answered as a problem document
+//! ([`Gated`]) and, where hyper
 //! closes a connection the client is still sending on, a lingering close ([`Lingering`]).
 //! A plain TCP connection starts in the bare front (`bare`: ds's own lean HTTP/1.1 for
 //! requests without a body and short ones whose body arrived with the head), which hands it
@@ -20,8 +22,8 @@
 //! (clients reconnect from their offsets), and in-flight requests get [`DRAIN_TIMEOUT`].
 
 pub(crate) mod bare;
-pub(crate) mod canned;
 pub(crate) mod coalesce;
+pub(crate) mod gate;
 pub(crate) mod http2;
 mod http2_watch;
 mod linger;
@@ -49,8 +51,8 @@ use crate::http::request_body::RequestBody;
 use crate::metrics::ErrorKind;
 use crate::router::{self, HEAD_BYTES_MAX};
 use crate::serve::bare::Parking;
-use crate::serve::canned::Canned;
 use crate::serve::coalesce::Coalesced;
+use crate::serve::gate::Gated;
 use crate::serve::linger::Lingering;
 use crate::serve::stall::StallGuard;
 
@@ -229,7 +231,7 @@ async fn serve_http1<I>(app: &Arc<App>, io: I, peer: SocketAddr, watcher: Watche
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let io = Canned::new(guarded(app, Lingering::new(io, Arc::clone(&app.metrics))));
+    let io = Gated::new(guarded(app, Lingering::new(io, Arc::clone(&app.metrics))));
     let service_app = Arc::clone(app);
     // hyper keeps the answer's future in a slot of the connection's own, sized for it, for
     // the connection's whole life. So the route's future (several KB) is made inside the
@@ -245,6 +247,10 @@ where
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .keep_alive(true)
+        // The end of the stream in the middle of a request does not drop it: the gate ends
+        // the stream at a refused head while hyper still answers the requests before it,
+        // and a client that half-closes after its request still gets the answer.
+        .half_close(true)
         .max_header_size(2 * HEAD_BYTES_MAX)
         .max_buf_size(2 * HEAD_BYTES_MAX)
         .header_read_timeout(app.idle_timeout)
@@ -328,11 +334,16 @@ fn client_went_away(error: &hyper::Error) -> bool {
     false
 }
 
-/// Answers 503 without reading the request, then closes after the client's request bytes
-/// (so the close is not a reset that could destroy the answer in flight).
+/// Answers 503 without reading the request, then closes.
 async fn refuse(mut socket: TcpStream, _refusal: OwnedSemaphorePermit) {
+    close_with(&mut socket, REFUSAL).await;
+}
+
+/// Writes `answer`, then closes after what the client still sends (so the close is not a
+/// reset that could destroy the answer in flight), within [`REFUSAL_TIMEOUT`].
+pub(crate) async fn close_with(socket: &mut TcpStream, answer: &[u8]) {
     let answer = async {
-        socket.write_all(REFUSAL).await?;
+        socket.write_all(answer).await?;
         socket.shutdown().await?;
         let mut sink = [0u8; 4096];
         let mut drained = 0;

@@ -7,8 +7,9 @@
 //! body so declared is part of the request: it is served once all of it is in the buffer
 //! ([`Head::Incomplete`] until then). Anything else (a longer or chunked body, HTTP/1.0, a
 //! head hyper would refuse, one past [`HEAD_BYTES_BARE_MAX`]) is [`Head::ToHyper`]: the
-//! connection goes to hyper with the bytes read so far, and hyper answers exactly as it
-//! answers every connection. Pure: bytes in, a request out.
+//! connection goes to hyper with the bytes read so far. A head hyper would refuse is
+//! [`Head::Refused`] (`serve::gate::judge`): the bare front answers it itself, as the gate
+//! in front of hyper answers it on every other connection. Pure: bytes in, a request out.
 
 use std::ops::Range;
 
@@ -19,6 +20,8 @@ use hyper::header::{
 use hyper::{HeaderMap, Method, Request, Uri, Version};
 
 use crate::http::request_body::RequestBody;
+use crate::serve::gate::{self, Judged};
+use crate::serve::http2::PREFACE_HEAD;
 
 /// Largest head the bare front reads; a longer one goes to hyper (which applies the
 /// server's head limits and answers 414 or 431 as it does on every connection).
@@ -42,10 +45,24 @@ pub(crate) enum Head {
     Bare { request: Box<Request<RequestBody>>, body: Range<usize>, close: bool },
     /// Leave the connection, from the first byte not yet served, to hyper.
     ToHyper,
+    /// A head hyper would refuse, with this status: answered here, and the connection ends.
+    Refused(hyper::StatusCode),
 }
 
 /// Parses the head at the start of `bytes`.
 pub(crate) fn parse(bytes: &[u8]) -> Head {
+    // HTTP/2's preface is no HTTP/1.1 head: hyper takes it (or, with HTTP/2 off, the gate
+    // in front of hyper's HTTP/1.1 refuses it).
+    if bytes.starts_with(PREFACE_HEAD) {
+        return Head::ToHyper;
+    }
+    match gate::judge(bytes) {
+        Judged::Refused(_) if PREFACE_HEAD.starts_with(bytes) => return Head::Partial,
+        Judged::Refused(status) => return Head::Refused(status),
+        Judged::Partial if bytes.len() > HEAD_BYTES_BARE_MAX => return Head::ToHyper,
+        Judged::Partial => return Head::Partial,
+        Judged::Taken { .. } => {}
+    }
     let mut slots = [httparse::EMPTY_HEADER; HEADERS_MAX];
     let mut parsed = httparse::Request::new(&mut slots);
     let consumed = match parsed.parse(bytes) {
@@ -162,6 +179,7 @@ mod tests {
             }
             Head::Partial => panic!("partial: {:?}", String::from_utf8_lossy(bytes)),
             Head::ToHyper => panic!("to hyper: {:?}", String::from_utf8_lossy(bytes)),
+            Head::Refused(status) => panic!("refused ({status}): {:?}", String::from_utf8_lossy(bytes)),
             Head::Incomplete { total } => {
                 panic!("incomplete ({total}): {:?}", String::from_utf8_lossy(bytes))
             }
@@ -170,6 +188,13 @@ mod tests {
 
     fn to_hyper(bytes: &[u8]) -> bool {
         matches!(parse(bytes), Head::ToHyper)
+    }
+
+    fn refused(bytes: &[u8]) -> Option<hyper::StatusCode> {
+        match parse(bytes) {
+            Head::Refused(status) => Some(status),
+            _ => None,
+        }
     }
 
     #[test]
@@ -245,12 +270,14 @@ mod tests {
     }
 
     #[test]
-    fn lengths_other_than_plain_digits_within_the_limit_go_to_hyper() {
+    fn lengths_past_the_limit_go_to_hyper_and_lengths_hyper_refuses_are_refused() {
         let with_length =
             |length: &str| format!("POST /v1/stream/a HTTP/1.1\r\nContent-Length: {length}\r\n\r\n");
         let past = (BODY_BYTES_BARE_MAX + 1).to_string();
-        for length in ["+5", "-1", "5,5", "0x10", "1e3", &past, "99999999999999999999999999"] {
-            assert!(to_hyper(with_length(length).as_bytes()), "Content-Length: {length}");
+        assert!(to_hyper(with_length(&past).as_bytes()), "Content-Length: {past}");
+        for length in ["+5", "-1", "5,5", "0x10", "1e3", "99999999999999999999999999"] {
+            let status = refused(with_length(length).as_bytes());
+            assert_eq!(status, Some(hyper::StatusCode::BAD_REQUEST), "Content-Length: {length}");
         }
         assert!(to_hyper(
             b"POST /v1/stream/a HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello"
@@ -267,16 +294,25 @@ mod tests {
         assert!(to_hyper(b"PUT /v1/stream/a HTTP/1.1\r\nExpect: 100-continue\r\n\r\n"));
         assert!(to_hyper(b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"));
         assert!(to_hyper(b"GET /v1/stream/a HTTP/1.0\r\n\r\n"));
-        assert!(to_hyper(b"GET /v1/stream/a HTTP/1.1\r\nBad Name: x\r\n\r\n"));
-        assert!(to_hyper(b"NOT A REQUEST\r\n\r\n"));
+        assert!(to_hyper(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), "HTTP/2's preface");
+        assert!(matches!(parse(b"PRI * HTTP/2"), Head::Partial), "the start of the preface");
     }
 
     #[test]
-    fn a_head_past_the_bare_limit_goes_to_hyper() {
+    fn heads_hyper_would_refuse_are_refused() {
+        let bad = Some(hyper::StatusCode::BAD_REQUEST);
+        assert_eq!(refused(b"GET /v1/stream/a HTTP/1.1\r\nBad Name: x\r\n\r\n"), bad);
+        assert_eq!(refused(b"NOT A REQUEST\r\n\r\n"), bad);
+        assert_eq!(refused(b"POST /a HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), bad);
+    }
+
+    #[test]
+    fn a_head_past_the_bare_limit_goes_to_hyper_and_past_hyper_s_is_refused() {
         let mut head = b"GET /v1/stream/a HTTP/1.1\r\nX-Big: ".to_vec();
         head.resize(HEAD_BYTES_BARE_MAX + 1, b'a');
         assert!(to_hyper(&head));
         let many: String = (0..HEADERS_MAX + 1).map(|i| format!("X-{i}: v\r\n")).collect();
-        assert!(to_hyper(format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes()));
+        let too_many = refused(format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes());
+        assert_eq!(too_many, Some(hyper::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE), "hyper's limit");
     }
 }

@@ -60,6 +60,7 @@ use events::{Events, Written};
 use head::Head;
 use reply::Framing;
 
+use super::gate;
 use super::OpenConnection;
 
 /// A plain TCP connection of the bare front: its socket, and what it holds for the server.
@@ -154,6 +155,12 @@ async fn next_head(
             match head::parse(unread) {
                 Head::Partial => {}
                 Head::ToHyper => return Ok(None),
+                Head::Refused(status) => {
+                    let (refusal, body_bytes) = gate::refusal(status);
+                    crate::access_log::unparsed(status.as_u16(), body_bytes);
+                    super::close_with(socket, &refusal).await;
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "a request head refused"));
+                }
                 // The rest of a body is taken only if it has already arrived: a body that
                 // trickles in goes to hyper, whose reading waits, times out and answers 408.
                 Head::Incomplete { total } => match super::read_ready(socket, unread, total)? {
