@@ -84,8 +84,18 @@ fn streams_are_placed_by_name_and_a_stopped_node_affects_only_its_own() {
     };
     check("right after the stop");
     // Once health checks take the node out of the ring (2 failed checks, 1 s apart), the
-    // other streams still land where they live.
-    std::thread::sleep(Duration::from_secs(3));
+    // other streams still land where they live: seen when a stream of the stopped node is
+    // answered by a node that runs (404: it lives nowhere else), no longer by the proxy.
+    let stopped_stream = owner.iter().position(|&node| node == stopped).expect("a stream on it");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let read = client.send("GET", &format!("{}?offset=-1", stream_path(stopped_stream)), &[auth], b"");
+        if read.status == 404 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the stopped node never left the ring: {}", read.status);
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let started = Instant::now();
     check("after the node left the ring");
     eprintln!("placement held for {} streams ({:?} to check)", STREAMS, started.elapsed());

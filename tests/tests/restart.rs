@@ -2,9 +2,9 @@
 //! clean restart (SIGTERM) and after `kill -9`, also when the kill lands under concurrent
 //! load, and a producer's retry of the request that was in flight is applied exactly once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ds_tests::{Client, Server};
 
@@ -108,6 +108,8 @@ fn acknowledged_state_survives_kill_9() {
 }
 
 const WRITERS: usize = 8;
+/// Appends answered, across the writers, before the kill.
+const LOAD_BEFORE_KILL: u64 = 200;
 
 /// What one writer got acknowledged before the kill, and what it had in flight.
 struct WriterOutcome {
@@ -120,7 +122,7 @@ fn body(writer: usize, seq: u64) -> String {
 }
 
 /// Appends `w{writer}-s{seq};` with producer sequence numbers until a request fails.
-fn write_until_killed(client: Client, writer: usize, started: Arc<AtomicBool>) -> WriterOutcome {
+fn write_until_killed(client: Client, writer: usize, acknowledged: Arc<AtomicU64>) -> WriterOutcome {
     let path = format!("/v1/stream/load-{writer}");
     let id = format!("writer-{writer}");
     let mut seq = 0;
@@ -128,7 +130,7 @@ fn write_until_killed(client: Client, writer: usize, started: Arc<AtomicBool>) -
         match client.try_send_owned("POST", &path, &producer(&id, 0, seq), body(writer, seq).as_bytes()) {
             Ok(response) if response.status == 200 => {
                 seq += 1;
-                started.store(true, Ordering::Relaxed);
+                acknowledged.fetch_add(1, Ordering::Relaxed);
             }
             Ok(response) => panic!("writer {writer}: unexpected {} {}", response.status, response.text()),
             Err(_) => return WriterOutcome { acknowledged: seq, in_flight: Some(seq) },
@@ -144,15 +146,19 @@ fn kill_9_under_load_keeps_every_acknowledged_append_and_retries_apply_once() {
         for writer in 0..WRITERS {
             assert_eq!(client.put(&format!("/v1/stream/load-{writer}"), PLAIN, b"").status, 201);
         }
-        let started = Arc::new(AtomicBool::new(false));
+        let acknowledged = Arc::new(AtomicU64::new(0));
         let writers: Vec<_> = (0..WRITERS)
             .map(|writer| {
-                let started = Arc::clone(&started);
-                std::thread::spawn(move || write_until_killed(client, writer, started))
+                let acknowledged = Arc::clone(&acknowledged);
+                std::thread::spawn(move || write_until_killed(client, writer, acknowledged))
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(600));
-        assert!(started.load(Ordering::Relaxed), "{mode}: the writers got going");
+        // The kill lands under load: once the writers together have had appends answered.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while acknowledged.load(Ordering::Relaxed) < LOAD_BEFORE_KILL {
+            assert!(Instant::now() < deadline, "{mode}: the writers got going");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         server.kill();
         let outcomes: Vec<WriterOutcome> =
             writers.into_iter().map(|w| w.join().expect("writer thread")).collect();

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ds_tests::server::binary;
 use ds_tests::Server;
@@ -99,10 +99,10 @@ fn a_log_segment_deleted_under_the_running_server_takes_nothing_acknowledged_aft
     let mut server = Server::start_in("acid", &[("DS_STORAGE__ACID_SHARD_COUNT", "1")]);
     let client = server.client();
     assert_eq!(client.put("/v1/stream/a", "text/plain", b"first").status, 201);
+    let last_commit = Instant::now();
     let dir = server.data_dir().expect("acid has a directory").to_path_buf();
     std::fs::remove_file(first_segment(&dir)).unwrap();
-    // The writer asks whether its segment still has a name at most every 10 ms.
-    std::thread::sleep(Duration::from_millis(50));
+    past_the_check(last_commit, ACTIVE_SEGMENT_CHECK);
     assert_eq!(client.post("/v1/stream/a", "text/plain", b" second").status, 204);
     assert_eq!(client.put("/v1/stream/c", "text/plain", b"after").status, 201);
     assert_eq!(client.post("/v1/stream/c", "text/plain", b" the deletion").status, 204);
@@ -148,9 +148,10 @@ fn a_deleted_segments_streams_are_moved_out_of_its_map() {
     let half = megabyte(b'a');
     assert_eq!(client.put("/v1/stream/a", "text/plain", &half).status, 201);
     assert_eq!(client.post("/v1/stream/a", "text/plain", &half).status, 204);
+    let last_commit = Instant::now();
     let dir = server.data_dir().expect("acid has a directory").to_path_buf();
     std::fs::remove_file(first_segment(&dir)).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    past_the_check(last_commit, ACTIVE_SEGMENT_CHECK);
     assert_eq!(client.post("/v1/stream/a", "text/plain", b"!").status, 204, "into a new segment");
     wait_for_moves(&dir, 1);
     let whole = [&half[..], &half[..], b"!"].concat();
@@ -170,9 +171,10 @@ fn a_deleted_sealed_segments_streams_are_moved_out_of_its_map() {
         assert_eq!(client.post(name, "text/plain", body).status, 204);
     }
     assert_eq!(client.put("/v1/stream/c", "text/plain", &c).status, 201, "into the second segment");
+    let last_commit = Instant::now();
     let dir = server.data_dir().expect("acid has a directory").to_path_buf();
     std::fs::remove_file(first_segment(&dir)).unwrap();
-    std::thread::sleep(Duration::from_millis(1100));
+    past_the_check(last_commit, SEALED_SEGMENTS_CHECK);
     assert_eq!(client.post("/v1/stream/c", "text/plain", b"!").status, 204);
     wait_for_moves(&dir, 2);
     let (a_whole, b_whole, c_whole) =
@@ -184,6 +186,36 @@ fn a_deleted_sealed_segments_streams_are_moved_out_of_its_map() {
 /// A megabyte of text that starts with `first`.
 fn megabyte(first: u8) -> Vec<u8> {
     (0..1_000_000u32).map(|i| first + (i % 20) as u8).collect()
+}
+
+/// How often, at most, an acid shard asks whether its active segment still has its name
+/// (before a commit), whether a sealed segment of it does (when it idles), and a file mode
+/// whether a stream's file does (before its append).
+const ACTIVE_SEGMENT_CHECK: Duration = Duration::from_millis(10);
+const SEALED_SEGMENTS_CHECK: Duration = Duration::from_millis(1000);
+const STREAM_FILE_CHECK: Duration = Duration::from_millis(10);
+
+/// Waits until the server's next look (made at most every `interval`) cannot have been made
+/// before a deletion done after `last`, the moment of its last look: the deletion is then
+/// what that look finds.
+fn past_the_check(last: Instant, interval: Duration) {
+    let due = last + interval + Duration::from_millis(2);
+    if let Some(left) = due.checked_duration_since(Instant::now()) {
+        std::thread::sleep(left);
+    }
+}
+
+/// Waits until the server has seen its data directory go: a create of a new stream is
+/// refused with 503 (the directory is asked after, at most every 10 ms, so a few
+/// creates may still be taken, where no restart finds them).
+fn wait_until_writes_are_refused(client: &ds_tests::Client, mode: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for probe in 0.. {
+        if client.put(&format!("/v1/stream/probe-{probe}"), "text/plain", b"").status == 503 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{mode}: writes are refused once the directory is gone");
+    }
 }
 
 /// Waits until `count` streams of the running server in `dir` were moved (compaction).
@@ -240,9 +272,9 @@ fn a_stream_file_deleted_under_the_running_server_is_written_again() {
         }
         let dir = server.data_dir().expect("a disk mode has a directory").to_path_buf();
         let file = file_holding(&dir.join("streams"), b"gone");
+        let last_append = Instant::now();
         std::fs::remove_file(&file).unwrap();
-        // A stream's file is asked whether it still has a name at most every 10 ms.
-        std::thread::sleep(Duration::from_millis(50));
+        past_the_check(last_append, STREAM_FILE_CHECK);
         assert_eq!(client.post("/v1/stream/gone", "text/plain", b" third").status, 204, "{mode}");
         assert!(file.exists(), "{mode}: written again");
         assert_eq!(client.get("/v1/stream/gone?offset=-1").body, b"first second third", "{mode}");
@@ -321,7 +353,7 @@ fn a_data_directory_moved_under_the_running_server_takes_no_writes() {
         let dir = server.data_dir().expect("a disk mode has a directory").to_path_buf();
         let moved = dir.with_extension("moved");
         std::fs::rename(&dir, &moved).unwrap();
-        std::thread::sleep(Duration::from_millis(50));
+        wait_until_writes_are_refused(&client, mode);
         let refused = client.post("/v1/stream/a", "text/plain", b" second");
         assert_eq!(refused.status, 503, "{mode}: {}", refused.text());
         assert_eq!(refused.json()["type"], "urn:ds:problem:data-directory-removed", "{mode}");
@@ -352,8 +384,7 @@ fn a_data_directory_removed_under_the_running_server_takes_no_writes_and_serves_
         }
         let dir = server.data_dir().expect("a disk mode has a directory").to_path_buf();
         std::fs::remove_dir_all(&dir).unwrap();
-        // The directory is asked whether it is still there at most every 10 ms.
-        std::thread::sleep(Duration::from_millis(50));
+        wait_until_writes_are_refused(&client, mode);
         let refusals = [
             client.post("/v1/stream/a", "text/plain", b" third"),
             client.put("/v1/stream/new", "text/plain", b"new"),

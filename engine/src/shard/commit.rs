@@ -123,6 +123,10 @@ impl Shard {
     /// (the batch's requesters, and later ones, are refused: `OpError::StorageFailed`), and
     /// its streams are read as they were last published, until a restart.
     fn stop_writing(&self, error: &std::io::Error) {
+        if self.persist.directory_removed() {
+            // Told as every other write is once the directory is gone.
+            self.shared.directory_removed.store(true, Ordering::Release);
+        }
         let streams = self.shared.directory.len();
         tracing::error!(
             %error,

@@ -74,6 +74,8 @@ pub(crate) struct ShardShared {
     /// A commit failed: the shard is gone, and its streams take no more writes until a
     /// restart (they are read as they were last published).
     commit_failed: AtomicBool,
+    /// It failed because the data directory was removed under the process.
+    directory_removed: AtomicBool,
 }
 
 impl ShardShared {
@@ -89,9 +91,10 @@ impl ShardShared {
 
     /// Why an op the shard will never answer failed: its commit failed, or it stopped.
     pub(crate) fn gone(&self) -> OpError {
-        match self.commit_failed() {
-            true => OpError::StorageFailed,
-            false => OpError::ShuttingDown,
+        match (self.commit_failed(), self.directory_removed.load(Ordering::Acquire)) {
+            (true, true) => OpError::DirectoryRemoved,
+            (true, false) => OpError::StorageFailed,
+            (false, _) => OpError::ShuttingDown,
         }
     }
 
@@ -284,6 +287,7 @@ impl Shard {
             log: opened.log,
             renewed_by_read: AtomicBool::new(false),
             commit_failed: AtomicBool::new(false),
+            directory_removed: AtomicBool::new(false),
         });
         let shard = Shard {
             in_memory: shared.log.is_none(),

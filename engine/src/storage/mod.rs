@@ -256,6 +256,12 @@ pub(crate) trait Persist: Send {
         None
     }
 
+    /// Whether the data directory was removed under the process, looking now (a commit
+    /// that failed then failed for that reason).
+    fn directory_removed(&self) -> bool {
+        false
+    }
+
     /// Whether a clean stop should hand this storage its streams ([`Persist::stopped_cleanly`]).
     fn saves_clean_ends(&self) -> bool {
         false

@@ -289,6 +289,15 @@ impl FileWriter {
         let upper = parent(dir);
         for (path, holder) in [(upper.clone(), parent(&upper)), (dir.to_path_buf(), upper.clone())] {
             if !self.vfs.exists(&path) {
+                // Making the directory would make the data directory again, were it gone
+                // (the look that reserving room makes is at most every 10 ms).
+                if self.root_watch.look_now() {
+                    let gone = io::Error::new(
+                        io::ErrorKind::NotFound,
+                        "the data directory was removed under the server",
+                    );
+                    return Err(write_failed(gone));
+                }
                 self.vfs.create_dir_all(&path)?;
                 self.touched_dirs.insert(holder);
             }
@@ -373,6 +382,10 @@ impl FileWriter {
 }
 
 impl Persist for FileWriter {
+    fn directory_removed(&self) -> bool {
+        self.root_watch.look_now()
+    }
+
     fn prepare_append(
         &mut self,
         stream: StreamId,

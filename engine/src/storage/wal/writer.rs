@@ -422,6 +422,10 @@ impl Persist for WalWriter {
         Some(self)
     }
 
+    fn directory_removed(&self) -> bool {
+        self.files.root.look_now()
+    }
+
     fn renewals(&mut self) -> Option<&mut dyn RenewalStore> {
         Some(self)
     }

@@ -32,6 +32,15 @@ impl WalWriter {
         if !deleted && self.active.intact() {
             return Ok(());
         }
+        if deleted && self.files.root.look_now() {
+            // The whole data directory went, not the segment alone: no new segment can be
+            // made, and nothing written now would be found. The batch is not acknowledged
+            // (its shard takes no more writes; the other shards refuse theirs, the directory
+            // seen gone).
+            let gone =
+                io::Error::new(io::ErrorKind::NotFound, "the data directory was removed under the server");
+            return Err(write_failed(gone));
+        }
         let what = if deleted { "deleted" } else { "damaged" };
         tracing::error!(
             segment = %self.active.path.display(),
