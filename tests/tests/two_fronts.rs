@@ -77,9 +77,11 @@ fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
 }
 
-/// What must be the same of an answer: its status, the headers that carry meaning, its
-/// body (`None`: no answer at all, the connection closed).
-fn summary(answer: &Option<Response>) -> Option<(u16, Vec<(String, String)>, Vec<u8>)> {
+/// What must be the same of an answer: its status, the headers that carry meaning, its body.
+type Summary = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// The summary of an answer (`None`: no answer at all, the connection closed).
+fn summary(answer: &Option<Response>) -> Option<Summary> {
     let answer = answer.as_ref()?;
     let headers = answer
         .headers
