@@ -126,11 +126,196 @@ fn read_whole(reader: &inspect::StreamReader) {
     }
 }
 
-/// Whether `bytes` are one JSON text (a number too large for a double is JSON all the same:
-/// the grammar has no range).
+/// Whether `bytes` are one JSON text by RFC 8259's grammar, checked here by hand rather
+/// than by serde_json: its `Value` gives a map keyed by its own private raw-value token a
+/// meaning of its own (so it refuses some JSON), and its number range is no part of the
+/// grammar. A nesting deeper than the body limit allows is refused, to keep the stack short.
 fn is_json(bytes: &[u8]) -> bool {
-    match serde_json::from_slice::<serde_json::Value>(bytes) {
-        Ok(_) => true,
-        Err(error) => error.to_string().starts_with("number out of range"),
+    let mut text = JsonText { bytes, at: 0 };
+    std::str::from_utf8(bytes).is_ok() && text.value(0) && text.skip_space() == bytes.len()
+}
+
+/// A cursor over a JSON text being checked against the grammar.
+struct JsonText<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl JsonText<'_> {
+    const DEPTH_MAX: usize = 256;
+
+    fn skip_space(&mut self) -> usize {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+        self.at
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> bool {
+        let next = self.peek() == Some(byte);
+        self.at += usize::from(next);
+        next
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.at;
+        while self.peek().is_some_and(|byte| byte.is_ascii_digit()) {
+            self.at += 1;
+        }
+        self.at - start
+    }
+
+    fn value(&mut self, depth: usize) -> bool {
+        self.skip_space();
+        let fine = match self.peek() {
+            Some(b'{') => depth < Self::DEPTH_MAX && self.members(depth + 1, b'}', true),
+            Some(b'[') => depth < Self::DEPTH_MAX && self.members(depth + 1, b']', false),
+            Some(b'"') => self.string(),
+            Some(b't') => self.word(b"true"),
+            Some(b'f') => self.word(b"false"),
+            Some(b'n') => self.word(b"null"),
+            _ => self.number(),
+        };
+        self.skip_space();
+        fine
+    }
+
+    /// An object's members (`keyed`) or an array's elements, from the opening bracket on.
+    fn members(&mut self, depth: usize, close: u8, keyed: bool) -> bool {
+        self.at += 1;
+        self.skip_space();
+        if self.eat(close) {
+            return true;
+        }
+        loop {
+            if keyed && !self.key() {
+                return false;
+            }
+            if !self.value(depth) {
+                return false;
+            }
+            if self.eat(close) {
+                return true;
+            }
+            if !self.eat(b',') {
+                return false;
+            }
+        }
+    }
+
+    /// An object member's key and the colon after it.
+    fn key(&mut self) -> bool {
+        self.skip_space();
+        let fine = self.string();
+        self.skip_space();
+        fine && self.eat(b':')
+    }
+
+    fn string(&mut self) -> bool {
+        if !self.eat(b'"') {
+            return false;
+        }
+        while let Some(byte) = self.peek() {
+            self.at += 1;
+            match byte {
+                b'"' => return true,
+                0..=0x1f => return false,
+                b'\\' if self.eat(b'u') => {
+                    let hex = self.bytes.get(self.at..self.at + 4);
+                    if !hex.is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit)) {
+                        return false;
+                    }
+                    self.at += 4;
+                }
+                b'\\'
+                    if matches!(
+                        self.peek(),
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't')
+                    ) =>
+                {
+                    self.at += 1;
+                }
+                b'\\' => return false,
+                _ => {}
+            }
+        }
+        false
+    }
+
+    fn word(&mut self, word: &[u8]) -> bool {
+        let fine = self.bytes[self.at..].starts_with(word);
+        self.at += word.len();
+        fine
+    }
+
+    fn number(&mut self) -> bool {
+        self.eat(b'-');
+        let whole_fine = match self.peek() {
+            Some(b'0') => {
+                self.at += 1;
+                true
+            }
+            Some(b'1'..=b'9') => self.digits() > 0,
+            _ => false,
+        };
+        let fraction_fine = !self.eat(b'.') || self.digits() > 0;
+        let exponent_fine = !(self.eat(b'e') || self.eat(b'E')) || {
+            let _ = self.eat(b'+') || self.eat(b'-');
+            self.digits() > 0
+        };
+        whole_fine && fraction_fine && exponent_fine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json;
+
+    #[test]
+    fn the_grammar_check_takes_json_and_nothing_else() {
+        let json = [
+            "0",
+            "-0.5e+3",
+            "1401e014966",
+            " [ ] ",
+            "{}",
+            r#"{"a":[1,{"b":null}],"c":"\u00e9\n"}"#,
+            r#"{"$serde_json::private::RawValue":"i.pt"}"#,
+            "true",
+            r#""é""#,
+        ];
+        for text in json {
+            assert!(is_json(text.as_bytes()), "{text} is JSON");
+        }
+        let not_json = [
+            "",
+            "01",
+            "-",
+            "1.",
+            "1e",
+            ".5",
+            "[1,]",
+            "{\"a\"}",
+            "{\"a\":1,}",
+            "[1 2]",
+            "tru",
+            "nul",
+            "\"\\x\"",
+            "\"\\u12g4\"",
+            "\"a",
+            "1 1",
+            "{1:2}",
+            "\"\u{1}\"",
+            "+1",
+        ];
+        for text in not_json {
+            assert!(!is_json(text.as_bytes()), "{text} is not JSON");
+        }
+        assert!(!is_json(&[b'"', 0xff, b'"']), "JSON text is UTF-8");
+        assert!(!is_json("[".repeat(300).as_bytes()), "nesting is bounded");
     }
 }
