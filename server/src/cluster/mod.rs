@@ -15,6 +15,7 @@
 //!   marks off the create's path.
 //! - `register`: at start, this node's streams entered in the directory, and what a crash
 //!   between a local change and its directory change left behind repaired.
+//! - `unsettled`: names whose delete has not settled in the directory; their appends wait.
 //!
 //! Where a request is served, and the directory's part of creates and deletes, is
 //! `crate::placement`'s: this module is the membership and the directory it uses.
@@ -25,10 +26,12 @@ mod directory;
 mod etcd;
 mod identity;
 mod register;
+mod unsettled;
 
 pub(crate) use client::{OutBody, Peers, Pooled};
 pub(crate) use directory::{stream_key, Directory, Entry, State};
-pub(crate) use etcd::Etcd;
+pub(crate) use etcd::{Etcd, EtcdError};
+pub(crate) use unsettled::Unsettled;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -38,7 +41,6 @@ use ds_engine::{Engine, StorageMode};
 
 use crate::config::ClusterConfig;
 use directory::{node_authority, node_key, node_value};
-use etcd::EtcdError;
 
 /// Longest wait at start for the directory cache to follow etcd.
 const FOLLOW_WAIT: Duration = Duration::from_secs(5);
@@ -55,6 +57,8 @@ pub(crate) struct Cluster {
     batcher: batch::Batcher,
     /// Names this node is creating right now, each with the lock its creates take turns on.
     creating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Names whose delete has not settled in the directory.
+    unsettled: Unsettled,
 }
 
 impl Cluster {
@@ -75,6 +79,7 @@ impl Cluster {
             directory: Arc::new(Directory::new(etcd)),
             peers,
             creating: Mutex::default(),
+            unsettled: Unsettled::default(),
         });
         let lease = cluster.join().await.map_err(|error| format!("cannot join the cluster: {error}"))?;
         register::local_streams(&cluster, engine).await?;
@@ -107,6 +112,10 @@ impl Cluster {
 
     pub(crate) fn directory(&self) -> &Directory {
         &self.directory
+    }
+
+    pub(crate) fn unsettled(&self) -> &Unsettled {
+        &self.unsettled
     }
 
     pub(crate) fn peers(&self) -> &Arc<Peers> {

@@ -7,8 +7,9 @@
 //!   refused, naming them, for an operator to resolve.
 //! - An entry of this node's left `creating` (a crash between the claim and the local
 //!   create, or before the entry was marked live): `live` if the stream is here, removed
-//!   if not. One left `deleting`: the delete is finished here, then the entry removed. One
-//!   for a stream no longer here (expired while the node was down): removed.
+//!   if not. One left `deleting`: `live` again if the stream is still here (the delete was
+//!   never answered, and is rolled back rather than finished by a restart), removed if not.
+//!   One for a stream no longer here (expired while the node was down): removed.
 
 use std::collections::HashMap;
 
@@ -75,18 +76,12 @@ async fn settle(
     let held = stream.as_ref().is_some_and(|stream| engine.open(stream).is_some());
     match (entry.state, held) {
         (State::Live, true) => Ok(()),
-        (State::Creating, true) => etcd
+        // The stream is still here, so no client was told the delete succeeded (a delete is
+        // answered after the local delete): it is rolled back, the stream and its appends kept.
+        (State::Creating | State::Deleting, true) => etcd
             .replace(&key, &Entry::encode(&cluster.node_id, State::Live), entry.mod_revision, 0)
             .await
             .map(|_| ()),
-        (State::Deleting, true) => {
-            let stream = stream.expect("a held stream has a valid name");
-            if let Err(error) = engine.delete(stream).await {
-                tracing::warn!(stream = name, ?error, "cannot finish a delete begun before the restart");
-                return Ok(());
-            }
-            etcd.delete_at(&key, entry.mod_revision).await.map(|_| ())
-        }
         (_, false) => etcd.delete_at(&key, entry.mod_revision).await.map(|_| ()),
     }
 }

@@ -9,18 +9,20 @@
 //!   no entry; a create claims it (compare-and-set: absent → `creating` by this node),
 //!   creates the stream here, then marks it `live` (or gives the claim back if the create
 //!   was refused). A fork is created on the node that holds its source.
-//! - A delete marks the entry `deleting`, deletes here, then removes the entry.
+//! - A delete marks the entry `deleting`, deletes here, then removes the entry (`delete`);
+//!   the name's appends wait while the entry is not settled.
 //!
 //! An entry this node owns for a stream it does not hold (its create was refused or never
 //! finished, or the stream expired) is stale: it is removed when met, unless this node is
 //! creating that stream right now.
 
+mod delete;
 mod forward;
 
 use std::sync::Arc;
 
 use ds_engine::StreamName;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::app::App;
@@ -39,7 +41,7 @@ const CLAIM_ATTEMPTS: usize = 4;
 /// Serves a stream request (`label` one of the stream routes) in cluster mode.
 pub(crate) async fn serve(
     app: &Arc<App>,
-    cluster: &Cluster,
+    cluster: &Arc<Cluster>,
     label: Route,
     name: StreamName,
     request: Request<RequestBody>,
@@ -47,7 +49,12 @@ pub(crate) async fn serve(
     let held = app.engine.open(&name).is_some();
     match label {
         Route::Create if !held => create(app, cluster, name, request).await.map(Reply::Now),
-        Route::Delete if held => delete(app, cluster, name).await.map(Reply::Now),
+        Route::Delete if held => delete::delete(app, cluster, name).await.map(Reply::Now),
+        Route::Append if held && cluster.unsettled().holds(name.as_str()) => {
+            let detail =
+                format!("a delete of {name} has not settled in the directory; appends wait until it has");
+            Err(unavailable("delete-unsettled", detail))
+        }
         _ if held => routes::stream(app, label, name, request).await,
         _ => elsewhere(app, cluster, &name, request).await.map(Reply::Now),
     }
@@ -198,40 +205,4 @@ impl Drop for CreateTurn<'_> {
             creating.remove(&self.name);
         }
     }
-}
-
-/// DELETE of a stream this node holds.
-async fn delete(app: &Arc<App>, cluster: &Cluster, name: StreamName) -> Result<Response<Body>, Problem> {
-    let key = stream_key(name.as_str());
-    let etcd = cluster.etcd();
-    let entry = etcd.get(&key).await.map_err(etcd_down)?.as_ref().and_then(Entry::decode);
-    let revision = match entry {
-        Some(entry) if entry.owner != cluster.node_id => {
-            let detail = format!("{name} is held here but the directory gives it to node {:?}", entry.owner);
-            return Err(Problem::new(StatusCode::CONFLICT, "split-stream", detail));
-        }
-        Some(entry) => {
-            let deleting = Entry::encode(&cluster.node_id, State::Deleting);
-            match etcd.replace(&key, &deleting, entry.mod_revision, 0).await.map_err(etcd_down)? {
-                Ok(revision) => Some(revision),
-                Err(_) => {
-                    return Err(unavailable("directory-in-flux", format!("the entry of {name} changed")))
-                }
-            }
-        }
-        None => None,
-    };
-    let deleted = routes::delete::delete(app, name.clone()).await;
-    let Some(revision) = revision else { return deleted };
-    // Gone: the entry goes. Still here (refused, or soft-deleted while forks read it): live.
-    let settled = match app.engine.open(&name) {
-        None => etcd.delete_at(&key, revision).await.map(|_| ()),
-        Some(_) => {
-            etcd.replace(&key, &Entry::encode(&cluster.node_id, State::Live), revision, 0).await.map(|_| ())
-        }
-    };
-    if let Err(error) = settled {
-        tracing::warn!(%error, stream = name.as_str(), "cannot settle a directory entry after a delete");
-    }
-    deleted
 }
