@@ -8,7 +8,8 @@
 //!   file systems of their own (a tmpfs, an ext4 image) for tests that make a disk fail.
 //! - `haproxy` and `jwt`: the shipped proxy configuration, started for end-to-end tests, and
 //!   tokens minted with the committed test-only keys.
-//! - `etcd`: a one-member etcd for the cluster tests, stopped and started at will.
+//! - `etcd`: a one-member etcd for the cluster tests, stopped and started at will;
+//!   `cluster`: nodes sharing it, and the directory's entries read and written by hand.
 //! - `rng`: a seeded generator, so a randomized test replays from its seed.
 //! - `prerequisites`: HAProxy, etcd, Node.js and the public Python client, found or installed
 //!   by `.ci/setup.sh`.
@@ -17,6 +18,7 @@
 //! public conformance suite, and sessions of the public clients (`tests/clients/`).
 
 pub mod client;
+pub mod cluster;
 pub mod data_dir;
 pub mod etcd;
 pub mod haproxy;

@@ -7,11 +7,9 @@
 //!
 //! `etcd` and `haproxy` are found or installed by `.ci/setup.sh`.
 
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine as _;
+use ds_tests::cluster::{entry, eventually, holders, node, nodes, put_entry, refused_start};
 use ds_tests::etcd::{free_port, Etcd};
 use ds_tests::haproxy::Proxy;
 use ds_tests::jwt::{mint, valid_claims, TRUSTED_KEY};
@@ -19,49 +17,6 @@ use ds_tests::server::{binary, TEST_STORAGE};
 use ds_tests::{Client, Server};
 
 const TEXT: (&str, &str) = ("Content-Type", "text/plain");
-
-/// Starts node `id` of the cluster on `port` (acid, a 2 s lease).
-fn node(etcd: &Etcd, id: &str, port: SocketAddr) -> Server {
-    let (port_text, url) = (port.port().to_string(), format!("http://{port}"));
-    Server::start_in(
-        "acid",
-        &[
-            ("DS_SERVER__PORT", &port_text),
-            ("DS_CLUSTER__ETCD_ENDPOINTS", &etcd.endpoint()),
-            ("DS_CLUSTER__NODE_ID", id),
-            ("DS_CLUSTER__ADVERTISE_URL", &url),
-            ("DS_CLUSTER__LEASE_TTL_SECS", "2"),
-        ],
-    )
-}
-
-fn nodes(etcd: &Etcd, count: usize) -> Vec<Server> {
-    (0..count).map(|i| node(etcd, &format!("node-{i}"), free_port())).collect()
-}
-
-/// The nodes that hold `path` themselves: asked as if forwarded, a node that does not hold
-/// it answers 503 instead of forwarding again.
-fn holders(nodes: &[&Server], path: &str) -> Vec<SocketAddr> {
-    nodes
-        .iter()
-        .filter(|node| {
-            Client::new(node.addr).send("HEAD", path, &[("ds-forwarded-by", "test")], b"").status == 200
-        })
-        .map(|node| node.addr)
-        .collect()
-}
-
-/// Retries `check` for up to `timeout`; the last failure message if it never passes.
-fn eventually(timeout: Duration, mut check: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check() {
-            Ok(()) => return,
-            Err(why) if Instant::now() > deadline => panic!("still not true after {timeout:?}: {why}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-}
 
 #[test]
 fn racing_creates_of_one_name_on_different_nodes_make_one_stream() {
@@ -322,40 +277,3 @@ fn a_restart_settles_what_a_crash_left_in_the_directory() {
     assert_eq!(beta.client().get("/v1/stream/made?offset=-1").text(), "x");
 }
 
-fn put_entry(etcd: &Etcd, name: &str, value: &str) {
-    let body = serde_json::json!({ "key": BASE64.encode(format!("/ds/streams/{name}")), "value": BASE64.encode(value) });
-    let put = Client::new(etcd.client_addr).send("POST", "/v3/kv/put", &[], body.to_string().as_bytes());
-    assert_eq!(put.status, 200, "{}", put.text());
-}
-
-fn entry(etcd: &Etcd, name: &str) -> Option<String> {
-    let body = serde_json::json!({ "key": BASE64.encode(format!("/ds/streams/{name}")) });
-    let range = Client::new(etcd.client_addr).send("POST", "/v3/kv/range", &[], body.to_string().as_bytes());
-    let value = range.json()["kvs"][0]["value"].as_str().map(|text| BASE64.decode(text).unwrap())?;
-    Some(String::from_utf8(value).unwrap())
-}
-
-/// Runs `command`, which must exit unsuccessfully within 20 s; its standard error.
-fn refused_start(mut command: std::process::Command) -> String {
-    let mut child = command
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("ds-server runs");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait on ds-server") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("ds-server started where it should have refused to");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("piped stderr"), &mut stderr).unwrap();
-    assert!(!status.success(), "ds-server exits unsuccessfully: {stderr}");
-    stderr
-}

@@ -8,7 +8,6 @@
 //! per forwarded request, never on a request this node serves itself.
 
 use std::collections::HashMap;
-use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -38,17 +37,20 @@ pub(crate) struct Peers {
 /// Why a request to a peer got no answer.
 #[derive(Debug)]
 pub(crate) enum PeerError {
-    /// No connection could be made (refused, unreachable, or not within the timeout).
-    Connect(io::Error),
-    /// The connection failed before the answer's head arrived.
-    Request(hyper::Error),
+    /// No byte of the request reached the peer: no connection could be made (refused,
+    /// unreachable, or not within the timeout), or the connection closed before the
+    /// request was written.
+    NotSent(String),
+    /// The connection failed after the request was (at least in part) written and before
+    /// the answer's head arrived: the peer may have acted on it.
+    Broken(hyper::Error),
 }
 
 impl std::fmt::Display for PeerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PeerError::Connect(error) => write!(f, "cannot connect: {error}"),
-            PeerError::Request(error) => write!(f, "request failed: {error}"),
+            PeerError::NotSent(error) => write!(f, "not sent: {error}"),
+            PeerError::Broken(error) => write!(f, "broken after the request was sent: {error}"),
         }
     }
 }
@@ -56,17 +58,31 @@ impl std::fmt::Display for PeerError {
 impl Peers {
     /// Sends `request` to `authority` (`host:port`) and returns the answer's head; its body
     /// streams from the peer as it is read.
+    ///
+    /// A kept-alive connection the peer closed while idle is found out only when a request
+    /// is handed to it; a request it gives back unsent goes once more on a new connection.
     pub(crate) async fn send(
         self: &Arc<Self>,
         authority: &str,
-        request: Request<OutBody>,
+        mut request: Request<OutBody>,
         connect_timeout: Duration,
     ) -> Result<Response<Pooled>, PeerError> {
-        let mut sender = match self.idle_sender(authority) {
-            Some(sender) => sender,
-            None => connect(authority, connect_timeout).await?,
+        let mut idle = self.idle_sender(authority);
+        let (sender, response) = loop {
+            let reused = idle.is_some();
+            let mut sender = match idle.take() {
+                Some(sender) => sender,
+                None => connect(authority, connect_timeout).await?,
+            };
+            match sender.try_send_request(request).await {
+                Ok(response) => break (sender, response),
+                Err(mut failed) => match failed.take_message() {
+                    Some(unsent) if reused => request = unsent,
+                    Some(_) => return Err(PeerError::NotSent(failed.into_error().to_string())),
+                    None => return Err(PeerError::Broken(failed.into_error())),
+                },
+            }
         };
-        let response = sender.send_request(request).await.map_err(PeerError::Request)?;
         // An answer without a body (204, HEAD, length 0) frees its connection at once: its
         // body may never be polled.
         if response.body().is_end_stream() {
@@ -100,12 +116,13 @@ impl Peers {
 
 async fn connect(authority: &str, timeout: Duration) -> Result<SendRequest<OutBody>, PeerError> {
     let connecting = TcpStream::connect(authority);
+    let not_sent = |error: &dyn std::fmt::Display| PeerError::NotSent(format!("cannot connect: {error}"));
     let stream = match tokio::time::timeout(timeout, connecting).await {
-        Ok(stream) => stream.map_err(PeerError::Connect)?,
-        Err(_) => return Err(PeerError::Connect(io::ErrorKind::TimedOut.into())),
+        Ok(stream) => stream.map_err(|error| not_sent(&error))?,
+        Err(_) => return Err(not_sent(&"no connection within the timeout")),
     };
-    stream.set_nodelay(true).map_err(PeerError::Connect)?;
-    let (sender, connection) = http1::handshake(TokioIo::new(stream)).await.map_err(PeerError::Request)?;
+    stream.set_nodelay(true).map_err(|error| not_sent(&error))?;
+    let (sender, connection) = http1::handshake(TokioIo::new(stream)).await.map_err(|error| not_sent(&error))?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "connection to a peer ended");

@@ -28,7 +28,7 @@ mod identity;
 mod register;
 mod unsettled;
 
-pub(crate) use client::{OutBody, Peers, Pooled};
+pub(crate) use client::{OutBody, PeerError, Peers, Pooled};
 pub(crate) use directory::{stream_key, Directory, Entry, State};
 pub(crate) use etcd::{Etcd, EtcdError};
 pub(crate) use unsettled::Unsettled;

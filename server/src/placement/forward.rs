@@ -7,7 +7,6 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -17,7 +16,8 @@ use http_body_util::BodyExt;
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, DATE, HOST, RETRY_AFTER, TRANSFER_ENCODING};
 use hyper::{Request, Response, StatusCode};
 
-use crate::cluster::{Cluster, OutBody, Pooled};
+use crate::app::App;
+use crate::cluster::{Cluster, OutBody, PeerError, Pooled};
 use crate::http::problem::Problem;
 use crate::http::request_body::RequestBody;
 use crate::http::response::{Body, LiveSource};
@@ -26,6 +26,10 @@ use crate::http::response::{Body, LiveSource};
 pub(super) const FORWARDED_BY: HeaderName = HeaderName::from_static("ds-forwarded-by");
 /// How long connecting to an owner may take before the request is answered 503.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How much longer than the long-poll timeout an owner may take to start its answer.
+const ANSWER_MARGIN: Duration = Duration::from_secs(5);
+/// What a client is told when a forwarded request may or may not have been applied.
+const UNKNOWN: &str = "whether the owner applied it is unknown (an append is safe to retry only with producer headers)";
 /// Headers that belong to one connection, not to the request or answer.
 const HOP_BY_HOP: [&str; 7] =
     ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"];
@@ -37,7 +41,13 @@ pub(super) fn unavailable(kind: &'static str, detail: String) -> Problem {
 }
 
 /// Passes `request` to node `owner` and returns its answer.
+///
+/// The owner's answer head must come within the long-poll timeout and
+/// [`ANSWER_MARGIN`]: a stopped owner does not hold the request forever. What broke before
+/// a byte was sent is 503 (the request did nothing, retry it); what broke after is 502,
+/// and no head in time is 504, both `outcome-unknown`: the owner may have applied it.
 pub(super) async fn forward(
+    app: &App,
     cluster: &Cluster,
     owner: &str,
     request: Request<RequestBody>,
@@ -56,13 +66,23 @@ pub(super) async fn forward(
         ));
     };
     let outgoing = outgoing(request, &authority, &cluster.node_id);
-    let answer = Arc::clone(cluster.peers()).send(&authority, outgoing, CONNECT_TIMEOUT).await;
-    let response = answer.map_err(|error| {
-        unavailable(
-            "owner-unavailable",
-            format!("node {owner:?}, which holds the stream, cannot be reached: {error}"),
-        )
-    })?;
+    let answer_timeout = app.long_poll_timeout + ANSWER_MARGIN;
+    let sending = cluster.peers().send(&authority, outgoing, CONNECT_TIMEOUT);
+    let response = match tokio::time::timeout(answer_timeout, sending).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(PeerError::NotSent(error))) => {
+            let detail = format!("node {owner:?}, which holds the stream, cannot be reached: {error}");
+            return Err(unavailable("owner-unavailable", detail));
+        }
+        Ok(Err(PeerError::Broken(error))) => {
+            let detail = format!("the connection to node {owner:?}, which holds the stream, broke after the request was sent ({error}); {UNKNOWN}");
+            return Err(Problem::new(StatusCode::BAD_GATEWAY, "outcome-unknown", detail));
+        }
+        Err(_) => {
+            let detail = format!("node {owner:?}, which holds the stream, did not answer within {answer_timeout:?}; {UNKNOWN}");
+            return Err(Problem::new(StatusCode::GATEWAY_TIMEOUT, "outcome-unknown", detail));
+        }
+    };
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     // This node's writer dates the answer itself.

@@ -72,7 +72,7 @@ async fn elsewhere(
     request: Request<RequestBody>,
 ) -> Result<Response<Body>, Problem> {
     match owner_elsewhere(app, cluster, name).await? {
-        Some(owner) => forward(cluster, &owner, request).await,
+        Some(owner) => forward(app, cluster, &owner, request).await,
         None => Err(Problem::not_found()),
     }
 }
@@ -114,7 +114,7 @@ async fn create(
     if let Some(source) = fork_source(&request) {
         // A fork lives with its source; `None`: the source is here or nowhere.
         if let Some(owner) = owner_elsewhere(app, cluster, &source).await? {
-            return forward(cluster, &owner, request).await;
+            return forward(app, cluster, &owner, request).await;
         }
     }
     // One create of a name at a time on this node; an entry of this node's for the name is
@@ -128,7 +128,7 @@ async fn create(
         Claim::Ours(revision) => revision,
         Claim::Owner(owner) => {
             drop(turn);
-            return forward(cluster, &owner, request).await;
+            return forward(app, cluster, &owner, request).await;
         }
     };
     let created = routes::create::create(app, name.clone(), request).await;

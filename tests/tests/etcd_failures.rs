@@ -1,0 +1,63 @@
+//! The cluster under partial failures, each as an unlucky operator meets it (real etcd,
+//! real nodes): a forward that breaks after the request left is an unknown outcome (502 or
+//! 504 `outcome-unknown`), never 503 and never a hang; a node key taken away is noticed and
+//! put back within a renewal; an empty data directory under a node id etcd knows is refused;
+//! forwards go on from the last known view while etcd is down.
+//!
+//! `etcd` is found or installed by `.ci/setup.sh`.
+
+use std::time::Duration;
+
+use ds_tests::cluster::node_with;
+use ds_tests::etcd::{free_port, Etcd};
+use ds_tests::Client;
+
+/// A short long-poll timeout, so a forward's answer timeout (long-poll timeout + 5 s) is
+/// short too.
+const SHORT_LONG_POLL: (&str, &str) = ("DS_SERVER__LONG_POLL_TIMEOUT_SECS", "3");
+
+fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: a plain kill(2) on the test's own child process.
+    let sent = unsafe { libc::kill(pid as libc::pid_t, signal) };
+    assert_eq!(sent, 0, "signal {signal} to {pid}");
+}
+
+#[test]
+fn a_forward_that_breaks_after_the_request_left_is_an_unknown_outcome() {
+    let etcd = Etcd::start();
+    let mut owner = node_with(&etcd, "owner", free_port(), &[SHORT_LONG_POLL]);
+    let other = node_with(&etcd, "other", free_port(), &[SHORT_LONG_POLL]);
+    assert_eq!(owner.client().put("/v1/stream/s", "text/plain", b"a").status, 201);
+    let tail = owner.client().head("/v1/stream/s").next_offset();
+
+    // The owner killed while it holds a forwarded long-poll: the request had arrived.
+    let other_addr = other.addr;
+    let path = format!("/v1/stream/s?offset={tail}&live=long-poll");
+    let waiting = std::thread::spawn(move || Client::new(other_addr).get(&path));
+    owner.wait_for_metric("ds_live_readers", 1);
+    owner.kill();
+    let broken = waiting.join().unwrap();
+    assert_eq!(broken.status, 502, "{}", broken.text());
+    assert_eq!(broken.json()["type"], "urn:ds:problem:outcome-unknown");
+
+    // The owner stopped (not dead: its socket takes the request) while an append is
+    // forwarded to it: 504 once the answer timeout passes, not a request held forever.
+    owner.restart();
+    let stopped = owner.pid();
+    signal(stopped, libc::SIGSTOP);
+    let timed_out = other.client().post("/v1/stream/s", "text/plain", b"b");
+    signal(stopped, libc::SIGCONT);
+    assert_eq!(timed_out.status, 504, "{}", timed_out.text());
+    assert_eq!(timed_out.json()["type"], "urn:ds:problem:outcome-unknown");
+    // Unknown was the right word: the owner applied it once it ran again.
+    ds_tests::cluster::eventually(Duration::from_secs(10), || {
+        let read = owner.client().get("/v1/stream/s?offset=-1").text();
+        (read == "ab").then_some(()).ok_or(read)
+    });
+
+    // A refused connection sent nothing: 503, safe to retry.
+    owner.kill();
+    let refused = other.client().post("/v1/stream/s", "text/plain", b"c");
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.json()["type"], "urn:ds:problem:owner-unavailable");
+}
