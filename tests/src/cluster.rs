@@ -62,17 +62,37 @@ pub fn eventually(timeout: Duration, mut check: impl FnMut() -> Result<(), Strin
 
 /// Puts the directory entry of stream `name` by hand.
 pub fn put_entry(etcd: &Etcd, name: &str, value: &str) {
-    let body = serde_json::json!({ "key": BASE64.encode(format!("/ds/streams/{name}")), "value": BASE64.encode(value) });
-    let put = Client::new(etcd.client_addr).send("POST", "/v3/kv/put", &[], body.to_string().as_bytes());
-    assert_eq!(put.status, 200, "{}", put.text());
+    put_key(etcd, &format!("/ds/streams/{name}"), value);
 }
 
 /// The directory entry of stream `name`, if there is one.
 pub fn entry(etcd: &Etcd, name: &str) -> Option<String> {
-    let body = serde_json::json!({ "key": BASE64.encode(format!("/ds/streams/{name}")) });
+    key(etcd, &format!("/ds/streams/{name}")).map(|(value, _)| value)
+}
+
+/// Puts `value` at `key` in etcd (no lease), as an operator would.
+pub fn put_key(etcd: &Etcd, key: &str, value: &str) {
+    let body = serde_json::json!({ "key": BASE64.encode(key), "value": BASE64.encode(value) });
+    let put = Client::new(etcd.client_addr).send("POST", "/v3/kv/put", &[], body.to_string().as_bytes());
+    assert_eq!(put.status, 200, "{}", put.text());
+}
+
+/// Deletes `key` in etcd, as an operator would.
+pub fn delete_key(etcd: &Etcd, key: &str) {
+    let body = serde_json::json!({ "key": BASE64.encode(key) });
+    let deleted =
+        Client::new(etcd.client_addr).send("POST", "/v3/kv/deleterange", &[], body.to_string().as_bytes());
+    assert_eq!(deleted.status, 200, "{}", deleted.text());
+}
+
+/// The value at `key` in etcd and the lease it is attached to (0: none), if present.
+pub fn key(etcd: &Etcd, key: &str) -> Option<(String, i64)> {
+    let body = serde_json::json!({ "key": BASE64.encode(key) });
     let range = Client::new(etcd.client_addr).send("POST", "/v3/kv/range", &[], body.to_string().as_bytes());
-    let value = range.json()["kvs"][0]["value"].as_str().map(|text| BASE64.decode(text).unwrap())?;
-    Some(String::from_utf8(value).unwrap())
+    let found = &range.json()["kvs"][0];
+    let value = found["value"].as_str().map(|text| BASE64.decode(text).unwrap())?;
+    let lease = found["lease"].as_str().and_then(|text| text.parse().ok()).unwrap_or(0);
+    Some((String::from_utf8(value).unwrap(), lease))
 }
 
 /// Runs `command`, which must exit unsuccessfully within 20 s; its standard error.

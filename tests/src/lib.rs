@@ -9,7 +9,8 @@
 //! - `haproxy` and `jwt`: the shipped proxy configuration, started for end-to-end tests, and
 //!   tokens minted with the committed test-only keys.
 //! - `etcd`: a one-member etcd for the cluster tests, stopped and started at will;
-//!   `cluster`: nodes sharing it, and the directory's entries read and written by hand.
+//!   `cluster`: nodes sharing it, and the directory's entries read and written by hand;
+//!   `relay`: a TCP relay that can black-hole requests, as a member that stopped answering.
 //! - `rng`: a seeded generator, so a randomized test replays from its seed.
 //! - `prerequisites`: HAProxy, etcd, Node.js and the public Python client, found or installed
 //!   by `.ci/setup.sh`.
@@ -25,6 +26,7 @@ pub mod haproxy;
 pub mod http2;
 pub mod jwt;
 pub mod prerequisites;
+pub mod relay;
 pub mod rng;
 pub mod scratch;
 pub mod server;

@@ -276,4 +276,3 @@ fn a_restart_settles_what_a_crash_left_in_the_directory() {
     assert_eq!(entry(&etcd, "made").as_deref(), Some(r#"{"owner":"alpha","state":"live"}"#));
     assert_eq!(beta.client().get("/v1/stream/made?offset=-1").text(), "x");
 }
-

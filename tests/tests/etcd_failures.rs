@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
-use ds_tests::cluster::node_with;
+use ds_tests::cluster::{delete_key, eventually, key, node, node_with, put_key};
 use ds_tests::etcd::{free_port, Etcd};
+use ds_tests::relay::Relay;
 use ds_tests::Client;
 
 /// A short long-poll timeout, so a forward's answer timeout (long-poll timeout + 5 s) is
@@ -50,7 +51,7 @@ fn a_forward_that_breaks_after_the_request_left_is_an_unknown_outcome() {
     assert_eq!(timed_out.status, 504, "{}", timed_out.text());
     assert_eq!(timed_out.json()["type"], "urn:ds:problem:outcome-unknown");
     // Unknown was the right word: the owner applied it once it ran again.
-    ds_tests::cluster::eventually(Duration::from_secs(10), || {
+    eventually(Duration::from_secs(10), || {
         let read = owner.client().get("/v1/stream/s?offset=-1").text();
         (read == "ab").then_some(()).ok_or(read)
     });
@@ -60,4 +61,67 @@ fn a_forward_that_breaks_after_the_request_left_is_an_unknown_outcome() {
     let refused = other.client().post("/v1/stream/s", "text/plain", b"c");
     assert_eq!(refused.status, 503, "{}", refused.text());
     assert_eq!(refused.json()["type"], "urn:ds:problem:owner-unavailable");
+}
+
+#[test]
+fn a_node_key_taken_away_is_put_back_within_a_renewal() {
+    let etcd = Etcd::start();
+    let owner = node(&etcd, "owner", free_port());
+    let other = node(&etcd, "other", free_port());
+    assert_eq!(owner.client().put("/v1/stream/s", "text/plain", b"a").status, 201);
+    let (value, lease) = key(&etcd, "/ds/nodes/owner").expect("the owner's key");
+    assert_ne!(lease, 0, "the node key lives under the node's lease");
+
+    // Deleted by hand (a mistaken cleanup, a restore from before the node joined).
+    delete_key(&etcd, "/ds/nodes/owner");
+    eventually(Duration::from_secs(5), || match key(&etcd, "/ds/nodes/owner") {
+        Some(found) if found == (value.clone(), lease) => Ok(()),
+        found => Err(format!("the node key is {found:?}")),
+    });
+    eventually(Duration::from_secs(5), || {
+        let read = other.client().get("/v1/stream/s?offset=-1");
+        (read.status == 200).then_some(()).ok_or(format!("{} {}", read.status, read.text()))
+    });
+
+    // Another address under this id: another process has it, and the owner stops serving.
+    put_key(&etcd, "/ds/nodes/owner", r#"{"url":"http://127.0.0.1:9"}"#);
+    eventually(Duration::from_secs(5), || {
+        let read = owner.client().get("/v1/stream/s?offset=-1");
+        let taken = read.status == 503 && read.text().contains("urn:ds:problem:identity-taken");
+        taken.then_some(()).ok_or(format!("{} {}", read.status, read.text()))
+    });
+    // Gone again: the key is the owner's once more, and so are its streams.
+    delete_key(&etcd, "/ds/nodes/owner");
+    eventually(Duration::from_secs(5), || {
+        let read = owner.client().get("/v1/stream/s?offset=-1");
+        (read.status == 200 && read.text() == "a").then_some(()).ok_or(format!(
+            "{} {}",
+            read.status,
+            read.text()
+        ))
+    });
+}
+
+#[test]
+fn one_black_holed_etcd_endpoint_does_not_expire_the_lease() {
+    let etcd = Etcd::start();
+    let relays = [0, 1].map(|_| Relay::start(etcd.client_addr, "/v3/lease/keepalive"));
+    let endpoints = format!("http://{},http://{}", relays[0].addr, relays[1].addr);
+    let owner = node_with(&etcd, "owner", free_port(), &[("DS_CLUSTER__ETCD_ENDPOINTS", &endpoints)]);
+    let (_, lease) = key(&etcd, "/ds/nodes/owner").expect("the owner's key");
+    eventually(Duration::from_secs(5), || {
+        (relays[0].forwarded() > 0).then_some(()).ok_or("no renewal through the first endpoint yet".into())
+    });
+
+    // The first member stops answering renewals (a 2 s lease, renewed every 667 ms).
+    relays[0].hold(true);
+    let before = relays[1].forwarded();
+    eventually(Duration::from_secs(10), || {
+        let through_second = relays[1].forwarded() - before;
+        (through_second >= 4)
+            .then_some(())
+            .ok_or(format!("{through_second} renewals through the second endpoint"))
+    });
+    assert_eq!(key(&etcd, "/ds/nodes/owner").map(|(_, now)| now), Some(lease), "the same lease lives on");
+    assert!(!owner.log().contains("lease expired"), "{}", owner.log());
 }

@@ -122,7 +122,8 @@ async fn connect(authority: &str, timeout: Duration) -> Result<SendRequest<OutBo
         Err(_) => return Err(not_sent(&"no connection within the timeout")),
     };
     stream.set_nodelay(true).map_err(|error| not_sent(&error))?;
-    let (sender, connection) = http1::handshake(TokioIo::new(stream)).await.map_err(|error| not_sent(&error))?;
+    let (sender, connection) =
+        http1::handshake(TokioIo::new(stream)).await.map_err(|error| not_sent(&error))?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "connection to a peer ended");

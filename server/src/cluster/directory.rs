@@ -248,7 +248,7 @@ mod tests {
     use super::*;
 
     fn kv(key: &str, value: &[u8], mod_revision: i64) -> Kv {
-        Kv { key: key.as_bytes().to_vec(), value: value.to_vec(), mod_revision }
+        Kv { key: key.as_bytes().to_vec(), value: value.to_vec(), mod_revision, lease: 0 }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! like; keys and values base64, 64-bit numbers as strings): the few calls the directory
 //! needs (read, create-if-absent, compare-and-swap, compare-and-delete, leases, watch).
 //!
-//! Every call but the watch must answer within [`CALL_TIMEOUT`]; endpoints are tried in
+//! Every call but the watch must answer within [`CALL_TIMEOUT`] (a lease's keep-alive, within
+//! the shorter timeout its caller gives); endpoints are tried in
 //! turn, starting with the last one that answered. Anything that is not a well-formed
 //! answer is an [`EtcdError`]: the directory turns it into 503s, never into a guess.
 
@@ -39,6 +40,8 @@ pub(crate) struct Kv {
     pub key: Vec<u8>,
     pub value: Vec<u8>,
     pub mod_revision: i64,
+    /// The lease the key is attached to (0: none).
+    pub lease: i64,
 }
 
 /// What must hold of a key for a transaction to put it.
@@ -92,20 +95,23 @@ impl Etcd {
 
     /// Sends `body` to `path` on the endpoints in turn; the first answer that parses wins.
     async fn call(&self, path: &str, body: &Value) -> Result<Value, EtcdError> {
+        self.call_within(path, body, CALL_TIMEOUT).await
+    }
+
+    /// As [`Etcd::call`], each endpoint given `timeout` to answer.
+    async fn call_within(&self, path: &str, body: &Value, timeout: Duration) -> Result<Value, EtcdError> {
         let start = self.next.load(Ordering::Relaxed);
         let mut last_error = String::new();
         for step in 0..self.endpoints.len() {
             let index = (start + step) % self.endpoints.len();
-            let answer = tokio::time::timeout(CALL_TIMEOUT, self.call_one(index, path, body)).await;
+            let answer = tokio::time::timeout(timeout, self.call_one(index, path, body)).await;
             match answer {
                 Ok(Ok(value)) => {
                     self.next.store(index, Ordering::Relaxed);
                     return Ok(value);
                 }
                 Ok(Err(error)) => last_error = error.0,
-                Err(_) => {
-                    last_error = format!("{}: no answer within {CALL_TIMEOUT:?}", self.endpoints[index])
-                }
+                Err(_) => last_error = format!("{}: no answer within {timeout:?}", self.endpoints[index]),
             }
         }
         Err(EtcdError(last_error))
@@ -214,7 +220,7 @@ impl Etcd {
         match existing {
             Some(kv) => Ok(Err(kv)),
             // Gone between the compare and the read: an absent key, as it now is.
-            None => Ok(Err(Kv { key: key.to_vec(), value: Vec::new(), mod_revision: 0 })),
+            None => Ok(Err(Kv { key: key.to_vec(), value: Vec::new(), mod_revision: 0, lease: 0 })),
         }
     }
 
@@ -252,9 +258,10 @@ impl Etcd {
         number(answer.get("ID")).ok_or_else(|| EtcdError(format!("lease grant: no ID in {answer}")))
     }
 
-    /// Renews `lease`; its remaining seconds (0: it had expired).
-    pub(crate) async fn keep_alive(&self, lease: i64) -> Result<i64, EtcdError> {
-        let answer = self.call("/v3/lease/keepalive", &json!({ "ID": lease.to_string() })).await?;
+    /// Renews `lease`, each endpoint given `timeout`; its remaining seconds (0: expired).
+    pub(crate) async fn keep_alive(&self, lease: i64, timeout: Duration) -> Result<i64, EtcdError> {
+        let body = json!({ "ID": lease.to_string() });
+        let answer = self.call_within("/v3/lease/keepalive", &body, timeout).await?;
         Ok(answer.pointer("/result/TTL").and_then(|ttl| number(Some(ttl))).unwrap_or(0))
     }
 
@@ -324,6 +331,7 @@ pub(super) fn kv(item: &Value) -> Result<Kv, EtcdError> {
         key: bytes("key")?,
         value: bytes("value")?,
         mod_revision: number(item.get("mod_revision")).unwrap_or(0),
+        lease: number(item.get("lease")).unwrap_or(0),
     })
 }
 
@@ -340,8 +348,9 @@ mod tests {
 
     #[test]
     fn key_values_decode_from_the_gateways_spelling() {
-        let item = json!({ "key": BASE64.encode("k"), "value": BASE64.encode("v"), "mod_revision": "42" });
-        assert_eq!(kv(&item).unwrap(), Kv { key: b"k".to_vec(), value: b"v".to_vec(), mod_revision: 42 });
+        let item = json!({ "key": BASE64.encode("k"), "value": BASE64.encode("v"), "mod_revision": "42", "lease": "7" });
+        let expected = Kv { key: b"k".to_vec(), value: b"v".to_vec(), mod_revision: 42, lease: 7 };
+        assert_eq!(kv(&item).unwrap(), expected);
         assert!(kvs(None).unwrap().is_empty());
         assert!(kv(&json!({ "key": "!!" })).is_err());
         assert_eq!(number(Some(&json!(7))), Some(7));

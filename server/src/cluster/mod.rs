@@ -13,6 +13,7 @@
 //! - `identity`: the node id a data directory belongs to.
 //! - `batch`: the directory writes of creates, batched: claims group-committed, `live`
 //!   marks off the create's path.
+//! - `membership`: this node's key under its lease, renewed and kept this node's.
 //! - `register`: at start, this node's streams entered in the directory, and what a crash
 //!   between a local change and its directory change left behind repaired.
 //! - `unsettled`: names whose delete has not settled in the directory; their appends wait.
@@ -25,6 +26,7 @@ mod client;
 mod directory;
 mod etcd;
 mod identity;
+mod membership;
 mod register;
 mod unsettled;
 
@@ -34,13 +36,13 @@ pub(crate) use etcd::{Etcd, EtcdError};
 pub(crate) use unsettled::Unsettled;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ds_engine::{Engine, StorageMode};
 
 use crate::config::ClusterConfig;
-use directory::{node_authority, node_key, node_value};
 
 /// Longest wait at start for the directory cache to follow etcd.
 const FOLLOW_WAIT: Duration = Duration::from_secs(5);
@@ -59,6 +61,8 @@ pub(crate) struct Cluster {
     creating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Names whose delete has not settled in the directory.
     unsettled: Unsettled,
+    /// Another process has this node's id in the directory (see `membership`).
+    identity_taken: AtomicBool,
 }
 
 impl Cluster {
@@ -80,6 +84,7 @@ impl Cluster {
             peers,
             creating: Mutex::default(),
             unsettled: Unsettled::default(),
+            identity_taken: AtomicBool::new(false),
         });
         let lease = cluster.join().await.map_err(|error| format!("cannot join the cluster: {error}"))?;
         register::local_streams(&cluster, engine).await?;
@@ -114,6 +119,11 @@ impl Cluster {
         &self.directory
     }
 
+    /// Whether another process has this node's id: its streams must not be served here.
+    pub(crate) fn identity_taken(&self) -> bool {
+        self.identity_taken.load(Ordering::Acquire)
+    }
+
     pub(crate) fn unsettled(&self) -> &Unsettled {
         &self.unsettled
     }
@@ -126,61 +136,5 @@ impl Cluster {
     /// `crate::placement`).
     pub(crate) fn creating(&self) -> &Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
         &self.creating
-    }
-
-    /// Enters this node under a new lease; returns the lease. A node key left by this
-    /// node's previous run (same address, lease not yet expired) is taken over; one held by
-    /// another live node with this id is refused.
-    async fn join(&self) -> Result<i64, String> {
-        let etcd = self.etcd();
-        let lease = etcd.grant(self.lease_ttl_secs).await.map_err(|e| e.to_string())?;
-        let (key, value) = (node_key(&self.node_id), node_value(&self.advertise));
-        for _ in 0..3 {
-            let existing = match etcd.create(&key, &value, lease).await.map_err(|e| e.to_string())? {
-                Ok(_) => return Ok(lease),
-                Err(existing) => existing,
-            };
-            if existing.mod_revision == 0 {
-                continue;
-            }
-            let address = node_authority(&existing.value);
-            if address.as_deref() != Some(self.advertise.as_str()) {
-                return Err(format!(
-                    "node id {:?} is in use by a live node at {}",
-                    self.node_id,
-                    address.unwrap_or_default()
-                ));
-            }
-            if etcd
-                .replace(&key, &value, existing.mod_revision, lease)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_ok()
-            {
-                return Ok(lease);
-            }
-        }
-        Err("the node key kept changing while joining".to_string())
-    }
-
-    /// Keeps the lease alive (every third of its time to live); rejoins under a new one
-    /// when it expired (etcd was out of reach for longer than that).
-    async fn renew(self: Arc<Self>, mut lease: i64) {
-        let period = Duration::from_millis(self.lease_ttl_secs * 1000 / 3);
-        loop {
-            tokio::time::sleep(period).await;
-            match self.etcd().keep_alive(lease).await {
-                Ok(ttl) if ttl > 0 => continue,
-                Ok(_) => tracing::warn!("the node's lease expired; rejoining"),
-                Err(EtcdError(error)) => {
-                    tracing::warn!(%error, "cannot renew the node's lease");
-                    continue;
-                }
-            }
-            match self.join().await {
-                Ok(renewed) => lease = renewed,
-                Err(error) => tracing::warn!(%error, "cannot rejoin the cluster"),
-            }
-        }
     }
 }

@@ -29,7 +29,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How much longer than the long-poll timeout an owner may take to start its answer.
 const ANSWER_MARGIN: Duration = Duration::from_secs(5);
 /// What a client is told when a forwarded request may or may not have been applied.
-const UNKNOWN: &str = "whether the owner applied it is unknown (an append is safe to retry only with producer headers)";
+const UNKNOWN: &str =
+    "whether the owner applied it is unknown (an append is safe to retry only with producer headers)";
 /// Headers that belong to one connection, not to the request or answer.
 const HOP_BY_HOP: [&str; 7] =
     ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"];
@@ -79,7 +80,9 @@ pub(super) async fn forward(
             return Err(Problem::new(StatusCode::BAD_GATEWAY, "outcome-unknown", detail));
         }
         Err(_) => {
-            let detail = format!("node {owner:?}, which holds the stream, did not answer within {answer_timeout:?}; {UNKNOWN}");
+            let detail = format!(
+                "node {owner:?}, which holds the stream, did not answer within {answer_timeout:?}; {UNKNOWN}"
+            );
             return Err(Problem::new(StatusCode::GATEWAY_TIMEOUT, "outcome-unknown", detail));
         }
     };

@@ -46,6 +46,10 @@ pub(crate) async fn serve(
     name: StreamName,
     request: Request<RequestBody>,
 ) -> Result<Reply, Problem> {
+    if cluster.identity_taken() {
+        let detail = format!("another process has this node's id ({:?}) in the directory", cluster.node_id);
+        return Err(unavailable("identity-taken", detail));
+    }
     let held = app.engine.open(&name).is_some();
     match label {
         Route::Create if !held => create(app, cluster, name, request).await.map(Reply::Now),
