@@ -122,6 +122,10 @@ pub struct Args {
     /// streams answer 503 after at most this long)
     #[arg(long, env = "DS_CLUSTER__LEASE_TTL_SECS", default_value = "5")]
     pub lease_ttl_secs: String,
+    /// Take over this node id from the data directory that ran it before (lost for good):
+    /// that directory's streams leave the cluster's directory (404, free to create again)
+    #[arg(long, env = "DS_CLUSTER__ADOPT_NODE_ID", default_value = "false")]
+    pub adopt_node_id: String,
 }
 
 /// How this node joins a cluster.
@@ -132,6 +136,8 @@ pub struct ClusterConfig {
     /// `host:port` of this node, as the other nodes connect to it.
     pub advertise: String,
     pub lease_ttl_secs: u64,
+    /// This data directory takes over the id from the one that ran it before.
+    pub adopt_node_id: bool,
 }
 
 /// A checked configuration.
@@ -273,7 +279,8 @@ impl Args {
             return Err(invalid("DS_CLUSTER__ADVERTISE_URL", &url, "http://host:port"));
         }
         let lease_ttl_secs = number("DS_CLUSTER__LEASE_TTL_SECS", &self.lease_ttl_secs, 2, 600)?;
-        Ok(Some(ClusterConfig { etcd_endpoints, node_id, advertise, lease_ttl_secs }))
+        let adopt_node_id = boolean("DS_CLUSTER__ADOPT_NODE_ID", &self.adopt_node_id)?;
+        Ok(Some(ClusterConfig { etcd_endpoints, node_id, advertise, lease_ttl_secs, adopt_node_id }))
     }
 
     /// The certificate chain and key files: both or neither.

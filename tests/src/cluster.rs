@@ -3,6 +3,8 @@
 //! in etcd by hand (as a crash or an operator would leave them).
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -10,7 +12,7 @@ use base64::Engine as _;
 
 use crate::client::Client;
 use crate::etcd::{free_port, Etcd};
-use crate::server::Server;
+use crate::server::{binary, Server, TEST_STORAGE};
 
 /// Starts node `id` of the cluster on `port` (acid, a 2 s lease).
 pub fn node(etcd: &Etcd, id: &str, port: SocketAddr) -> Server {
@@ -95,8 +97,25 @@ pub fn key(etcd: &Etcd, key: &str) -> Option<(String, i64)> {
     Some((String::from_utf8(value).unwrap(), lease))
 }
 
+/// A `ds-server` command for node `id` on `port` with its data in `data_dir` (acid), to run
+/// by hand, as a start expected to be refused is.
+pub fn node_command(etcd: &Etcd, id: &str, port: SocketAddr, data_dir: &Path) -> Command {
+    let mut command = Command::new(binary("ds-server"));
+    command
+        .env_clear()
+        .env("DS_STORAGE__MODE", "acid")
+        .env("DS_STORAGE__DATA_DIR", data_dir)
+        .env("DS_SERVER__HOST", "127.0.0.1")
+        .env("DS_SERVER__PORT", port.port().to_string())
+        .env("DS_CLUSTER__ETCD_ENDPOINTS", etcd.endpoint())
+        .env("DS_CLUSTER__NODE_ID", id)
+        .env("DS_CLUSTER__ADVERTISE_URL", format!("http://{port}"))
+        .envs(TEST_STORAGE);
+    command
+}
+
 /// Runs `command`, which must exit unsuccessfully within 20 s; its standard error.
-pub fn refused_start(mut command: std::process::Command) -> String {
+pub fn refused_start(mut command: Command) -> String {
     let mut child = command
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())

@@ -9,11 +9,10 @@
 
 use std::time::Duration;
 
-use ds_tests::cluster::{entry, eventually, holders, node, nodes, put_entry, refused_start};
+use ds_tests::cluster::{entry, eventually, holders, node, node_command, nodes, put_entry, refused_start};
 use ds_tests::etcd::{free_port, Etcd};
 use ds_tests::haproxy::Proxy;
 use ds_tests::jwt::{mint, valid_claims, TRUSTED_KEY};
-use ds_tests::server::{binary, TEST_STORAGE};
 use ds_tests::{Client, Server};
 
 const TEXT: (&str, &str) = ("Content-Type", "text/plain");
@@ -219,20 +218,7 @@ fn a_data_directory_keeps_its_node_id_and_split_streams_are_refused() {
     assert_eq!(first.client().put("/v1/stream/mine", "text/plain", b"x").status, 201);
     assert!(first.terminate().success());
     let data_dir = first.data_dir().unwrap().to_path_buf();
-    let start = |id: &str| {
-        let mut command = std::process::Command::new(binary("ds-server"));
-        command
-            .env_clear()
-            .env("DS_STORAGE__MODE", "acid")
-            .env("DS_STORAGE__DATA_DIR", &data_dir)
-            .env("DS_SERVER__HOST", "127.0.0.1")
-            .env("DS_SERVER__PORT", port.port().to_string())
-            .env("DS_CLUSTER__ETCD_ENDPOINTS", etcd.endpoint())
-            .env("DS_CLUSTER__NODE_ID", id)
-            .env("DS_CLUSTER__ADVERTISE_URL", format!("http://{port}"))
-            .envs(TEST_STORAGE);
-        refused_start(command)
-    };
+    let start = |id: &str| refused_start(node_command(&etcd, id, port, &data_dir));
     let stderr = start("beta");
     assert!(stderr.contains("alpha"), "joins under another id: {stderr}");
 

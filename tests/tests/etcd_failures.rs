@@ -8,10 +8,13 @@
 
 use std::time::Duration;
 
-use ds_tests::cluster::{delete_key, eventually, key, node, node_with, put_key};
+use ds_tests::cluster::{
+    delete_key, entry, eventually, key, node, node_command, node_with, put_key, refused_start,
+};
+use ds_tests::data_dir::DataDir;
 use ds_tests::etcd::{free_port, Etcd};
 use ds_tests::relay::Relay;
-use ds_tests::Client;
+use ds_tests::{Client, Server};
 
 /// A short long-poll timeout, so a forward's answer timeout (long-poll timeout + 5 s) is
 /// short too.
@@ -124,4 +127,47 @@ fn one_black_holed_etcd_endpoint_does_not_expire_the_lease() {
     });
     assert_eq!(key(&etcd, "/ds/nodes/owner").map(|(_, now)| now), Some(lease), "the same lease lives on");
     assert!(!owner.log().contains("lease expired"), "{}", owner.log());
+}
+
+#[test]
+fn an_empty_data_directory_under_a_used_node_id_is_refused_unless_adopted() {
+    let etcd = Etcd::start();
+    let port = free_port();
+    let mut owner = node(&etcd, "owner", port);
+    assert_eq!(owner.client().put("/v1/stream/kept", "text/plain", b"a").status, 201);
+    owner.kill();
+    let old_disk = owner.data_dir().unwrap().to_path_buf();
+
+    // The disk did not mount: the same id and address, an empty data directory.
+    let empty = DataDir::new("unmounted");
+    let stderr = refused_start(node_command(&etcd, "owner", port, empty.path()));
+    assert!(stderr.contains("kept") && stderr.contains("DS_CLUSTER__ADOPT_NODE_ID"), "{stderr}");
+    assert!(entry(&etcd, "kept").is_some(), "the refused start removed nothing");
+    // A second host given the same id is refused alike while the first is up.
+    owner.restart();
+    let second = DataDir::new("second-host");
+    let stderr = refused_start(node_command(&etcd, "owner", free_port(), second.path()));
+    assert!(stderr.contains("kept"), "{stderr}");
+    assert_eq!(owner.client().get("/v1/stream/kept?offset=-1").text(), "a", "the old disk serves on");
+    owner.kill();
+
+    // The old disk is lost for good: the operator says so, and its streams leave the directory.
+    let adopter = DataDir::new("adopter");
+    let (port_text, url, endpoint) = (port.port().to_string(), format!("http://{port}"), etcd.endpoint());
+    let adopter_path = adopter.path().display().to_string();
+    let adopted = Server::start(&[
+        ("DS_STORAGE__MODE", "acid"),
+        ("DS_STORAGE__DATA_DIR", &adopter_path),
+        ("DS_SERVER__PORT", &port_text),
+        ("DS_CLUSTER__ETCD_ENDPOINTS", &endpoint),
+        ("DS_CLUSTER__NODE_ID", "owner"),
+        ("DS_CLUSTER__ADVERTISE_URL", &url),
+        ("DS_CLUSTER__ADOPT_NODE_ID", "true"),
+    ]);
+    assert_eq!(entry(&etcd, "kept"), None);
+    assert_eq!(adopted.client().get("/v1/stream/kept").status, 404);
+    drop(adopted);
+    // And the old disk, found again, no longer runs as the id it gave up.
+    let stderr = refused_start(node_command(&etcd, "owner", port, &old_disk));
+    assert!(stderr.contains("DS_CLUSTER__ADOPT_NODE_ID"), "{stderr}");
 }

@@ -10,9 +10,10 @@
 //! - `client`: HTTP/1.1 to etcd and to the other nodes, over kept-alive connections.
 //! - `etcd`: the few etcd calls the directory needs, through etcd's JSON gateway.
 //! - `directory`: the directory's keys and the cache of them this node keeps by watch.
-//! - `identity`: the node id a data directory belongs to.
 //! - `batch`: the directory writes of creates, batched: claims group-committed, `live`
 //!   marks off the create's path.
+//! - `identity`, `incarnation`: the data directory's node id and incarnation, bound to the
+//!   id in etcd so that another data directory never runs as this node unasked.
 //! - `membership`: this node's key under its lease, renewed and kept this node's.
 //! - `register`: at start, this node's streams entered in the directory, and what a crash
 //!   between a local change and its directory change left behind repaired.
@@ -26,6 +27,7 @@ mod client;
 mod directory;
 mod etcd;
 mod identity;
+mod incarnation;
 mod membership;
 mod register;
 mod unsettled;
@@ -69,9 +71,12 @@ impl Cluster {
     /// Joins the cluster: checks the data directory's node id, enters this node and its
     /// streams in the directory, and starts following the directory and renewing the lease.
     pub(crate) async fn start(config: &ClusterConfig, engine: &Engine) -> Result<Arc<Cluster>, String> {
-        if engine.config().mode != StorageMode::Memory {
-            identity::claim(&engine.config().data_dir, &config.node_id)?;
-        }
+        let data_dir =
+            (engine.config().mode != StorageMode::Memory).then(|| engine.config().data_dir.clone());
+        let ran_here_before = match &data_dir {
+            Some(data_dir) => identity::check(data_dir, &config.node_id)?,
+            None => false,
+        };
         let peers = Arc::new(Peers::default());
         let etcd = Arc::new(Etcd::new(&config.etcd_endpoints, Arc::clone(&peers))?);
         let batcher = batch::Batcher::start(Arc::clone(&etcd), config.node_id.clone());
@@ -86,6 +91,12 @@ impl Cluster {
             unsettled: Unsettled::default(),
             identity_taken: AtomicBool::new(false),
         });
+        if let Some(data_dir) = &data_dir {
+            incarnation::bind(&cluster, data_dir, ran_here_before, config.adopt_node_id).await?;
+            if !ran_here_before {
+                identity::record(data_dir, &config.node_id)?;
+            }
+        }
         let lease = cluster.join().await.map_err(|error| format!("cannot join the cluster: {error}"))?;
         register::local_streams(&cluster, engine).await?;
         tokio::spawn(Arc::clone(&cluster.directory).follow());
