@@ -78,6 +78,27 @@ impl Etcd {
         }
     }
 
+    /// Kills etcd and starts it again with no data, as a restore from nothing leaves it: a
+    /// new cluster id, the revisions from 1 again.
+    pub fn start_empty(&mut self) {
+        self.stop();
+        std::fs::remove_dir_all(self.dir.path().join("member-data")).expect("remove etcd's data");
+        self.start_again();
+    }
+
+    /// How many range (read) requests etcd has served.
+    pub fn range_requests(&self) -> u64 {
+        let metrics = Client::new(self.client_addr).get("/metrics").text();
+        metrics
+            .lines()
+            .filter(|line| {
+                line.starts_with("grpc_server_started_total") && line.contains("grpc_method=\"Range\"")
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|count| count as u64)
+            .sum()
+    }
+
     /// Kills etcd (its data stays for [`Etcd::start_again`]).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

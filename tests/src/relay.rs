@@ -1,7 +1,9 @@
 //! A TCP relay in front of a server (etcd, in the cluster tests), which can black-hole
 //! requests: while it holds them, a connection whose client sends bytes containing the
 //! relay's marker gets nothing forwarded from then on and never an answer, as behind a
-//! member that stopped answering. It counts the marked chunks it forwarded.
+//! member that stopped answering. It counts the marked chunks it forwarded. It can also
+//! freeze every connection open so far (nothing more forwarded either way, the sockets
+//! kept open), as a member cut off from its cluster leaves a watch.
 //!
 //! Threads (one to accept, two per connection) end with their connections; the accepting
 //! one lives as long as the test process.
@@ -21,6 +23,9 @@ struct State {
     marker: Vec<u8>,
     holding: AtomicBool,
     forwarded: AtomicUsize,
+    /// Connections accepted so far, and how many of the first ones are frozen.
+    accepted: AtomicUsize,
+    frozen: AtomicUsize,
 }
 
 impl Relay {
@@ -33,12 +38,15 @@ impl Relay {
             marker: marker.as_bytes().to_vec(),
             holding: AtomicBool::new(false),
             forwarded: AtomicUsize::new(0),
+            accepted: AtomicUsize::new(0),
+            frozen: AtomicUsize::new(0),
         });
         let accepting = Arc::clone(&state);
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 let state = Arc::clone(&accepting);
-                std::thread::spawn(move || relay(client, &state));
+                let number = state.accepted.fetch_add(1, Ordering::SeqCst) + 1;
+                std::thread::spawn(move || relay(client, &state, number));
             }
         });
         Relay { addr, state }
@@ -49,20 +57,32 @@ impl Relay {
         self.state.holding.store(holding, Ordering::SeqCst);
     }
 
+    /// Freezes every connection open so far; later ones are relayed as before.
+    pub fn freeze(&self) {
+        self.state.frozen.store(self.state.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+
     /// How many chunks containing the marker were forwarded so far.
     pub fn forwarded(&self) -> usize {
         self.state.forwarded.load(Ordering::SeqCst)
     }
 }
 
-fn relay(client: TcpStream, state: &State) {
+fn relay(client: TcpStream, state: &Arc<State>, number: usize) {
     let Ok(server) = TcpStream::connect(state.target) else { return };
     let (Ok(mut client_reader), Ok(mut server_writer)) = (client.try_clone(), server.try_clone()) else {
         return;
     };
     let (mut server_reader, mut client_writer) = (server, client);
+    let answering = Arc::clone(state);
     let answers = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut server_reader, &mut client_writer);
+        let mut buffer = vec![0u8; 64 * 1024];
+        while let Ok(read) = server_reader.read(&mut buffer) {
+            let frozen = number <= answering.frozen.load(Ordering::SeqCst);
+            if read == 0 || (!frozen && client_writer.write_all(&buffer[..read]).is_err()) {
+                break;
+            }
+        }
         let _ = client_writer.shutdown(Shutdown::Write);
     });
     let mut buffer = vec![0u8; 64 * 1024];
@@ -74,7 +94,7 @@ fn relay(client: TcpStream, state: &State) {
         let chunk = &buffer[..read];
         let marked = chunk.windows(state.marker.len()).any(|window| window == state.marker);
         black_holed |= marked && state.holding.load(Ordering::SeqCst);
-        if black_holed {
+        if black_holed || number <= state.frozen.load(Ordering::SeqCst) {
             continue;
         }
         if server_writer.write_all(chunk).is_err() {

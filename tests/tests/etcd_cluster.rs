@@ -199,9 +199,18 @@ fn owners_keep_serving_their_streams_while_etcd_is_down() {
     assert_eq!(create.status, 503, "no create without the directory");
     assert_eq!(owned.client().delete("/v1/stream/steady").status, 503, "no delete without the directory");
     eventually(Duration::from_secs(15), || {
-        let status = cluster[1].client().get("/v1/stream/never-seen").status;
-        (status == 503).then_some(()).ok_or(format!("lookup without the directory: {status}"))
+        let read = cluster[1].client().get("/v1/stream/never-seen");
+        let stale = read.status == 503 && read.text().contains("urn:ds:problem:directory-stale");
+        stale.then_some(()).ok_or(format!("lookup without the directory: {} {}", read.status, read.text()))
     });
+    // A stream the other node knows is still forwarded to its owner: owners never change
+    // while an entry lives.
+    let forwarded = cluster[1].client().get("/v1/stream/steady?offset=-1");
+    assert_eq!(
+        (forwarded.status, forwarded.text()),
+        (200, "a;b;c;".to_string()),
+        "forwarded while etcd is down"
+    );
     etcd.start_again();
     eventually(Duration::from_secs(15), || {
         let status = owned.client().put("/v1/stream/new-after", "text/plain", b"").status;

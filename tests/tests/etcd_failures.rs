@@ -171,3 +171,80 @@ fn an_empty_data_directory_under_a_used_node_id_is_refused_unless_adopted() {
     let stderr = refused_start(node_command(&etcd, "owner", port, &old_disk));
     assert!(stderr.contains("DS_CLUSTER__ADOPT_NODE_ID"), "{stderr}");
 }
+
+#[test]
+fn a_storm_of_requests_for_unknown_names_is_not_a_storm_on_etcd() {
+    let etcd = Etcd::start();
+    let asked = node(&etcd, "asked", free_port());
+    let other = node(&etcd, "other", free_port());
+    let before = etcd.range_requests();
+    for _ in 0..200 {
+        assert_eq!(asked.client().get("/v1/stream/nobody").status, 404);
+    }
+    let ranges = etcd.range_requests() - before;
+    assert!(ranges < 50, "{ranges} reads of etcd for 200 requests of one unknown name");
+    // The name made elsewhere is found at once: the watch forgets what etcd said of it.
+    assert_eq!(other.client().put("/v1/stream/nobody", "text/plain", b"here").status, 201);
+    eventually(Duration::from_secs(5), || {
+        let read = asked.client().get("/v1/stream/nobody?offset=-1");
+        (read.status == 200).then_some(()).ok_or(format!("{}", read.status))
+    });
+}
+
+#[test]
+fn entries_lost_from_the_directory_are_put_back_by_their_owner() {
+    let mut etcd = Etcd::start();
+    let owner = node(&etcd, "owner", free_port());
+    let other = node(&etcd, "other", free_port());
+    assert_eq!(owner.client().put("/v1/stream/s", "text/plain", b"a").status, 201);
+    let live = Some(r#"{"owner":"owner","state":"live"}"#.to_string());
+
+    // Removed by hand: put back, so no other node makes a second copy.
+    delete_key(&etcd, "/ds/streams/s");
+    eventually(Duration::from_secs(5), || {
+        let found = entry(&etcd, "s");
+        (found == live).then_some(()).ok_or(format!("{found:?}"))
+    });
+    assert_eq!(other.client().put("/v1/stream/s", "text/plain", b"").status, 200, "it exists, on its owner");
+
+    // etcd lost whole (started again with no data): the owner registers its streams again.
+    etcd.start_empty();
+    eventually(Duration::from_secs(15), || {
+        let found = entry(&etcd, "s");
+        (found == live).then_some(()).ok_or(format!("{found:?}"))
+    });
+    eventually(Duration::from_secs(15), || {
+        let read = other.client().get("/v1/stream/s?offset=-1");
+        (read.status == 200 && read.text() == "a").then_some(()).ok_or(format!(
+            "{} {}",
+            read.status,
+            read.text()
+        ))
+    });
+    assert_eq!(other.client().put("/v1/stream/s", "text/plain", b"").status, 200, "still one copy");
+}
+
+#[test]
+fn a_frozen_watch_is_noticed_and_followed_again() {
+    let etcd = Etcd::start();
+    let relay = Relay::start(etcd.client_addr, "never sent");
+    let through_relay = format!("http://{}", relay.addr);
+    let frozen = node_with(&etcd, "frozen", free_port(), &[("DS_CLUSTER__ETCD_ENDPOINTS", &through_relay)]);
+    let first = node(&etcd, "first", free_port());
+    let second = node(&etcd, "second", free_port());
+    assert_eq!(first.client().put("/v1/stream/x", "text/plain", b"first").status, 201);
+    assert_eq!(frozen.client().get("/v1/stream/x?offset=-1").text(), "first");
+
+    // Its etcd member goes quiet on every open connection, the watch's too.
+    relay.freeze();
+    assert_eq!(first.client().delete("/v1/stream/x").status, 204);
+    assert_eq!(second.client().put("/v1/stream/x", "text/plain", b"second").status, 201);
+    eventually(Duration::from_secs(15), || {
+        let read = frozen.client().get("/v1/stream/x?offset=-1");
+        (read.status == 200 && read.text() == "second").then_some(()).ok_or(format!(
+            "{} {}",
+            read.status,
+            read.text()
+        ))
+    });
+}

@@ -6,17 +6,18 @@
 //! `/ds/nodes/{id}` → `{"url": "http://host:port"}` under the node's lease. The cache may
 //! lag behind etcd: a name it lacks is looked up in etcd itself before anyone is told 404
 //! ([`Directory::lookup`]); an owner it still names after a delete answers for itself.
-//! While the watch is down the cache is marked unsynced and lookups go to etcd (which then
-//! answer 503 if etcd is unreachable).
+//! While the watch is down the cache is marked unsynced: its entries still route requests
+//! (an owner never changes while its entry lives), and names it lacks are asked of etcd
+//! (503 while etcd is unreachable). How the cache follows etcd is `super::follow`'s.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
+use tokio::sync::Notify;
 
-use super::etcd::{self, prefix_end, Etcd, EtcdError, Kv};
+use super::etcd::{prefix_end, Etcd, EtcdError, Kv};
 
 /// Prefix of every key of the directory.
 pub(super) const ROOT: &str = "/ds/";
@@ -26,6 +27,13 @@ pub(super) const STREAMS: &str = "/ds/streams/";
 pub(super) const NODES: &str = "/ds/nodes/";
 /// Keys per page when the directory is read whole.
 const PAGE_KEYS: i64 = 1000;
+/// How long etcd's word that no entry holds a name is taken without asking again.
+const ABSENT_FOR: Duration = Duration::from_secs(1);
+/// Most names remembered as absent (all are forgotten when there would be more).
+const ABSENT_MAX: usize = 65_536;
+/// Most removed entries kept for the repair to look at one by one (past it, the repair
+/// looks at every entry instead).
+pub(super) const REMOVED_MAX: usize = 65_536;
 
 /// Where a stream's directory entry says it is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,54 +101,96 @@ pub(super) fn node_authority(value: &[u8]) -> Option<String> {
 }
 
 #[derive(Default)]
-struct View {
-    streams: HashMap<String, Entry>,
+pub(super) struct View {
+    pub(super) streams: HashMap<String, Entry>,
     nodes: HashMap<String, String>,
     /// The watch is running and the view has every change up to it.
-    synced: bool,
+    pub(super) synced: bool,
 }
 
 impl View {
-    fn apply(&mut self, kv: &Kv, deleted: bool) {
-        let Ok(key) = std::str::from_utf8(&kv.key) else { return };
+    /// Applies one change; the stream's name when it was a stream entry's.
+    pub(super) fn apply<'k>(&mut self, kv: &'k Kv, deleted: bool) -> Option<&'k str> {
+        let key = std::str::from_utf8(&kv.key).ok()?;
         if let Some(name) = key.strip_prefix(STREAMS) {
             match (deleted, Entry::decode(kv)) {
                 (false, Some(entry)) => self.streams.insert(name.to_string(), entry),
                 _ => self.streams.remove(name),
             };
-        } else if let Some(id) = key.strip_prefix(NODES) {
+            return Some(name);
+        }
+        if let Some(id) = key.strip_prefix(NODES) {
             match (deleted, node_authority(&kv.value)) {
                 (false, Some(authority)) => self.nodes.insert(id.to_string(), authority),
                 _ => self.nodes.remove(id),
             };
         }
+        None
     }
 }
 
 /// The cached directory and the etcd it follows.
 pub(crate) struct Directory {
-    view: RwLock<View>,
+    pub(super) view: RwLock<View>,
     pub etcd: Arc<Etcd>,
+    /// Names etcd said no entry holds, and when it said so (see [`ABSENT_FOR`]).
+    absent: Mutex<HashMap<String, Instant>>,
+    /// Stream entries the watch saw removed, and whether every entry is to be looked at
+    /// (after a new snapshot), for `register::repair`.
+    pub(super) removed: Mutex<(HashSet<String>, bool)>,
+    /// Wakes `register::repair` when `removed` gained something.
+    pub(super) changed: Notify,
 }
 
 impl Directory {
     pub(crate) fn new(etcd: Arc<Etcd>) -> Directory {
-        Directory { view: RwLock::default(), etcd }
-    }
-
-    /// The cached entry of `name`, if the cache is synced and has one.
-    pub(crate) fn cached(&self, name: &str) -> Option<Entry> {
-        let view = self.view.read().expect("directory view lock");
-        view.synced.then(|| view.streams.get(name).cloned()).flatten()
+        Directory {
+            view: RwLock::default(),
+            etcd,
+            absent: Mutex::default(),
+            removed: Mutex::default(),
+            changed: Notify::new(),
+        }
     }
 
     /// `name`'s entry: the cache's, or etcd's where the cache has none.
+    ///
+    /// A cached entry serves even while the watch is down: an entry's owner never changes
+    /// while the entry lives, so the worst a stale one does is send a request to a former
+    /// owner, which answers for itself. Absence is etcd's word only, remembered for
+    /// [`ABSENT_FOR`] while the watch runs (the watch forgets it at any change of the name),
+    /// so that a storm of requests for unknown names does not become a storm on etcd.
     pub(crate) async fn lookup(&self, name: &str) -> Result<Option<Entry>, EtcdError> {
-        if let Some(entry) = self.cached(name) {
-            return Ok(Some(entry));
+        let synced = {
+            let view = self.view.read().expect("directory view lock");
+            if let Some(entry) = view.streams.get(name) {
+                return Ok(Some(entry.clone()));
+            }
+            view.synced
+        };
+        if synced && self.recently_absent(name) {
+            return Ok(None);
         }
         let found = self.etcd.get(&stream_key(name)).await?;
-        Ok(found.as_ref().and_then(Entry::decode))
+        let entry = found.as_ref().and_then(Entry::decode);
+        if entry.is_none() && synced {
+            let mut absent = self.absent.lock().expect("absent names lock");
+            if absent.len() >= ABSENT_MAX {
+                absent.clear();
+            }
+            absent.insert(name.to_string(), Instant::now());
+        }
+        Ok(entry)
+    }
+
+    fn recently_absent(&self, name: &str) -> bool {
+        let absent = self.absent.lock().expect("absent names lock");
+        absent.get(name).is_some_and(|at| at.elapsed() < ABSENT_FOR)
+    }
+
+    /// Forgets what etcd said of `name`'s absence (its entry changed).
+    pub(super) fn forget_absence(&self, name: &str) {
+        self.absent.lock().expect("absent names lock").remove(name);
     }
 
     /// Where node `id` serves, while its lease lives: the cache's answer, or etcd's where
@@ -169,7 +219,7 @@ impl Directory {
     }
 
     /// Every key under `prefix` and the revision they were read at.
-    async fn read_all(&self, prefix: &[u8]) -> Result<(Vec<Kv>, i64), EtcdError> {
+    pub(super) async fn read_all(&self, prefix: &[u8]) -> Result<(Vec<Kv>, i64), EtcdError> {
         let end = prefix_end(prefix);
         let (mut all, revision, mut more) = self.etcd.range(prefix, Some(&end), PAGE_KEYS).await?;
         while more {
@@ -180,66 +230,6 @@ impl Directory {
             all.extend(page);
         }
         Ok((all, revision))
-    }
-
-    /// Keeps the cache following etcd until the process ends: a snapshot, then the watch
-    /// from just after it; when either fails, the cache is unsynced until they work again.
-    pub(crate) async fn follow(self: Arc<Self>) {
-        loop {
-            if let Err(error) = self.snapshot_and_watch().await {
-                tracing::warn!(%error, "directory watch interrupted; retrying");
-            }
-            self.view.write().expect("directory view lock").synced = false;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-
-    async fn snapshot_and_watch(&self) -> Result<(), EtcdError> {
-        let (kvs, revision) = self.read_all(ROOT.as_bytes()).await?;
-        let mut body = self.etcd.watch(ROOT.as_bytes(), &prefix_end(ROOT.as_bytes()), revision + 1).await?;
-        {
-            let mut view = self.view.write().expect("directory view lock");
-            *view = View::default();
-            for kv in &kvs {
-                view.apply(kv, false);
-            }
-            view.synced = true;
-        }
-        let mut pending: Vec<u8> = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|error| EtcdError(format!("watch: {error}")))?;
-            let Ok(data) = frame.into_data() else { continue };
-            pending.extend_from_slice(&data);
-            let consumed = self.apply_answers(&pending)?;
-            pending.drain(..consumed);
-            if pending.len() > 64 << 20 {
-                return Err(EtcdError("watch: an answer larger than 64 MiB".to_string()));
-            }
-        }
-        Err(EtcdError("watch ended".to_string()))
-    }
-
-    /// Applies the whole watch answers at the start of `bytes`; how many bytes they took.
-    fn apply_answers(&self, bytes: &[u8]) -> Result<usize, EtcdError> {
-        let mut answers = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
-        let mut consumed = 0;
-        while let Some(Ok(answer)) = answers.next() {
-            consumed = answers.byte_offset();
-            let result = answer.get("result").unwrap_or(&answer);
-            if answer.get("error").is_some() || result.get("canceled").and_then(Value::as_bool) == Some(true)
-            {
-                return Err(EtcdError(format!("watch canceled: {answer}")));
-            }
-            let Some(Value::Array(events)) = result.get("events") else { continue };
-            let mut view = self.view.write().expect("directory view lock");
-            for event in events {
-                let deleted = event.get("type").and_then(Value::as_str) == Some("DELETE");
-                if let Some(kv) = event.get("kv").map(etcd::kv).transpose()? {
-                    view.apply(&kv, deleted);
-                }
-            }
-        }
-        Ok(consumed)
     }
 }
 

@@ -7,7 +7,7 @@
 //! turn, starting with the last one that answered. Anything that is not a well-formed
 //! answer is an [`EtcdError`]: the directory turns it into 503s, never into a guess.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,6 +71,13 @@ pub(crate) struct Etcd {
     endpoints: Vec<String>,
     next: AtomicUsize,
     peers: Arc<Peers>,
+    /// The newest revision an answer carried (see [`Etcd::regressed`]).
+    revision_high: AtomicI64,
+    /// The id of the etcd cluster that answered (0: none yet).
+    cluster_id: AtomicU64,
+    /// An answer's revision went below one seen before the request was sent, or its cluster
+    /// id changed: etcd was restored or replaced.
+    regressed: AtomicBool,
 }
 
 impl Etcd {
@@ -90,7 +97,14 @@ impl Etcd {
         if endpoints.is_empty() {
             return Err("no etcd endpoint".to_string());
         }
-        Ok(Etcd { endpoints, next: AtomicUsize::new(0), peers })
+        Ok(Etcd {
+            endpoints,
+            next: AtomicUsize::new(0),
+            peers,
+            revision_high: AtomicI64::new(0),
+            cluster_id: AtomicU64::new(0),
+            regressed: AtomicBool::new(false),
+        })
     }
 
     /// Sends `body` to `path` on the endpoints in turn; the first answer that parses wins.
@@ -117,7 +131,42 @@ impl Etcd {
         Err(EtcdError(last_error))
     }
 
+    /// Whether etcd went back in time (restored from a backup, or replaced): its revision
+    /// fell below one this node had seen, or its cluster id changed. The directory may then
+    /// lack entries of streams this node holds; creates wait until they are put back.
+    pub(crate) fn regressed(&self) -> bool {
+        self.regressed.load(Ordering::Acquire)
+    }
+
+    /// Takes etcd as it now is, after this node re-registered its streams in it.
+    pub(crate) fn accept_regression(&self) {
+        self.revision_high.store(0, Ordering::Release);
+        self.regressed.store(false, Ordering::Release);
+    }
+
+    /// Notes the revision and cluster id of an answer to a request sent when the newest
+    /// revision seen was `floor` (a later request never sees an older revision).
+    fn observe(&self, answer: &Value, floor: i64) {
+        let Some(header) = answer.get("header") else { return };
+        let id = header.get("cluster_id").and_then(Value::as_str).and_then(|text| text.parse::<u64>().ok());
+        if let Some(id) = id {
+            let known = self.cluster_id.swap(id, Ordering::AcqRel);
+            if known != 0 && known != id {
+                tracing::error!(known, id, "etcd's cluster id changed");
+                self.regressed.store(true, Ordering::Release);
+            }
+        }
+        if let Some(revision) = number(header.get("revision")) {
+            self.revision_high.fetch_max(revision, Ordering::AcqRel);
+            if revision < floor {
+                tracing::error!(revision, seen = floor, "etcd's revision went backwards");
+                self.regressed.store(true, Ordering::Release);
+            }
+        }
+    }
+
     async fn call_one(&self, index: usize, path: &str, body: &Value) -> Result<Value, EtcdError> {
+        let floor = self.revision_high.load(Ordering::Acquire);
         let response = self.post(index, path, body).await?;
         let status = response.status();
         let bytes = response.into_body().collect().await.map_err(|e| EtcdError(e.to_string()))?.to_bytes();
@@ -126,6 +175,7 @@ impl Etcd {
         if !status.is_success() || value.get("error").is_some() {
             return Err(EtcdError(format!("{path}: {status} {value}")));
         }
+        self.observe(&value, floor);
         Ok(value)
     }
 
@@ -142,6 +192,9 @@ impl Etcd {
             .uri(path)
             .header(HOST, authority.as_str())
             .header(CONTENT_TYPE, "application/json")
+            // A member cut off from the leader refuses (and cancels a watch) rather than
+            // answering from a view that no longer moves.
+            .header("Grpc-Metadata-hasleader", "true")
             .body(full)
             .expect("a well-formed etcd request");
         let response = self.peers.send(authority, request, CALL_TIMEOUT).await;
@@ -277,6 +330,7 @@ impl Etcd {
             "key": BASE64.encode(key),
             "range_end": BASE64.encode(range_end),
             "start_revision": start_revision.to_string(),
+            "progress_notify": true,
         }});
         let index = self.next.load(Ordering::Relaxed) % self.endpoints.len();
         let answer = tokio::time::timeout(CALL_TIMEOUT, self.post(index, "/v3/watch", &body)).await;

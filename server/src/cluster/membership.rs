@@ -7,6 +7,8 @@
 //! missing or on another lease is put back under this node's lease within that period;
 //! one naming another address means another process took this node's id, and this node
 //! stops serving its streams (503 `identity-taken`) until the key is its own again.
+//! Rewriting the key at each renewal is also the heartbeat every node's directory watch
+//! hears (see `super::follow`).
 //! A renewal gives each etcd endpoint a quarter of the lease's time to answer, so one slow
 //! member never lets the lease expire behind it.
 
@@ -20,8 +22,8 @@ use super::Cluster;
 /// What reading the node key back found.
 #[derive(Debug, PartialEq, Eq)]
 enum KeyCheck {
-    /// This node's address, under this node's lease.
-    Ours,
+    /// This node's address, under this node's lease (last changed at this revision).
+    Ours(i64),
     /// Missing, or this node's address under another lease: to be put back.
     Lost,
     /// Another address: another process has this node's id.
@@ -97,19 +99,25 @@ impl Cluster {
     /// Reads the node key back and puts it back where it was lost.
     async fn keep_key(&self, lease: i64) -> Result<(), EtcdError> {
         let found = self.etcd().get(&node_key(&self.node_id)).await?;
-        let check = match found {
+        let check = match &found {
             None => KeyCheck::Lost,
             Some(kv) => match node_authority(&kv.value) {
-                Some(address) if address == self.advertise && kv.lease == lease => KeyCheck::Ours,
+                Some(address) if address == self.advertise && kv.lease == lease => {
+                    KeyCheck::Ours(kv.mod_revision)
+                }
                 Some(address) if address == self.advertise => KeyCheck::Lost,
                 other => KeyCheck::Taken(other.unwrap_or_default()),
             },
         };
         match check {
-            KeyCheck::Ours => {
+            KeyCheck::Ours(mod_revision) => {
                 if self.identity_taken.swap(false, Ordering::AcqRel) {
                     tracing::warn!("the node key is this node's again; serving its streams");
                 }
+                // The heartbeat every node's watch hears (see `super::follow`).
+                let (key, value) = (node_key(&self.node_id), node_value(&self.advertise));
+                // Changed since it was read: the next renewal looks at it again.
+                let _changed = self.etcd().replace(&key, &value, mod_revision, lease).await?;
             }
             KeyCheck::Lost => {
                 tracing::warn!("the node key was missing or replaced; putting it back");

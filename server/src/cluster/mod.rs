@@ -9,7 +9,8 @@
 //!
 //! - `client`: HTTP/1.1 to etcd and to the other nodes, over kept-alive connections.
 //! - `etcd`: the few etcd calls the directory needs, through etcd's JSON gateway.
-//! - `directory`: the directory's keys and the cache of them this node keeps by watch.
+//! - `directory`: the directory's keys and the cache of them this node keeps;
+//!   `follow`: the snapshot and watch that keep it, and notice when the watch froze.
 //! - `batch`: the directory writes of creates, batched: claims group-committed, `live`
 //!   marks off the create's path.
 //! - `identity`, `incarnation`: the data directory's node id and incarnation, bound to the
@@ -17,7 +18,8 @@
 //! - `membership`: this node's key under its lease, renewed and kept this node's.
 //! - `register`: at start, this node's streams entered in the directory, and what a crash
 //!   between a local change and its directory change left behind repaired.
-//! - `unsettled`: names whose delete has not settled in the directory; their appends wait.
+//! - `names`: sets of names held back: deletes not settled in the directory (appends
+//!   wait), split streams found while running (nothing served).
 //!
 //! Where a request is served, and the directory's part of creates and deletes, is
 //! `crate::placement`'s: this module is the membership and the directory it uses.
@@ -26,16 +28,17 @@ mod batch;
 mod client;
 mod directory;
 mod etcd;
+mod follow;
 mod identity;
 mod incarnation;
 mod membership;
+mod names;
 mod register;
-mod unsettled;
 
 pub(crate) use client::{OutBody, PeerError, Peers, Pooled};
 pub(crate) use directory::{stream_key, Directory, Entry, State};
 pub(crate) use etcd::{Etcd, EtcdError};
-pub(crate) use unsettled::Unsettled;
+pub(crate) use names::NameSet;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,7 +65,9 @@ pub(crate) struct Cluster {
     /// Names this node is creating right now, each with the lock its creates take turns on.
     creating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Names whose delete has not settled in the directory.
-    unsettled: Unsettled,
+    unsettled: NameSet,
+    /// Names held here whose entry another node claimed (split streams).
+    disowned: NameSet,
     /// Another process has this node's id in the directory (see `membership`).
     identity_taken: AtomicBool,
 }
@@ -88,7 +93,8 @@ impl Cluster {
             directory: Arc::new(Directory::new(etcd)),
             peers,
             creating: Mutex::default(),
-            unsettled: Unsettled::default(),
+            unsettled: NameSet::default(),
+            disowned: NameSet::default(),
             identity_taken: AtomicBool::new(false),
         });
         if let Some(data_dir) = &data_dir {
@@ -99,7 +105,11 @@ impl Cluster {
         }
         let lease = cluster.join().await.map_err(|error| format!("cannot join the cluster: {error}"))?;
         register::local_streams(&cluster, engine).await?;
-        tokio::spawn(Arc::clone(&cluster.directory).follow());
+        // Every node rewrites its key each renewal period: a watch that hears nothing for
+        // two of them (and a second) is frozen.
+        let silence_max = Duration::from_millis(2 * config.lease_ttl_secs * 1000 / 3 + 1000);
+        tokio::spawn(Arc::clone(&cluster.directory).follow(silence_max));
+        tokio::spawn(register::repair(Arc::clone(&cluster), engine.clone()));
         // Serve with a warm cache where etcd allows (lookups go to etcd until then).
         let deadline = tokio::time::Instant::now() + FOLLOW_WAIT;
         while !cluster.directory.synced() && tokio::time::Instant::now() < deadline {
@@ -135,8 +145,12 @@ impl Cluster {
         self.identity_taken.load(Ordering::Acquire)
     }
 
-    pub(crate) fn unsettled(&self) -> &Unsettled {
+    pub(crate) fn unsettled(&self) -> &NameSet {
         &self.unsettled
+    }
+
+    pub(crate) fn disowned(&self) -> &NameSet {
+        &self.disowned
     }
 
     pub(crate) fn peers(&self) -> &Arc<Peers> {

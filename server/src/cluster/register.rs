@@ -1,5 +1,6 @@
 //! At start, before serving: this node's streams entered in the directory, and its own
-//! entries settled against what the node holds.
+//! entries settled against what the node holds. While running: the entries of streams it
+//! holds put back when they leave the directory ([`repair`]).
 //!
 //! - A stream held here with no entry gets one (`live`, owned here): the first start in
 //!   cluster mode registers every existing stream.
@@ -11,11 +12,14 @@
 //!   never answered, and is rolled back rather than finished by a restart), removed if not.
 //!   One for a stream no longer here (expired while the node was down): removed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 use ds_engine::Engine;
 
 use super::directory::{stream_key, Entry, State};
+use super::etcd::EtcdError;
 use super::Cluster;
 
 /// Most split streams named in the refusal.
@@ -84,4 +88,93 @@ async fn settle(
             .map(|_| ()),
         (_, false) => etcd.delete_at(&key, entry.mod_revision).await.map(|_| ()),
     }
+}
+
+/// How often the repair looks whether etcd went back in time, with nothing else to do.
+const REPAIR_TICK: Duration = Duration::from_secs(1);
+
+/// Runs for the node's life: puts back the entries of streams this node holds that left
+/// the directory (deleted by hand, or lost with an etcd restored from a backup), looking at
+/// the entries the watch saw removed, at every entry after a new snapshot, and at every
+/// entry again once etcd went back in time (creates wait until then). A name claimed by
+/// another node meanwhile is a split stream: this node stops serving it.
+pub(super) async fn repair(cluster: Arc<Cluster>, engine: Engine) {
+    loop {
+        let _ = tokio::time::timeout(REPAIR_TICK, cluster.directory.changed.notified()).await;
+        let (names, check_all) =
+            std::mem::take(&mut *cluster.directory.removed.lock().expect("removed entries lock"));
+        let regressed = cluster.etcd().regressed();
+        let repaired = match check_all || regressed {
+            true => put_back_all(&cluster, &engine).await,
+            false => put_back(&cluster, &engine, &names).await,
+        };
+        match repaired {
+            Ok(()) if regressed => {
+                cluster.etcd().accept_regression();
+                tracing::warn!(
+                    "this node's streams are registered again in the restored directory; creates resume"
+                );
+            }
+            Ok(()) => {}
+            Err(error) => {
+                tracing::warn!(%error, "cannot put this node's directory entries back yet");
+                let mut pending = cluster.directory.removed.lock().expect("removed entries lock");
+                pending.0.extend(names);
+                pending.1 |= check_all;
+            }
+        }
+    }
+}
+
+/// Whether `name` is held here and no delete or create of it by this node is under way.
+fn settled_here(cluster: &Cluster, engine: &Engine, name: &str) -> bool {
+    let held = ds_engine::StreamName::new(name).ok().is_some_and(|stream| engine.open(&stream).is_some());
+    held && !cluster.unsettled.holds(name)
+        && !cluster.disowned.holds(name)
+        && !cluster.creating.lock().expect("creating lock").contains_key(name)
+}
+
+async fn put_back(cluster: &Cluster, engine: &Engine, names: &HashSet<String>) -> Result<(), EtcdError> {
+    for name in names.iter().filter(|name| settled_here(cluster, engine, name)) {
+        let found = cluster.etcd().get(&stream_key(name)).await?;
+        enter_again(cluster, name, found.as_ref().and_then(Entry::decode)).await?;
+    }
+    Ok(())
+}
+
+async fn put_back_all(cluster: &Cluster, engine: &Engine) -> Result<(), EtcdError> {
+    let entries: HashMap<String, Entry> = cluster.directory.all_streams().await?.into_iter().collect();
+    for name in engine.stream_names() {
+        if settled_here(cluster, engine, name.as_str()) {
+            enter_again(cluster, name.as_str(), entries.get(name.as_str()).cloned()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Puts back the entry of `name`, held here, where `found` says it is missing.
+async fn enter_again(cluster: &Cluster, name: &str, found: Option<Entry>) -> Result<(), EtcdError> {
+    let claimed_by = match found {
+        Some(entry) if entry.owner == cluster.node_id => return Ok(()),
+        Some(entry) => entry.owner,
+        None => {
+            let value = Entry::encode(&cluster.node_id, State::Live);
+            match cluster.etcd().create(&stream_key(name), &value, 0).await? {
+                Ok(_) => {
+                    tracing::warn!(stream = name, "a stream held here had no directory entry; put it back");
+                    return Ok(());
+                }
+                Err(existing) => Entry::decode(&existing).map(|entry| entry.owner).unwrap_or_default(),
+            }
+        }
+    };
+    if claimed_by != cluster.node_id {
+        cluster.disowned.hold(name);
+        tracing::error!(
+            stream = name,
+            owner = claimed_by,
+            "a stream held here is owned by another node in the directory (a split stream): no longer served here; resolve by hand"
+        );
+    }
+    Ok(())
 }

@@ -4,7 +4,7 @@
 //! forks read it).
 //!
 //! A `deleting` entry never outlives its request silently. From the mark until the entry is
-//! settled the name's appends are refused (`crate::cluster::Unsettled`); when etcd leaves a
+//! settled the name's appends are refused (`crate::cluster::NameSet`); when etcd leaves a
 //! step's outcome unknown (no answer, or an error after the mark), a task settles the entry
 //! from what is here, retrying until etcd answers. A delete the client was not told
 //! succeeded is rolled back, never finished later (see `crate::cluster`'s start too).

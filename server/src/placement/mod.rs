@@ -22,7 +22,7 @@ mod forward;
 use std::sync::Arc;
 
 use ds_engine::StreamName;
-use hyper::{Request, Response};
+use hyper::{Request, Response, StatusCode};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::app::App;
@@ -52,6 +52,15 @@ pub(crate) async fn serve(
     }
     let held = app.engine.open(&name).is_some();
     match label {
+        _ if held && cluster.disowned().holds(name.as_str()) => {
+            let detail =
+                format!("{name} is held here but the directory gives it to another node (a split stream)");
+            Err(Problem::new(StatusCode::CONFLICT, "split-stream", detail))
+        }
+        Route::Create if !held && cluster.etcd().regressed() => {
+            let detail = "etcd went back in time (restored or replaced); creates wait until this node's streams are registered again".to_string();
+            Err(unavailable("directory-regressed", detail))
+        }
         Route::Create if !held => create(app, cluster, name, request).await.map(Reply::Now),
         Route::Delete if held => delete::delete(app, cluster, name).await.map(Reply::Now),
         Route::Append if held && cluster.unsettled().holds(name.as_str()) => {
@@ -84,7 +93,13 @@ async fn elsewhere(
 /// The node other than this one that owns `name`, or `None` when no node does (stale
 /// entries of this node's are removed on the way).
 async fn owner_elsewhere(app: &App, cluster: &Cluster, name: &StreamName) -> Result<Option<String>, Problem> {
-    let entry = cluster.directory().lookup(name.as_str()).await.map_err(etcd_down)?;
+    let entry = cluster.directory().lookup(name.as_str()).await.map_err(|error| {
+        if cluster.directory().synced() {
+            return etcd_down(error);
+        }
+        let detail = format!("this node's view of the directory is not following etcd, and etcd cannot be asked about {name} ({error})");
+        unavailable("directory-stale", detail)
+    })?;
     match entry {
         None => Ok(None),
         Some(entry) if entry.owner != cluster.node_id => Ok(Some(entry.owner)),
