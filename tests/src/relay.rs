@@ -1,7 +1,10 @@
 //! A TCP relay in front of a server (etcd, in the cluster tests), which can black-hole
 //! requests: while it holds them, a connection whose client sends bytes containing the
 //! relay's marker gets nothing forwarded from then on and never an answer, as behind a
-//! member that stopped answering. It counts the marked chunks it forwarded. It can also
+//! member that stopped answering. Or it can swallow answers: a connection whose client sends
+//! a marked chunk while it swallows has that request forwarded (the server acts on it) and
+//! no answer relayed from then on, as when a member's answer is lost on the way. It counts
+//! the marked chunks it forwarded. It can also
 //! freeze every connection open so far (nothing more forwarded either way, the sockets
 //! kept open), as a member cut off from its cluster leaves a watch.
 //!
@@ -22,6 +25,7 @@ struct State {
     target: SocketAddr,
     marker: Vec<u8>,
     holding: AtomicBool,
+    swallowing: AtomicBool,
     forwarded: AtomicUsize,
     /// Connections accepted so far, and how many of the first ones are frozen.
     accepted: AtomicUsize,
@@ -37,6 +41,7 @@ impl Relay {
             target,
             marker: marker.as_bytes().to_vec(),
             holding: AtomicBool::new(false),
+            swallowing: AtomicBool::new(false),
             forwarded: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
             frozen: AtomicUsize::new(0),
@@ -57,6 +62,11 @@ impl Relay {
         self.state.holding.store(holding, Ordering::SeqCst);
     }
 
+    /// Swallows the answers to marked requests from now on (`true`), or relays them again.
+    pub fn swallow(&self, swallowing: bool) {
+        self.state.swallowing.store(swallowing, Ordering::SeqCst);
+    }
+
     /// Freezes every connection open so far; later ones are relayed as before.
     pub fn freeze(&self) {
         self.state.frozen.store(self.state.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
@@ -75,10 +85,13 @@ fn relay(client: TcpStream, state: &Arc<State>, number: usize) {
     };
     let (mut server_reader, mut client_writer) = (server, client);
     let answering = Arc::clone(state);
+    let swallowed = Arc::new(AtomicBool::new(false));
+    let swallowing = Arc::clone(&swallowed);
     let answers = std::thread::spawn(move || {
         let mut buffer = vec![0u8; 64 * 1024];
         while let Ok(read) = server_reader.read(&mut buffer) {
-            let frozen = number <= answering.frozen.load(Ordering::SeqCst);
+            let frozen =
+                number <= answering.frozen.load(Ordering::SeqCst) || swallowing.load(Ordering::SeqCst);
             if read == 0 || (!frozen && client_writer.write_all(&buffer[..read]).is_err()) {
                 break;
             }
@@ -94,6 +107,9 @@ fn relay(client: TcpStream, state: &Arc<State>, number: usize) {
         let chunk = &buffer[..read];
         let marked = chunk.windows(state.marker.len()).any(|window| window == state.marker);
         black_holed |= marked && state.holding.load(Ordering::SeqCst);
+        if marked && state.swallowing.load(Ordering::SeqCst) {
+            swallowed.store(true, Ordering::SeqCst);
+        }
         if black_holed || number <= state.frozen.load(Ordering::SeqCst) {
             continue;
         }

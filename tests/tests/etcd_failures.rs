@@ -1,8 +1,10 @@
 //! The cluster under partial failures, each as an unlucky operator meets it (real etcd,
 //! real nodes): a forward that breaks after the request left is an unknown outcome (502 or
 //! 504 `outcome-unknown`), never 503 and never a hang; a node key taken away is noticed and
-//! put back within a renewal; an empty data directory under a node id etcd knows is refused;
-//! forwards go on from the last known view while etcd is down.
+//! put back within a renewal, and one slow etcd member does not expire the lease; an empty
+//! data directory under a node id etcd knows is refused; a storm of requests for unknown
+//! names is not a storm on etcd; entries lost from the directory are put back by their
+//! owners; a frozen watch is noticed; appends wait while a delete is unsettled.
 //!
 //! `etcd` is found or installed by `.ci/setup.sh`.
 
@@ -247,4 +249,32 @@ fn a_frozen_watch_is_noticed_and_followed_again() {
             read.text()
         ))
     });
+}
+
+#[test]
+fn appends_wait_while_a_delete_is_unsettled_in_the_directory() {
+    let etcd = Etcd::start();
+    let relay = Relay::start(etcd.client_addr, "/v3/kv/txn");
+    let through_relay = format!("http://{}", relay.addr);
+    let owner = node_with(&etcd, "owner", free_port(), &[("DS_CLUSTER__ETCD_ENDPOINTS", &through_relay)]);
+    assert_eq!(owner.client().put("/v1/stream/s", "text/plain", b"a").status, 201);
+
+    // etcd marks the entry `deleting`, and its answer is lost: the delete's outcome in the
+    // directory is unknown to the node, and so is every settling write for a while.
+    relay.swallow(true);
+    let deleted = owner.client().delete("/v1/stream/s");
+    assert_eq!(deleted.status, 503, "{}", deleted.text());
+    assert!(entry(&etcd, "s").is_some(), "the entry stays: the delete was not answered");
+    let refused = owner.client().post("/v1/stream/s", "text/plain", b"b");
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert!(refused.text().contains("urn:ds:problem:delete-unsettled"), "{}", refused.text());
+
+    // etcd's answers come through again: the entry is live once more, and appends go on.
+    relay.swallow(false);
+    eventually(Duration::from_secs(15), || {
+        let appended = owner.client().post("/v1/stream/s", "text/plain", b"b");
+        (appended.status == 204).then_some(()).ok_or(format!("{} {}", appended.status, appended.text()))
+    });
+    assert_eq!(entry(&etcd, "s").as_deref(), Some(r#"{"owner":"owner","state":"live"}"#));
+    assert_eq!(owner.client().get("/v1/stream/s?offset=-1").text(), "ab");
 }
