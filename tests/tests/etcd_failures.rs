@@ -223,7 +223,12 @@ fn entries_lost_from_the_directory_are_put_back_by_their_owner() {
             read.text()
         ))
     });
-    assert_eq!(other.client().put("/v1/stream/s", "text/plain", b"").status, 200, "still one copy");
+    // Creates wait (503) until each node has registered its streams again; never a copy.
+    eventually(Duration::from_secs(15), || match other.client().put("/v1/stream/s", "text/plain", b"") {
+        created if created.status == 201 => panic!("a second copy of s was made"),
+        exists if exists.status == 200 => Ok(()),
+        waiting => Err(format!("{} {}", waiting.status, waiting.text())),
+    });
 }
 
 #[test]

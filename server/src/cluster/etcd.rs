@@ -175,7 +175,12 @@ impl Etcd {
         if !status.is_success() || value.get("error").is_some() {
             return Err(EtcdError(format!("{path}: {status} {value}")));
         }
-        self.observe(&value, floor);
+        // A keep-alive is answered by whichever member took it, from its own applied state,
+        // which may lag a revision the leader gave: only reads (linearizable) and writes
+        // (committed) carry a revision no later request can go below.
+        if path != "/v3/lease/keepalive" {
+            self.observe(&value, floor);
+        }
         Ok(value)
     }
 
