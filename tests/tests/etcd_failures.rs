@@ -145,6 +145,12 @@ fn an_empty_data_directory_under_a_used_node_id_is_refused_unless_adopted() {
     let stderr = refused_start(node_command(&etcd, "owner", port, empty.path()));
     assert!(stderr.contains("kept") && stderr.contains("DS_CLUSTER__ADOPT_NODE_ID"), "{stderr}");
     assert!(entry(&etcd, "kept").is_some(), "the refused start removed nothing");
+    // Nor does a start in memory mode by mistake (a lost setting) drop the disk's streams.
+    let mut in_memory = node_command(&etcd, "owner", port, empty.path());
+    in_memory.env("DS_STORAGE__MODE", "memory");
+    let stderr = refused_start(in_memory);
+    assert!(stderr.contains("kept") && stderr.contains("memory"), "{stderr}");
+    assert!(entry(&etcd, "kept").is_some(), "the refused start removed nothing");
     // A second host given the same id is refused alike while the first is up.
     owner.restart();
     let second = DataDir::new("second-host");
@@ -185,8 +191,10 @@ fn a_storm_of_requests_for_unknown_names_is_not_a_storm_on_etcd() {
     }
     let ranges = etcd.range_requests() - before;
     assert!(ranges < 50, "{ranges} reads of etcd for 200 requests of one unknown name");
-    // The name made elsewhere is found at once: the watch forgets what etcd said of it.
+    // The name made elsewhere: a write through this node right after finds it (a write never
+    // takes remembered absence), and reads do once the watch forgets what etcd said.
     assert_eq!(other.client().put("/v1/stream/nobody", "text/plain", b"here").status, 201);
+    assert_eq!(asked.client().post("/v1/stream/nobody", "text/plain", b"!").status, 204);
     eventually(Duration::from_secs(5), || {
         let read = asked.client().get("/v1/stream/nobody?offset=-1");
         (read.status == 200).then_some(()).ok_or(format!("{}", read.status))

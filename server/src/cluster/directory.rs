@@ -159,8 +159,10 @@ impl Directory {
     /// while the entry lives, so the worst a stale one does is send a request to a former
     /// owner, which answers for itself. Absence is etcd's word only, remembered for
     /// [`ABSENT_FOR`] while the watch runs (the watch forgets it at any change of the name),
-    /// so that a storm of requests for unknown names does not become a storm on etcd.
-    pub(crate) async fn lookup(&self, name: &str) -> Result<Option<Entry>, EtcdError> {
+    /// so that a storm of requests for unknown names does not become a storm on etcd. Only a
+    /// read takes it (`absence_ok`): a write right after a create on another node must find
+    /// the stream even before the watch has brought its entry.
+    pub(crate) async fn lookup(&self, name: &str, absence_ok: bool) -> Result<Option<Entry>, EtcdError> {
         let synced = {
             let view = self.view.read().expect("directory view lock");
             if let Some(entry) = view.streams.get(name) {
@@ -168,7 +170,7 @@ impl Directory {
             }
             view.synced
         };
-        if synced && self.recently_absent(name) {
+        if synced && absence_ok && self.recently_absent(name) {
             return Ok(None);
         }
         let found = self.etcd.get(&stream_key(name)).await?;

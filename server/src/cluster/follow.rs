@@ -71,7 +71,13 @@ impl Directory {
     fn apply_answers(&self, bytes: &[u8]) -> Result<usize, EtcdError> {
         let mut answers = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
         let mut consumed = 0;
-        while let Some(Ok(answer)) = answers.next() {
+        while let Some(parsed) = answers.next() {
+            let answer = match parsed {
+                Ok(answer) => answer,
+                // The rest of the answer is in a later frame.
+                Err(error) if error.is_eof() => break,
+                Err(error) => return Err(EtcdError(format!("watch: an answer that is not JSON ({error})"))),
+            };
             consumed = answers.byte_offset();
             let result = answer.get("result").unwrap_or(&answer);
             if answer.get("error").is_some() || result.get("canceled").and_then(Value::as_bool) == Some(true)

@@ -74,6 +74,25 @@ pub(super) async fn bind(
     }
 }
 
+/// A node without a data directory (memory mode) under an id a data directory is bound to:
+/// refused unless adopting (a memory-mode start by mistake, a lost setting, would otherwise
+/// drop the disk's streams from the directory); adopting unbinds the id from any disk.
+pub(super) async fn check_memory(cluster: &Cluster, adopt: bool) -> Result<(), String> {
+    let failed = |error: EtcdError| format!("cannot check this node's incarnation: {error}");
+    let key = incarnation_key(&cluster.node_id);
+    let Some(stored) = cluster.etcd().get(&key).await.map_err(failed)? else { return Ok(()) };
+    let owned = owned_streams(cluster).await.map_err(failed)?;
+    if !adopt {
+        return Err(format!(
+            "{} (this node keeps no data directory: DS_STORAGE__MODE is memory)",
+            refusal(cluster, Path::new("memory"), &owned)
+        ));
+    }
+    tracing::warn!(node = %cluster.node_id, streams = owned.len(), named = %named(&owned), "adopting the node id in memory mode: the streams of the data directory that ran as it leave the directory");
+    cluster.etcd().delete_at(&key, stored.mod_revision).await.map_err(failed)?;
+    Ok(())
+}
+
 /// Puts `incarnation` at `key` where `stored` (or nothing) still is.
 async fn publish(
     cluster: &Cluster,

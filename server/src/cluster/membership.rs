@@ -12,7 +12,8 @@
 //! A renewal gives each etcd endpoint a quarter of the lease's time to answer, so one slow
 //! member never lets the lease expire behind it.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::directory::{node_authority, node_key, node_value};
@@ -69,28 +70,37 @@ impl Cluster {
 
     /// Keeps the lease alive and the node key this node's; rejoins under a new lease when
     /// the lease expired (etcd was out of reach for longer than its time to live).
-    pub(super) async fn renew(self: std::sync::Arc<Self>, mut lease: i64) {
+    ///
+    /// The key is checked by a task of its own on the same period, so a slow check (its
+    /// calls wait up to etcd's usual timeout per endpoint) never delays a keep-alive.
+    pub(super) async fn renew(self: Arc<Self>, lease: i64) {
         let ttl_ms = self.lease_ttl_secs * 1000;
         let period = Duration::from_millis(ttl_ms / 3);
         let answer_timeout = Duration::from_millis((ttl_ms / 4).max(100));
+        let current = Arc::new(AtomicI64::new(lease));
+        tokio::spawn(Arc::clone(&self).check_key(Arc::clone(&current), period));
         loop {
             tokio::time::sleep(period).await;
+            let lease = current.load(Ordering::Acquire);
             match self.etcd().keep_alive(lease, answer_timeout).await {
                 Ok(ttl) if ttl > 0 => {}
                 Ok(_) => {
                     tracing::warn!("the node's lease expired; rejoining");
                     match self.join().await {
-                        Ok(renewed) => lease = renewed,
+                        Ok(renewed) => current.store(renewed, Ordering::Release),
                         Err(error) => tracing::warn!(%error, "cannot rejoin the cluster"),
                     }
-                    continue;
                 }
-                Err(EtcdError(error)) => {
-                    tracing::warn!(%error, "cannot renew the node's lease");
-                    continue;
-                }
+                Err(EtcdError(error)) => tracing::warn!(%error, "cannot renew the node's lease"),
             }
-            if let Err(EtcdError(error)) = self.keep_key(lease).await {
+        }
+    }
+
+    /// Checks the node key once a `period`, under the lease `current` holds.
+    async fn check_key(self: Arc<Self>, current: Arc<AtomicI64>, period: Duration) {
+        loop {
+            tokio::time::sleep(period).await;
+            if let Err(EtcdError(error)) = self.keep_key(current.load(Ordering::Acquire)).await {
                 tracing::warn!(%error, "cannot check the node's key");
             }
         }

@@ -97,11 +97,14 @@ impl Cluster {
             disowned: NameSet::default(),
             identity_taken: AtomicBool::new(false),
         });
-        if let Some(data_dir) = &data_dir {
-            incarnation::bind(&cluster, data_dir, ran_here_before, config.adopt_node_id).await?;
-            if !ran_here_before {
-                identity::record(data_dir, &config.node_id)?;
+        match &data_dir {
+            Some(data_dir) => {
+                incarnation::bind(&cluster, data_dir, ran_here_before, config.adopt_node_id).await?;
+                if !ran_here_before {
+                    identity::record(data_dir, &config.node_id)?;
+                }
             }
+            None => incarnation::check_memory(&cluster, config.adopt_node_id).await?,
         }
         let lease = cluster.join().await.map_err(|error| format!("cannot join the cluster: {error}"))?;
         register::local_streams(&cluster, engine).await?;

@@ -34,6 +34,16 @@ impl NameSet {
         self.count.store(names.len(), Ordering::Release);
     }
 
+    /// Keeps held back only the names `keep` says to.
+    pub(crate) fn retain(&self, keep: impl Fn(&str) -> bool) {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut names = self.names.lock().expect("name set lock");
+        names.retain(|name| keep(name));
+        self.count.store(names.len(), Ordering::Release);
+    }
+
     /// Whether `name` is held back.
     pub(crate) fn holds(&self, name: &str) -> bool {
         self.count.load(Ordering::Acquire) > 0 && self.names.lock().expect("name set lock").contains(name)

@@ -103,6 +103,9 @@ pub(super) async fn repair(cluster: Arc<Cluster>, engine: Engine) {
         let _ = tokio::time::timeout(REPAIR_TICK, cluster.directory.changed.notified()).await;
         let (names, check_all) =
             std::mem::take(&mut *cluster.directory.removed.lock().expect("removed entries lock"));
+        cluster.disowned.retain(|name| {
+            ds_engine::StreamName::new(name).ok().is_some_and(|stream| engine.open(&stream).is_some())
+        });
         let regressed = cluster.etcd().regressed();
         let repaired = match check_all || regressed {
             true => put_back_all(&cluster, &engine).await,
@@ -137,7 +140,7 @@ fn settled_here(cluster: &Cluster, engine: &Engine, name: &str) -> bool {
 async fn put_back(cluster: &Cluster, engine: &Engine, names: &HashSet<String>) -> Result<(), EtcdError> {
     for name in names.iter().filter(|name| settled_here(cluster, engine, name)) {
         let found = cluster.etcd().get(&stream_key(name)).await?;
-        enter_again(cluster, name, found.as_ref().and_then(Entry::decode)).await?;
+        enter_again(cluster, engine, name, found.as_ref().and_then(Entry::decode)).await?;
     }
     Ok(())
 }
@@ -146,14 +149,19 @@ async fn put_back_all(cluster: &Cluster, engine: &Engine) -> Result<(), EtcdErro
     let entries: HashMap<String, Entry> = cluster.directory.all_streams().await?.into_iter().collect();
     for name in engine.stream_names() {
         if settled_here(cluster, engine, name.as_str()) {
-            enter_again(cluster, name.as_str(), entries.get(name.as_str()).cloned()).await?;
+            enter_again(cluster, engine, name.as_str(), entries.get(name.as_str()).cloned()).await?;
         }
     }
     Ok(())
 }
 
 /// Puts back the entry of `name`, held here, where `found` says it is missing.
-async fn enter_again(cluster: &Cluster, name: &str, found: Option<Entry>) -> Result<(), EtcdError> {
+async fn enter_again(
+    cluster: &Cluster,
+    engine: &Engine,
+    name: &str,
+    found: Option<Entry>,
+) -> Result<(), EtcdError> {
     let claimed_by = match found {
         Some(entry) if entry.owner == cluster.node_id => return Ok(()),
         Some(entry) => entry.owner,
@@ -168,7 +176,10 @@ async fn enter_again(cluster: &Cluster, name: &str, found: Option<Entry>) -> Res
             }
         }
     };
-    if claimed_by != cluster.node_id {
+    // Still held? A delete here and a create elsewhere may have come between.
+    let still_held =
+        ds_engine::StreamName::new(name).ok().is_some_and(|stream| engine.open(&stream).is_some());
+    if claimed_by != cluster.node_id && still_held {
         cluster.disowned.hold(name);
         tracing::error!(
             stream = name,

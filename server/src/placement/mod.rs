@@ -22,7 +22,7 @@ mod forward;
 use std::sync::Arc;
 
 use ds_engine::StreamName;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::app::App;
@@ -84,7 +84,8 @@ async fn elsewhere(
     name: &StreamName,
     request: Request<RequestBody>,
 ) -> Result<Response<Body>, Problem> {
-    match owner_elsewhere(app, cluster, name).await? {
+    let read = matches!(*request.method(), Method::GET | Method::HEAD);
+    match owner_elsewhere(app, cluster, name, read).await? {
         Some(owner) => forward(app, cluster, &owner, request).await,
         None => Err(Problem::not_found()),
     }
@@ -92,8 +93,13 @@ async fn elsewhere(
 
 /// The node other than this one that owns `name`, or `None` when no node does (stale
 /// entries of this node's are removed on the way).
-async fn owner_elsewhere(app: &App, cluster: &Cluster, name: &StreamName) -> Result<Option<String>, Problem> {
-    let entry = cluster.directory().lookup(name.as_str()).await.map_err(|error| {
+async fn owner_elsewhere(
+    app: &App,
+    cluster: &Cluster,
+    name: &StreamName,
+    read: bool,
+) -> Result<Option<String>, Problem> {
+    let entry = cluster.directory().lookup(name.as_str(), read).await.map_err(|error| {
         if cluster.directory().synced() {
             return etcd_down(error);
         }
@@ -132,7 +138,7 @@ async fn create(
 ) -> Result<Response<Body>, Problem> {
     if let Some(source) = fork_source(&request) {
         // A fork lives with its source; `None`: the source is here or nowhere.
-        if let Some(owner) = owner_elsewhere(app, cluster, &source).await? {
+        if let Some(owner) = owner_elsewhere(app, cluster, &source, false).await? {
             return forward(app, cluster, &owner, request).await;
         }
     }
