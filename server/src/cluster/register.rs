@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ds_engine::Engine;
 
@@ -96,34 +96,43 @@ const REPAIR_TICK: Duration = Duration::from_secs(1);
 /// Runs for the node's life: puts back the entries of streams this node holds that left
 /// the directory (deleted by hand, or lost with an etcd restored from a backup), looking at
 /// the entries the watch saw removed, at every entry after a new snapshot, and at every
-/// entry again once etcd went back in time (creates wait until then). A name claimed by
+/// entry again once etcd went back in time (creates wait until then, and a lease's time to
+/// live more, so that every other node has put its entries back too). A name claimed by
 /// another node meanwhile is a split stream: this node stops serving it.
 pub(super) async fn repair(cluster: Arc<Cluster>, engine: Engine) {
+    // Creates wait past this node's own re-registration for a lease's time to live and two
+    // ticks: every live node has then renewed (and so seen etcd go back) and re-registered,
+    // and no create here can claim a name another node holds but has not put back yet.
+    let hold = Duration::from_secs(cluster.lease_ttl_secs) + 2 * REPAIR_TICK;
+    let mut registered_at: Option<Instant> = None;
     loop {
         let _ = tokio::time::timeout(REPAIR_TICK, cluster.directory.changed.notified()).await;
-        let (names, check_all) =
-            std::mem::take(&mut *cluster.directory.removed.lock().expect("removed entries lock"));
         cluster.disowned.retain(|name| {
             ds_engine::StreamName::new(name).ok().is_some_and(|stream| engine.open(&stream).is_some())
         });
+        let (names, check_all) =
+            std::mem::take(&mut *cluster.directory.removed.lock().expect("removed entries lock"));
         let regressed = cluster.etcd().regressed();
-        let repaired = match check_all || regressed {
+        let full = check_all || (regressed && registered_at.is_none());
+        let repaired = match full {
             true => put_back_all(&cluster, &engine).await,
             false => put_back(&cluster, &engine, &names).await,
         };
         match repaired {
             Ok(()) if regressed => {
-                cluster.etcd().accept_regression();
-                tracing::warn!(
-                    "this node's streams are registered again in the restored directory; creates resume"
-                );
+                let since = *registered_at.get_or_insert_with(Instant::now);
+                if since.elapsed() >= hold {
+                    cluster.etcd().accept_regression();
+                    registered_at = None;
+                    tracing::warn!("the cluster's streams are registered again in the restored directory; creates resume");
+                }
             }
             Ok(()) => {}
             Err(error) => {
                 tracing::warn!(%error, "cannot put this node's directory entries back yet");
                 let mut pending = cluster.directory.removed.lock().expect("removed entries lock");
                 pending.0.extend(names);
-                pending.1 |= check_all;
+                pending.1 |= full;
             }
         }
     }
