@@ -5,8 +5,10 @@
 //! stream open and sends nothing. So the watch is asked of a member that has a leader
 //! (`Grpc-Metadata-hasleader`, see `super::etcd`), with progress notifications, and every
 //! node rewrites its own key at each lease renewal (`super::membership`): a healthy watch
-//! hears something at least once a renewal period. One silent for `silence_max` is
-//! dropped, the cache marked unsynced, and a new snapshot taken.
+//! hears something at least once a renewal period. One silent for `silence_max` while
+//! etcd's store moved past the last revision it delivered is dropped, the cache marked
+//! unsynced, and a new snapshot taken; silent while the store stands still (etcd slow to
+//! write), it is kept.
 //! Stream entries removed, and every new snapshot, are passed to `super::register`'s
 //! repair, which puts back the entries of streams this node holds.
 
@@ -51,15 +53,24 @@ impl Directory {
         self.removed.lock().expect("removed entries lock").1 = true;
         self.changed.notify_one();
         let mut pending: Vec<u8> = Vec::new();
+        let mut watched = revision;
         loop {
             let Ok(frame) = tokio::time::timeout(silence_max, body.frame()).await else {
-                return Err(EtcdError(format!("watch: nothing heard for {silence_max:?}")));
+                // Quiet is not frozen: etcd may be slow to write (heartbeats stall too). Only
+                // a store that moved past what the watch delivered means the watch froze.
+                let (_, current, _) = self.etcd.range(ROOT.as_bytes(), None, 1).await?;
+                if current <= watched {
+                    continue;
+                }
+                return Err(EtcdError(format!(
+                    "watch: nothing heard for {silence_max:?} while etcd moved from revision {watched} to {current}"
+                )));
             };
             let Some(frame) = frame else { return Err(EtcdError("watch ended".to_string())) };
             let frame = frame.map_err(|error| EtcdError(format!("watch: {error}")))?;
             let Ok(data) = frame.into_data() else { continue };
             pending.extend_from_slice(&data);
-            let consumed = self.apply_answers(&pending)?;
+            let consumed = self.apply_answers(&pending, &mut watched)?;
             pending.drain(..consumed);
             if pending.len() > ANSWER_BYTES_MAX {
                 return Err(EtcdError("watch: an answer larger than 64 MiB".to_string()));
@@ -68,7 +79,8 @@ impl Directory {
     }
 
     /// Applies the whole watch answers at the start of `bytes`; how many bytes they took.
-    fn apply_answers(&self, bytes: &[u8]) -> Result<usize, EtcdError> {
+    /// `watched` becomes the newest store revision an answer was sent at.
+    fn apply_answers(&self, bytes: &[u8], watched: &mut i64) -> Result<usize, EtcdError> {
         let mut answers = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
         let mut consumed = 0;
         while let Some(parsed) = answers.next() {
@@ -79,6 +91,11 @@ impl Directory {
                 Err(error) => return Err(EtcdError(format!("watch: an answer that is not JSON ({error})"))),
             };
             consumed = answers.byte_offset();
+            let sent_at =
+                answer.pointer("/result/header/revision").or_else(|| answer.pointer("/header/revision"));
+            if let Some(revision) = etcd::number(sent_at) {
+                *watched = (*watched).max(revision);
+            }
             let result = answer.get("result").unwrap_or(&answer);
             if answer.get("error").is_some() || result.get("canceled").and_then(Value::as_bool) == Some(true)
             {
