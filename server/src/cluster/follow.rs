@@ -9,8 +9,9 @@
 //! etcd's store moved past the last revision it delivered is dropped, the cache marked
 //! unsynced, and a new snapshot taken; silent while the store stands still (etcd slow to
 //! write), it is kept.
-//! Stream entries removed, and every new snapshot, are passed to `super::register`'s
-//! repair, which puts back the entries of streams this node holds.
+//! Stream entries removed, and every snapshot after the first (which follows the start's
+//! registration), are passed to `super::register`'s repair, which puts back the entries of
+//! streams this node holds.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,8 +31,13 @@ impl Directory {
     /// Keeps the cache following etcd until the process ends; a watch silent for
     /// `silence_max` is taken as frozen.
     pub(crate) async fn follow(self: Arc<Self>, silence_max: Duration) {
+        // The start registered this node's streams just before: the first snapshot needs no
+        // look at every entry; a later one may follow changes the watch missed.
+        let mut recheck = false;
         loop {
-            if let Err(error) = self.snapshot_and_watch(silence_max).await {
+            let followed = self.snapshot_and_watch(silence_max, recheck).await;
+            recheck = true;
+            if let Err(error) = followed {
                 tracing::warn!(%error, "directory watch interrupted; taking a new snapshot");
             }
             self.view.write().expect("directory view lock").synced = false;
@@ -39,7 +45,7 @@ impl Directory {
         }
     }
 
-    async fn snapshot_and_watch(&self, silence_max: Duration) -> Result<(), EtcdError> {
+    async fn snapshot_and_watch(&self, silence_max: Duration, recheck: bool) -> Result<(), EtcdError> {
         let (kvs, revision) = self.read_all(ROOT.as_bytes()).await?;
         let mut body = self.etcd.watch(ROOT.as_bytes(), &prefix_end(ROOT.as_bytes()), revision + 1).await?;
         {
@@ -50,8 +56,10 @@ impl Directory {
             }
             view.synced = true;
         }
-        self.removed.lock().expect("removed entries lock").1 = true;
-        self.changed.notify_one();
+        if recheck {
+            self.removed.lock().expect("removed entries lock").1 = true;
+            self.changed.notify_one();
+        }
         let mut pending: Vec<u8> = Vec::new();
         let mut watched = revision;
         loop {

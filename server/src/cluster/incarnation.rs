@@ -40,14 +40,20 @@ pub(super) async fn bind(
     let stored = cluster.etcd().get(&key).await.map_err(failed)?;
     let theirs = stored.as_ref().map(|kv| String::from_utf8_lossy(&kv.value).trim().to_string());
     let ours = identity::incarnation(data_dir)?;
+    // The streams etcd credits to this id, read once and only where they decide or are named.
+    let mut owned = None;
     let bound = match (&ours, &theirs) {
         (Some(ours), Some(theirs)) => ours == theirs,
         (Some(_), None) => true,
         (None, Some(_)) => false,
-        (None, None) => ran_here_before || owned_streams(cluster).await.map_err(failed)?.is_empty(),
+        (None, None) if ran_here_before => true,
+        (None, None) => owned.insert(owned_streams(cluster).await.map_err(failed)?).is_empty(),
     };
     if !bound {
-        let owned = owned_streams(cluster).await.map_err(failed)?;
+        let owned = match owned {
+            Some(owned) => owned,
+            None => owned_streams(cluster).await.map_err(failed)?,
+        };
         if !adopt {
             return Err(refusal(cluster, data_dir, &owned));
         }

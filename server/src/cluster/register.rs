@@ -76,8 +76,7 @@ async fn settle(
 ) -> Result<(), super::etcd::EtcdError> {
     let key = stream_key(name);
     let etcd = cluster.etcd();
-    let stream = ds_engine::StreamName::new(name).ok();
-    let held = stream.as_ref().is_some_and(|stream| engine.open(stream).is_some());
+    let held = holds(engine, name);
     match (entry.state, held) {
         (State::Live, true) => Ok(()),
         // The stream is still here, so no client was told the delete succeeded (a delete is
@@ -107,9 +106,7 @@ pub(super) async fn repair(cluster: Arc<Cluster>, engine: Engine) {
     let mut registered_at: Option<Instant> = None;
     loop {
         let _ = tokio::time::timeout(REPAIR_TICK, cluster.directory.changed.notified()).await;
-        cluster.disowned.retain(|name| {
-            ds_engine::StreamName::new(name).ok().is_some_and(|stream| engine.open(&stream).is_some())
-        });
+        cluster.disowned.retain(|name| holds(&engine, name));
         let (names, check_all) =
             std::mem::take(&mut *cluster.directory.removed.lock().expect("removed entries lock"));
         let regressed = cluster.etcd().regressed();
@@ -138,10 +135,15 @@ pub(super) async fn repair(cluster: Arc<Cluster>, engine: Engine) {
     }
 }
 
+/// Whether the engine holds a stream named `name`.
+fn holds(engine: &Engine, name: &str) -> bool {
+    ds_engine::StreamName::new(name).ok().is_some_and(|stream| engine.open(&stream).is_some())
+}
+
 /// Whether `name` is held here and no delete or create of it by this node is under way.
 fn settled_here(cluster: &Cluster, engine: &Engine, name: &str) -> bool {
-    let held = ds_engine::StreamName::new(name).ok().is_some_and(|stream| engine.open(&stream).is_some());
-    held && !cluster.unsettled.holds(name)
+    holds(engine, name)
+        && !cluster.unsettled.holds(name)
         && !cluster.disowned.holds(name)
         && !cluster.creating.lock().expect("creating lock").contains_key(name)
 }
@@ -186,8 +188,7 @@ async fn enter_again(
         }
     };
     // Still held? A delete here and a create elsewhere may have come between.
-    let still_held =
-        ds_engine::StreamName::new(name).ok().is_some_and(|stream| engine.open(&stream).is_some());
+    let still_held = holds(engine, name);
     if claimed_by != cluster.node_id && still_held {
         cluster.disowned.hold(name);
         tracing::error!(
